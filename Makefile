@@ -1,0 +1,69 @@
+# RobinHood: tail-latency-aware caching. `make demo` runs the testbed,
+# `make test` runs every test. Both install what they need.
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+GO      ?= go
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(VENV)/bin/pip
+TOOLS   := .tools/bin
+PROTOS  := $(wildcard proto/robinhood/v1/*.proto)
+PYPKGS  := proto/python controller
+GOTEST_FLAGS ?= -count=1 -timeout 15m
+PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
+
+.PHONY: build test demo proto proto-check go-test py-test vet fmt deps sysdeps venv clean bench
+
+## build: every Go binary into bin/
+build: deps
+	$(GO) build -o bin/ ./...
+
+## deps: Go modules, the Python virtualenv and the Debian packages the tests use
+deps: sysdeps venv
+	$(GO) mod download
+
+sysdeps:
+	@scripts/ensure-sysdeps.sh memcached protoc redis-server prometheus docker-compose
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt $(addsuffix /pyproject.toml,$(PYPKGS))
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q -r requirements.txt
+	$(PIP) install -q --no-deps $(addprefix -e ,$(PYPKGS))
+	touch $@
+
+## test: Go and Python tests (unit, integration with real processes)
+test: build vet proto-check go-test py-test
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+
+go-test:
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+py-test: venv
+	$(PY) -m pytest $(PYTEST_FLAGS) controller/tests tests
+
+## proto: regenerate the committed Go and Python code from proto/
+proto: venv
+	@scripts/ensure-sysdeps.sh protoc
+	scripts/genproto.sh .
+
+## proto-check: fail when the committed generated code is stale
+proto-check: venv
+	@scripts/ensure-sysdeps.sh protoc
+	scripts/genproto.sh --check
+
+## bench: the Go benchmarks (numbers go to docs/benchmarks.md)
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## demo: the local testbed (grows with the testbed issue)
+demo: build
+	scripts/demo.sh
+
+clean:
+	rm -rf bin .tools

@@ -1,0 +1,1 @@
+"""RobinHood cache controller."""

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Generates the Go and Python code for proto/robinhood/v1/*.proto.
+#   scripts/genproto.sh .        regenerate in place
+#   scripts/genproto.sh --check  generate into a temporary tree and fail if the
+#                                committed code differs (stale)
+# Generator versions are pinned: protoc-gen-go and protoc-gen-go-grpc by go.mod
+# (tool directives), the Python generator by grpcio-tools in requirements.txt,
+# protoc itself by Debian's protobuf-compiler.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+mode=${1:-.}
+tools=$root/.tools/bin
+mkdir -p "$tools"
+go build -o "$tools/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go
+go build -o "$tools/protoc-gen-go-grpc" google.golang.org/grpc/cmd/protoc-gen-go-grpc
+
+out=$root
+if [[ $mode == --check ]]; then
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+  mkdir -p "$out/proto/python"
+fi
+protos=(proto/robinhood/v1/*.proto)
+protoc -I proto \
+  --plugin=protoc-gen-go="$tools/protoc-gen-go" \
+  --plugin=protoc-gen-go-grpc="$tools/protoc-gen-go-grpc" \
+  --go_out="$out/proto" --go_opt=paths=source_relative \
+  --go-grpc_out="$out/proto" --go-grpc_opt=paths=source_relative \
+  "${protos[@]}"
+"$root/.venv/bin/python" -m grpc_tools.protoc -I proto \
+  --python_out="$out/proto/python" --pyi_out="$out/proto/python" \
+  --grpc_python_out="$out/proto/python" \
+  "${protos[@]}"
+
+if [[ $mode == --check ]]; then
+  stale=0
+  for f in $(cd "$out" && find proto -type f \( -name '*.go' -o -name '*.py' -o -name '*.pyi' \) | sort); do
+    if ! cmp -s "$out/$f" "$root/$f"; then
+      echo "stale generated code: $f (run 'make proto' and commit the result)" >&2
+      stale=1
+    fi
+  done
+  exit $stale
+fi
