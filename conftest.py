@@ -1,0 +1,146 @@
+"""Fixtures shared by every Python test in the repository (controller/tests, tests/).
+
+They start real parts on loopback and free ports: our Go binaries (built into
+bin/ by `make build`, or built here once when missing), memcached and Redis.
+Every process is stopped when its test ends.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parent
+BIN = REPO / "bin"
+_build_lock = threading.Lock()
+_built = False
+
+
+def free_addr() -> str:
+    """A loopback address whose port was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def wait_tcp(addr: str, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until addr accepts TCP connections."""
+    host, port = addr.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process {proc.args!r} exited with {proc.returncode} before listening on {addr}")
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise TimeoutError(f"nothing listens on {addr} after {timeout}s")
+
+
+def go_binary(name: str) -> Path:
+    """Path of bin/<name>, building every Go binary once if it is missing."""
+    global _built
+    path = BIN / name
+    with _build_lock:
+        if not path.exists() and not _built:
+            subprocess.run(["go", "build", "-o", "bin/", "./..."], cwd=REPO, check=True)
+            _built = True
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist after 'go build -o bin/ ./...'")
+    return path
+
+
+class Procs:
+    """Starts processes for one test and stops them all at its end."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.procs: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self, args: list[str | os.PathLike[str]], name: str | None = None,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        name = name or Path(str(args[0])).name
+        log = self.logdir / f"{name}-{len(self.procs)}.log"
+        fh = open(log, "wb")
+        p = subprocess.Popen([str(a) for a in args], stdout=fh, stderr=subprocess.STDOUT,
+                             env={**os.environ, **(env or {})}, start_new_session=True)
+        fh.close()
+        self.procs.append((p, log))
+        return p
+
+    def log(self, p: subprocess.Popen) -> str:
+        for q, log in self.procs:
+            if q is p:
+                return log.read_text(errors="replace")
+        return ""
+
+    @staticmethod
+    def stop(p: subprocess.Popen, timeout: float = 5.0) -> int | None:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return p.returncode
+
+    def stop_all(self) -> None:
+        for p, _ in reversed(self.procs):
+            self.stop(p)
+
+    def memcached(self, mb: int = 64, extra: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+        exe = shutil.which("memcached")
+        if exe is None:
+            pytest.fail("memcached is not installed: run 'make deps' (as root it installs Debian's memcached)")
+        addr = free_addr()
+        port = addr.rsplit(":", 1)[1]
+        args = [exe, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", str(mb)]
+        if os.geteuid() == 0:
+            args += ["-u", "root"]
+        p = self.start(args + (extra or []), name="memcached")
+        wait_tcp(addr, proc=p)
+        return p, addr
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    """Process manager for one test; dumps the logs of its processes on failure."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    pm = Procs(logdir)
+    yield pm
+    pm.stop_all()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call" and rep.failed:
+        pm = item.funcargs.get("procs") if hasattr(item, "funcargs") else None
+        if isinstance(pm, Procs):
+            for p, log in pm.procs:
+                text = log.read_text(errors="replace")[-4000:]
+                rep.sections.append((f"log of {' '.join(map(str, p.args))[:120]}", text))
+
+
+@pytest.fixture
+def gobin() -> Callable[[str], Path]:
+    """gobin("rbcserver") -> path of bin/rbcserver (built when missing)."""
+    return go_binary
+
+
+@pytest.fixture
+def free_address() -> Callable[[], str]:
+    """free_address() -> "127.0.0.1:<free port>"."""
+    return free_addr
