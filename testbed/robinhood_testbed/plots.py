@@ -1,0 +1,141 @@
+"""The figures of a comparison, after the paper: P99 over time with the SLO line
+(Fig. 3), SLO-violation curves for P50/P90/P99 (Fig. 8), allocation per backend over
+time (Fig. 13) and the RBC share of the top backends (Fig. 9)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .analysis import PolicyRun  # noqa: E402
+
+COLORS = {"robinhood": "#d62728", "static": "#1f77b4", "shared": "#2ca02c", "none": "#7f7f7f"}
+
+
+def _color(policy: str, i: int) -> str:
+    return COLORS.get(policy, f"C{i + 3}")
+
+
+def p99_over_time(runs: list[PolicyRun], out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for i, r in enumerate(runs):
+        pts = [p for p in r.series() if p.get("p99_ms") is not None]
+        ax.plot([p["t_s"] for p in pts], [p["p99_ms"] for p in pts], label=r.policy,
+                color=_color(r.policy, i), lw=1.8)
+    if runs:
+        ax.axhline(runs[0].slo_ms, ls="--", color="black", lw=1, label=f"SLO {runs[0].slo_ms:g} ms")
+        if runs[0].warmup_s > 0:
+            ax.axvspan(0, runs[0].warmup_s, color="0.9", zorder=0, label="warm-up")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("P99 request latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title("P99 request latency over time (windowed)")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def slo_curves(runs: list[PolicyRun], out: Path) -> Path:
+    """For each percentile: the SLO that would be violated x% of the time (Fig. 8)."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    for ax, key, title in zip(axes, ("p99_ms", "p90_ms", "p50_ms"), ("P99", "P90", "P50")):
+        for i, r in enumerate(runs):
+            vals = sorted(r.measured_series(key), reverse=True)
+            if not vals:
+                continue
+            n = len(vals)
+            xs = [100.0 * (k + 1) / n for k in range(n)]
+            ax.step(xs, vals, where="post", label=r.policy, color=_color(r.policy, i), lw=1.6)
+        if key == "p99_ms" and runs:
+            ax.axhline(runs[0].slo_ms, ls="--", color="black", lw=1)
+        ax.set_xlabel("SLO violations (%)")
+        ax.set_ylabel(f"{title} SLO (ms)")
+        ax.set_yscale("log")
+        ax.set_title(f"{title} SLO vs violations")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def allocation(runs: list[PolicyRun], out: Path) -> Path | None:
+    """Per-backend cache allocation over time for every policy with a controller."""
+    with_ctl = [r for r in runs if r.allocation_timeline()]
+    if not with_ctl:
+        return None
+    fig, axes = plt.subplots(1, len(with_ctl), figsize=(6 * len(with_ctl), 3.8), squeeze=False)
+    for ax, r in zip(axes[0], with_ctl):
+        ticks = r.allocation_timeline()
+        t0 = ticks[0].get("unix", ticks[0].get("time", 0))
+        names = sorted({n for t in ticks for n in t.get("partitions", {})})
+        for j, n in enumerate(names):
+            xs, ys = [], []
+            for t in ticks:
+                p = t.get("partitions", {}).get(n)
+                if p is None or p.get("limit_bytes") is None:
+                    continue
+                xs.append(t.get("unix", t.get("time", 0)) - t0)
+                ys.append(p["limit_bytes"] / 2**20)
+            ax.plot(xs, ys, label=n, lw=1.6, color=f"C{j}")
+        ax.set_title(f"{r.policy}: cache allocation per backend")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("memcached limit (MB)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def rbc_share(runs: list[PolicyRun], out: Path, top: int = 4) -> Path | None:
+    """Share of the request blocking count of the top backends over time (Fig. 9)."""
+    runs = [r for r in runs if r.rbc_timeline()]
+    if not runs:
+        return None
+    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.6), squeeze=False, sharey=True)
+    for ax, r in zip(axes[0], runs):
+        tl = r.rbc_timeline()
+        totals: dict[str, int] = {}
+        for p in tl:
+            for n, c in p.get("rbc", {}).items():
+                totals[n] = totals.get(n, 0) + c
+        names = sorted(totals, key=lambda n: -totals[n])[:top]
+        for j, n in enumerate(names):
+            xs, ys = [], []
+            for p in tl:
+                band = sum(p.get("rbc", {}).values())
+                if band:
+                    xs.append(p["t"])
+                    ys.append(100.0 * p["rbc"].get(n, 0) / band)
+            ax.plot(xs, ys, label=n, lw=1.4, color=f"C{j}")
+        ax.axhline(50, ls=":", color="black", lw=1)
+        ax.set_title(f"{r.policy}: RBC share")
+        ax.set_xlabel("time (s)")
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("share of blocking count (%)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def all_plots(runs: list[PolicyRun], out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made: dict[str, Path | None] = {
+        "p99": p99_over_time(runs, out_dir / "p99_over_time.png"),
+        "slo": slo_curves(runs, out_dir / "slo_violation_curves.png"),
+        "allocation": allocation(runs, out_dir / "allocation.png"),
+        "rbc": rbc_share(runs, out_dir / "rbc_share.png"),
+    }
+    return {k: v for k, v in made.items() if v is not None}

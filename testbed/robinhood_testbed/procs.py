@@ -1,0 +1,169 @@
+"""Process supervision: every process the testbed starts is stopped on exit, on error
+and on Ctrl-C, and its output goes to a log file in the run folder."""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class StartError(RuntimeError):
+    """A component did not start; the message names it and points at its log."""
+
+
+class PortAllocator:
+    """Hands out loopback ports that were free when asked and never twice per run."""
+
+    def __init__(self) -> None:
+        self._given: set[int] = set()
+
+    def addr(self) -> str:
+        for _ in range(100):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in self._given:
+                self._given.add(port)
+                return f"127.0.0.1:{port}"
+        raise RuntimeError("no free loopback port found")
+
+
+@dataclass
+class Proc:
+    name: str
+    args: list[str]
+    popen: subprocess.Popen
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, n: int = 20) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+
+@dataclass
+class Supervisor:
+    """Starts processes with their logs in `log_dir`; stop_all() ends them in reverse order."""
+
+    log_dir: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    def __enter__(self) -> "Supervisor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+    def start(self, name: str, args: Sequence[str | os.PathLike[str]],
+              env: dict[str, str] | None = None) -> Proc:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{name}.log"
+        argv = [str(a) for a in args]
+        with open(log_path, "ab") as fh:
+            fh.write(("$ " + " ".join(argv) + "\n").encode())
+            fh.flush()
+            try:
+                p = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
+            except OSError as e:
+                raise StartError(f"{name}: cannot run {argv[0]}: {e.strerror}") from None
+        proc = Proc(name, argv, p, log_path)
+        self.procs.append(proc)
+        log.debug("started %s pid=%d", name, p.pid)
+        return proc
+
+    def stop(self, proc: Proc, timeout: float = 10.0) -> int | None:
+        p = proc.popen
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0fs of SIGTERM; killing it", proc.name, timeout)
+                p.kill()
+                p.wait()
+        return p.returncode
+
+    def stop_all(self) -> None:
+        # Send SIGTERM to everyone first so they wind down in parallel, then wait.
+        for proc in reversed(self.procs):
+            if proc.alive():
+                try:
+                    proc.popen.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10
+        for proc in reversed(self.procs):
+            try:
+                proc.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait()
+        self.procs.clear()
+
+    def check_alive(self) -> None:
+        """Raise StartError when a supervised process has exited."""
+        for proc in self.procs:
+            if not proc.alive():
+                raise StartError(f"{proc.name} exited with status {proc.popen.returncode}; "
+                                 f"last lines of {proc.log_path}:\n{proc.tail()}")
+
+
+def wait_tcp(proc: Proc, addr: str, timeout: float = 60.0) -> None:
+    """Wait until addr accepts connections (or the process dies)."""
+    host, port = addr.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise StartError(f"{proc.name} exited with status {proc.popen.returncode} before listening "
+                             f"on {addr}; last lines of {proc.log_path}:\n{proc.tail()}")
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.25):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise StartError(f"{proc.name} does not listen on {addr} after {timeout:.0f}s; see {proc.log_path}")
+
+
+def wait_http(proc: Proc, url: str, timeout: float = 60.0) -> None:
+    """Wait until GET url answers 200 (or the process dies)."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise StartError(f"{proc.name} exited with status {proc.popen.returncode} before {url} "
+                             f"answered; last lines of {proc.log_path}:\n{proc.tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+                last = f"HTTP {r.status}"
+        except (urllib.error.URLError, OSError) as e:
+            last = str(e)
+        time.sleep(0.1)
+    raise StartError(f"{proc.name}: {url} did not answer 200 within {timeout:.0f}s ({last}); see {proc.log_path}")

@@ -1,0 +1,230 @@
+"""Running experiments: one policy on a fresh topology (`run_policy`), or several
+policies one after another on the same trace, scenario and seed (`compare`)."""
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from . import metrics
+from .deploy import Deployment, go_bin
+from .experiment import Experiment, ExperimentError, format_duration
+from .procs import StartError
+
+log = logging.getLogger(__name__)
+
+#: Seconds of trace generated beyond the replay duration, so the replay never runs dry.
+TRACE_SLACK_S = 10.0
+
+
+def prepare_inputs(exp: Experiment, out_dir: Path) -> tuple[Path, Path | None]:
+    """Synthesise (or locate) the trace and write the scenario; both are shared by
+    every policy of a comparison. Returns (trace path, scenario path or None)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if exp.trace.file is not None:
+        trace = exp.path(exp.trace.file).resolve()
+    else:
+        s = exp.trace.synth
+        assert s is not None
+        trace = out_dir / "trace.jsonl"
+        args = [str(go_bin("tracegen")), "synth", "--profile", s.profile,
+                "--backends", str(len(exp.backends)),
+                "--backend-names", ",".join(b.name for b in exp.backends),
+                "--rate", f"{s.rate:g}", "--duration", format_duration(exp.duration + TRACE_SLACK_S),
+                "--seed", str(exp.seed), "--out", str(trace)]
+        for k, v in s.params.items():
+            args += [f"--{k}", str(v)]
+        res = subprocess.run(args, capture_output=True, text=True)
+        (out_dir / "tracegen-synth.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
+        if res.returncode != 0:
+            raise ExperimentError(f"trace synthesis failed ({' '.join(args)}):\n{res.stderr.strip()}")
+    scenario = None
+    data = exp.scenario_data()
+    if data is not None:
+        scenario = out_dir / "scenario.yaml"
+        scenario.write_text(yaml.safe_dump(data, sort_keys=False))
+    return trace, scenario
+
+
+def check_scenario(scenario: Path, topology: Path) -> None:
+    """Validate a scenario against a topology before anything starts."""
+    res = subprocess.run([str(go_bin("tracegen")), "scenario", "check", str(scenario), "--topology", str(topology)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise ExperimentError(f"invalid scenario {scenario}:\n{(res.stderr or res.stdout).strip()}")
+
+
+@dataclass
+class LiveState:
+    """What the watcher last saw; read by the live view."""
+
+    policy: str = ""
+    started: float = 0.0
+    duration: float = 0.0
+    sent: float = 0.0
+    sent_rate: float = 0.0
+    errors: float = 0.0
+    p99_ms: float | None = None
+    slo_ms: float = 0.0
+    hit_ratio: dict[str, float] = field(default_factory=dict)
+    alloc_mb: dict[str, float] = field(default_factory=dict)
+    rbc_share: dict[str, float] = field(default_factory=dict)
+    backend_names: dict[int, str] = field(default_factory=dict)
+
+
+class Watcher(threading.Thread):
+    """Polls the RBC server, app servers, controllers and the replayer once per
+    second; records the RBC timeline and keeps the live state up to date."""
+
+    def __init__(self, dep: Deployment, state: LiveState, period: float = 1.0) -> None:
+        super().__init__(name="watcher", daemon=True)
+        self.dep, self.state, self.period = dep, state, period
+        self.stop_event = threading.Event()
+        self.rbc_file = open(dep.run_dir / "rbc.jsonl", "w")
+        self.names = {i: b.name for i, b in enumerate(dep.exp.backends)}
+        state.backend_names = self.names
+        self._last_sent: tuple[float, float] | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.wait(self.period):
+                self.poll()
+        finally:
+            self.rbc_file.close()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(5)
+
+    def poll(self) -> None:
+        ep, st = self.dep.ep, self.state
+        now = time.time()
+        snap = metrics.rbc_snapshot(ep.rbc_http, window_seconds=self.dep.exp.rbc.window)
+        if snap is not None:
+            counts = {self.names.get(int(b.get("backend", 0)), str(b.get("backend"))): int(b.get("blocking_count", 0))
+                      for b in snap.get("backends", [])}
+            band = sum(counts.values())
+            st.rbc_share = {n: c / band for n, c in counts.items()} if band else {}
+            self.rbc_file.write(json.dumps({"t": now - st.started, "unix": now, "rbc": counts,
+                                            "window_requests": int(snap.get("window_requests", 0)),
+                                            "p99_latency_us": int(snap.get("p99_latency_us", 0))}) + "\n")
+            self.rbc_file.flush()
+        hits: dict[str, float] = {}
+        misses: dict[str, float] = {}
+        for addr in ep.app_http.values():
+            s = metrics.scrape(addr)
+            if s is None:
+                continue
+            for n, v in metrics.by_label(s, "appserver_cache_hits_total", "backend").items():
+                hits[n] = hits.get(n, 0) + v
+            for n, v in metrics.by_label(s, "appserver_cache_misses_total", "backend").items():
+                misses[n] = misses.get(n, 0) + v
+        st.hit_ratio = {n: hits.get(n, 0) / (hits.get(n, 0) + misses.get(n, 0))
+                        for n in set(hits) | set(misses) if hits.get(n, 0) + misses.get(n, 0) > 0}
+        alloc: dict[str, float] = {}
+        for addr in ep.controller_metrics.values():
+            s = metrics.scrape(addr)
+            if s is None:
+                continue
+            for n, v in metrics.by_label(s, "controller_partition_limit_bytes", "partition").items():
+                alloc[n] = alloc.get(n, 0) + v / 2**20 / max(1, len(ep.controller_metrics))
+        st.alloc_mb = alloc
+        r = metrics.scrape(ep.replay_metrics)
+        if r is not None:
+            sent = metrics.total(r, "replay_requests_sent_total")
+            if self._last_sent is not None and now > self._last_sent[0]:
+                st.sent_rate = (sent - self._last_sent[1]) / (now - self._last_sent[0])
+            self._last_sent = (now, sent)
+            st.sent = sent
+            st.errors = sum(v for lab, v in r.get("replay_responses_total", [])
+                            if lab.get("status") not in ("200",))
+            p99 = metrics.total(r, "replay_window_p99_seconds")
+            st.p99_ms = p99 * 1000 if p99 else None
+
+
+@dataclass
+class RunResult:
+    policy: str
+    run_dir: Path
+    summary: dict[str, Any]
+    hit_ratio: dict[str, float]
+    overall_hit_ratio: float | None
+
+
+def snapshot_appservers(dep: Deployment) -> tuple[dict[str, float], float | None]:
+    """Final per-backend and overall hit ratios; the raw metrics are saved in the run folder."""
+    hits: dict[str, float] = {}
+    misses: dict[str, float] = {}
+    for app, addr in dep.ep.app_http.items():
+        body = metrics.fetch(f"http://{addr}/metrics", timeout=3)
+        if body is None:
+            continue
+        (dep.run_dir / f"appserver-{app}.prom").write_bytes(body)
+        s = metrics.parse_prometheus(body.decode(errors="replace"))
+        for n, v in metrics.by_label(s, "appserver_cache_hits_total", "backend").items():
+            hits[n] = hits.get(n, 0) + v
+        for n, v in metrics.by_label(s, "appserver_cache_misses_total", "backend").items():
+            misses[n] = misses.get(n, 0) + v
+    ratios = {n: hits.get(n, 0) / (hits.get(n, 0) + misses.get(n, 0))
+              for n in sorted(set(hits) | set(misses)) if hits.get(n, 0) + misses.get(n, 0) > 0}
+    h, m = sum(hits.values()), sum(misses.values())
+    return ratios, (h / (h + m) if h + m > 0 else None)
+
+
+def run_policy(exp: Experiment, policy: str, out_dir: Path, trace: Path, scenario: Path | None,
+               data_dir: Path, view: Callable[[LiveState], Any] | None = None,
+               prometheus: bool = False) -> RunResult:
+    """Run one policy on a fresh topology and return its results."""
+    run_dir = out_dir / policy
+    if run_dir.exists():
+        raise ExperimentError(f"{run_dir} already exists; choose another --out")
+    dep = Deployment(exp, policy, run_dir, data_dir, prometheus=prometheus, replay=True)
+    if scenario is not None:
+        check_scenario(scenario, dep.topology_path)
+    state = LiveState(policy=policy, duration=exp.duration, slo_ms=exp.slo.latency * 1000)
+    log.info("policy %s: starting the topology (logs in %s)", policy, dep.sup.log_dir)
+    with dep:
+        replay_dir = run_dir / "replay"
+        args = [str(go_bin("tracegen")), "replay", "--topology", str(dep.topology_path),
+                "--trace", str(trace), "--out", str(replay_dir),
+                "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
+                "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
+                "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup),
+                "--metrics", dep.ep.replay_metrics]
+        if scenario is not None:
+            args += ["--scenario", str(scenario)]
+        watcher = Watcher(dep, state)
+        state.started = time.time()
+        replay = dep.sup.start("replay", args)
+        watcher.start()
+        try:
+            while replay.alive():
+                for p in dep.sup.procs:
+                    if p is not replay and not p.alive():
+                        raise StartError(f"{p.name} exited with status {p.popen.returncode} during the run; "
+                                         f"last lines of {p.log_path}:\n{p.tail()}")
+                if view is not None:
+                    view(state)
+                time.sleep(0.5)
+        finally:
+            watcher.stop()
+        if replay.popen.returncode != 0:
+            raise StartError(f"replay failed with status {replay.popen.returncode}; last lines of "
+                             f"{replay.log_path}:\n{replay.tail()}")
+        ratios, overall = snapshot_appservers(dep)
+    summary_path = replay_dir / "summary.json"
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise StartError(f"replay wrote no readable {summary_path}: {e}") from None
+    result = RunResult(policy, run_dir, summary, ratios, overall)
+    (run_dir / "result.json").write_text(json.dumps({
+        "policy": policy, "hit_ratio": ratios, "overall_hit_ratio": overall}, indent=2))
+    return result

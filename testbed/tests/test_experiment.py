@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from robinhood_testbed.deploy import build_topology
+from robinhood_testbed.experiment import ExperimentError, format_duration, load, parse_duration
+from robinhood_testbed.procs import PortAllocator
+
+REPO = Path(__file__).resolve().parents[2]
+
+BASE = {
+    "name": "t",
+    "duration": "60s",
+    "backends": [{"name": "a", "type": "kv"}, {"name": "b", "type": "sql", "replicas": 2,
+                                                "limits": {"workers": 4, "rate": 300}}],
+    "cache": {"budget_mb": 40},
+    "trace": {"synth": {"rate": 100}},
+    "slo": {"latency": "150ms", "step": "5s", "window": "20s", "warmup": "10s"},
+}
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    p = tmp_path / "exp.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_durations() -> None:
+    assert parse_duration("150ms") == pytest.approx(0.15)
+    assert parse_duration("2m") == 120
+    assert parse_duration(3) == 3
+    assert format_duration(0.15) == "150ms"
+    assert format_duration(60) == "60s"
+    for bad in ("5 parsecs", "-1s", True, -2):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_valid_experiment_and_allocation(tmp_path: Path) -> None:
+    exp = load(write(tmp_path, BASE))
+    assert exp.duration == 60 and exp.slo.latency == pytest.approx(0.15)
+    assert exp.initial_allocation() == {"a": 20, "b": 20}
+    data = {**BASE, "cache": {"budget_mb": 41, "initial_mb": {"b": 10}}}
+    assert load(write(tmp_path, data)).initial_allocation() == {"a": 31, "b": 10}
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"duration": "soon"}, "duration: 'soon' is not a duration"),
+    ({"backends": [{"name": "a", "type": "mysql"}]}, "backends.0.type"),
+    ({"backends": [{"name": "a", "type": "kv"}, {"name": "a", "type": "kv"}]}, "name 'a' is used twice"),
+    ({"cache": {"budget_mb": 12}}, "cannot hold the initial allocation"),
+    ({"cache": {"budget_mb": 40, "initial_mb": {"zz": 10}}}, "'zz' is not a backend"),
+    ({"trace": {}}, "exactly one of trace.synth and trace.file"),
+    ({"colour": "red"}, "colour: unknown field"),
+    ({"slo": {"warmup": "90s"}}, "slo.warmup"),
+    ({"scenario": "missing.yaml"}, "scenario: cannot read"),
+])
+def test_invalid_experiments(tmp_path: Path, patch: dict, message: str) -> None:
+    with pytest.raises(ExperimentError, match=None) as ei:
+        load(write(tmp_path, {**BASE, **patch}))
+    assert message in str(ei.value)
+
+
+def test_topology_per_policy(tmp_path: Path) -> None:
+    exp = load(write(tmp_path, BASE))
+    topo, ep = build_topology(exp, "robinhood", PortAllocator())
+    app = topo["app_servers"][0]
+    assert app["cache_mode"] == "partitioned"
+    assert {n: p["initial_mb"] for n, p in app["partitions"].items()} == {"a": 20, "b": 20}
+    assert app["controller"]["policy"] == "robinhood"
+    assert len(topo["backends"][1]["replicas"]) == 2
+    addrs = [ep.rbc_grpc, ep.rbc_http, *ep.app_http.values(), *ep.caches["app0"].values(),
+             *[a for reps in ep.backends.values() for r in reps for a in r]]
+    assert len(addrs) == len(set(addrs)), "every address is distinct"
+    topo, ep = build_topology(exp, "shared", PortAllocator())
+    app = topo["app_servers"][0]
+    assert app["cache_mode"] == "shared" and app["shared_cache"] and "controller" not in app
+    assert not ep.controller_metrics
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")))
+def test_shipped_experiments_load(path: Path) -> None:
+    data = yaml.safe_load(path.read_text())
+    if "backends" not in data or "trace" not in data:
+        pytest.skip("not an experiment file")
+    exp = load(path)
+    assert exp.backends
