@@ -1,0 +1,223 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/internal/testutil"
+)
+
+func TestClientSetGetMulti(t *testing.T) {
+	_, addr := testutil.Memcached(t, 16)
+	c := NewClient(addr, Options{MaxConns: 4})
+	defer c.Close()
+	ctx := context.Background()
+
+	if err := c.Set(ctx, "b:k1", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "b:k3", []byte{}); err != nil {
+		t.Fatal(err)
+	}
+	bin := []byte("with\r\nEND\r\nVALUE inside")
+	if err := c.Set(ctx, "b:k4", bin); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"b:k1", "b:k2", "b:k3", "b:k1", "b:k4", "b:k5"}
+	vals := make([][]byte, len(keys))
+	for i := range vals {
+		vals[i] = []byte("stale")
+	}
+	if err := c.GetMulti(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]byte{[]byte("one"), nil, {}, []byte("one"), bin, nil}
+	for i := range keys {
+		if (vals[i] == nil) != (want[i] == nil) || !bytes.Equal(vals[i], want[i]) {
+			t.Errorf("%s: got %q, want %q", keys[i], vals[i], want[i])
+		}
+	}
+}
+
+func TestClientManyKeysSplitIntoCommands(t *testing.T) {
+	_, addr := testutil.Memcached(t, 16)
+	c := NewClient(addr, Options{})
+	defer c.Close()
+	ctx := context.Background()
+	const n = 3*maxKeysPerGet + 7
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("b:%d", i)
+		if i%3 == 0 {
+			if err := c.Set(ctx, keys[i], []byte(keys[i])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	vals := make([][]byte, n)
+	if err := c.GetMulti(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	for i := range keys {
+		if i%3 == 0 && string(vals[i]) != keys[i] {
+			t.Fatalf("%s: got %q", keys[i], vals[i])
+		}
+		if i%3 != 0 && vals[i] != nil {
+			t.Fatalf("%s: got %q, want a miss", keys[i], vals[i])
+		}
+	}
+}
+
+func TestClientTooLargeKeepsConnection(t *testing.T) {
+	_, addr := testutil.Memcached(t, 16) // default item limit 1 MiB
+	c := NewClient(addr, Options{MaxConns: 1})
+	defer c.Close()
+	ctx := context.Background()
+	err := c.Set(ctx, "b:big", make([]byte, 2<<20))
+	if !errors.Is(err, ErrTooLarge) || ErrorKind(err) != "too_large" {
+		t.Fatalf("set 2 MiB: got %v, want ErrTooLarge", err)
+	}
+	// The one connection is still usable.
+	if err := c.Set(ctx, "b:small", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	vals := make([][]byte, 1)
+	if err := c.GetMulti(ctx, []string{"b:small"}, vals); err != nil || string(vals[0]) != "x" {
+		t.Fatalf("get after too-large set: %q, %v", vals[0], err)
+	}
+	if got := len(c.slots); got != 1 {
+		t.Fatalf("open connections = %d, want 1 (reused)", got)
+	}
+}
+
+func TestClientRejectsIllegalKeys(t *testing.T) {
+	c := NewClient("127.0.0.1:1", Options{})
+	defer c.Close()
+	for _, k := range []string{"", "a b", strings.Repeat("x", 251), "a\r\nflush_all"} {
+		err := c.Set(context.Background(), k, nil)
+		var ke *KeyError
+		if !errors.As(err, &ke) {
+			t.Errorf("Set(%q): got %v, want KeyError", k, err)
+		}
+		if err := c.GetMulti(context.Background(), []string{"ok", k}, make([][]byte, 2)); !errors.As(err, &ke) {
+			t.Errorf("GetMulti(%q): got %v, want KeyError", k, err)
+		}
+	}
+}
+
+func TestClientTimeoutAndRecovery(t *testing.T) {
+	p, addr := testutil.Memcached(t, 16)
+	c := NewClient(addr, Options{MaxConns: 2, Timeout: 200 * time.Millisecond})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "b:k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	p.Signal(syscall.SIGSTOP)
+	err := c.GetMulti(ctx, []string{"b:k"}, make([][]byte, 1))
+	if ErrorKind(err) != "timeout" {
+		t.Fatalf("get from a stopped memcached: %v (kind %s), want a timeout", err, ErrorKind(err))
+	}
+	// A context deadline shorter than Timeout wins.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = c.Set(short, "b:k2", []byte("v"))
+	if ErrorKind(err) != "timeout" {
+		t.Fatalf("set with a short deadline: %v, want a timeout", err)
+	}
+	if el := time.Since(start); el > 150*time.Millisecond {
+		t.Fatalf("set with a 20ms deadline took %v", el)
+	}
+	p.Signal(syscall.SIGCONT)
+	vals := make([][]byte, 1)
+	if err := c.GetMulti(ctx, []string{"b:k"}, vals); err != nil || string(vals[0]) != "v" {
+		t.Fatalf("after SIGCONT: %q, %v", vals[0], err)
+	}
+}
+
+func TestClientBoundsConnections(t *testing.T) {
+	_, addr := testutil.Memcached(t, 16)
+	st := testutil.MemcachedStats(t, addr, "")
+	total, _ := strconv.Atoi(st["total_connections"])
+	c := NewClient(addr, Options{MaxConns: 3})
+	defer c.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := fmt.Sprintf("b:%d", i)
+			if err := c.Set(context.Background(), k, []byte(k)); err != nil {
+				errs <- err
+				return
+			}
+			vals := make([][]byte, 1)
+			if err := c.GetMulti(context.Background(), []string{k}, vals); err != nil || string(vals[0]) != k {
+				errs <- fmt.Errorf("%s: %q %v", k, vals[0], err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	before := total
+	st = testutil.MemcachedStats(t, addr, "")
+	n, _ := strconv.Atoi(st["total_connections"])
+	// The stats connection is the one more.
+	if opened := n - before - 1; opened > 3 {
+		t.Fatalf("the client opened %d connections, want at most 3", opened)
+	}
+}
+
+func TestClientWaitForConnectionRespectsContext(t *testing.T) {
+	p, addr := testutil.Memcached(t, 16)
+	c := NewClient(addr, Options{MaxConns: 1, Timeout: 2 * time.Second})
+	defer c.Close()
+	if err := c.Set(context.Background(), "b:k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	p.Signal(syscall.SIGSTOP)
+	defer p.Signal(syscall.SIGCONT)
+	done := make(chan error, 1)
+	go func() { done <- c.Set(context.Background(), "b:k", []byte("v")) }() // holds the one connection
+	for len(c.idle) > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := c.GetMulti(ctx, []string{"b:k"}, make([][]byte, 1))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiting for the only connection: %v, want context.DeadlineExceeded", err)
+	}
+	p.Signal(syscall.SIGCONT)
+	if err := <-done; err != nil {
+		t.Fatalf("the blocked set: %v", err)
+	}
+}
+
+func TestClientClose(t *testing.T) {
+	_, addr := testutil.Memcached(t, 16)
+	c := NewClient(addr, Options{})
+	if err := c.Set(context.Background(), "b:k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got := len(c.slots); got != 0 {
+		t.Fatalf("%d connections open after Close", got)
+	}
+	if err := c.Set(context.Background(), "b:k", []byte("v")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Set after Close: %v", err)
+	}
+}
