@@ -1,0 +1,118 @@
+// Package dispatch decides which replica of a backend serves a batch of
+// queries. The mechanism (a backend's replicas and their gRPC connections,
+// Replicas) is apart from the policy (Dispatcher): the application server
+// hands every cache-miss batch to its backend's Dispatcher. Only the
+// "random" policy exists now; later policies (join-shortest-queue, hedging,
+// SingleR, LÆDGE, DAS) are further Dispatchers built from the same Replicas.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+	"github.com/robinhoodcache/robinhood/topology"
+)
+
+// Policy names.
+const (
+	// Random sends each batch to one replica chosen uniformly at random.
+	Random = "random"
+)
+
+// Policies lists the policy names New accepts.
+func Policies() []string { return []string{Random} }
+
+// Dispatcher sends one batch of queries for a backend to its replicas.
+type Dispatcher interface {
+	Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error)
+}
+
+// Replica is one process serving a backend.
+type Replica struct {
+	// Addr is the replica's BackendService address.
+	Addr     string
+	conn     *grpc.ClientConn
+	client   pb.BackendServiceClient
+	inFlight atomic.Int64
+}
+
+// InFlight is the number of calls to this replica not yet answered.
+func (r *Replica) InFlight() int64 { return r.inFlight.Load() }
+
+// Replicas is a backend's replica set with one gRPC connection per replica.
+type Replicas struct {
+	// Backend is the backend's name.
+	Backend string
+	list    []*Replica
+}
+
+// Dial creates one gRPC client connection per replica of b (connections are
+// established on first use). Extra options are added to the defaults
+// (plaintext).
+func Dial(b topology.Backend, opts ...grpc.DialOption) (*Replicas, error) {
+	if len(b.Replicas) == 0 {
+		return nil, fmt.Errorf("dispatch: backend %q has no replicas", b.Name)
+	}
+	rs := &Replicas{Backend: b.Name}
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	for i, r := range b.Replicas {
+		conn, err := grpc.NewClient(r.GRPC, all...)
+		if err != nil {
+			_ = rs.Close()
+			return nil, fmt.Errorf("dispatch: backend %q replica %d (%s): %w", b.Name, i, r.GRPC, err)
+		}
+		rs.list = append(rs.list, &Replica{Addr: r.GRPC, conn: conn, client: pb.NewBackendServiceClient(conn)})
+	}
+	return rs, nil
+}
+
+// Len is the number of replicas.
+func (rs *Replicas) Len() int { return len(rs.list) }
+
+// Replica returns replica i.
+func (rs *Replicas) Replica(i int) *Replica { return rs.list[i] }
+
+// Call sends req to replica i, counting it in flight while it runs.
+func (rs *Replicas) Call(ctx context.Context, i int, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
+	r := rs.list[i]
+	r.inFlight.Add(1)
+	defer r.inFlight.Add(-1)
+	return r.client.Get(ctx, req, opts...)
+}
+
+// Close closes every replica's connection.
+func (rs *Replicas) Close() error {
+	var errs []error
+	for _, r := range rs.list {
+		errs = append(errs, r.conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// New returns the Dispatcher of the named policy over rs.
+func New(policy string, rs *Replicas) (Dispatcher, error) {
+	switch policy {
+	case Random:
+		return &random{rs: rs}, nil
+	default:
+		return nil, fmt.Errorf("dispatch policy %q is not one of %s", policy, strings.Join(Policies(), ", "))
+	}
+}
+
+type random struct{ rs *Replicas }
+
+func (d *random) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
+	i := 0
+	if n := d.rs.Len(); n > 1 {
+		i = rand.IntN(n)
+	}
+	return d.rs.Call(ctx, i, req, opts...)
+}
