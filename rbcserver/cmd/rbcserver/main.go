@@ -1,0 +1,124 @@
+// Command rbcserver is RobinHood's RBC (request blocking count) server: it
+// ingests per-request records from application servers over gRPC and
+// answers blocking counts on demand over gRPC and HTTP. See
+// docs/rbcserver.md.
+//
+// Usage:
+//
+//	rbcserver [--grpc-addr 127.0.0.1:7070] [--http-addr 127.0.0.1:7071]
+//	          [--ring-size 1000000] [--window 5s] [--low-pct 98.5] [--high-pct 99.5]
+//	          [--max-backends 1024] [--shutdown-timeout 10s] [--log-level info]
+//
+// Exit status: 0 after a shutdown by SIGTERM or SIGINT, 1 when a listener
+// fails, 2 for invalid flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/rbcserver/server"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// options are the command-line flags.
+type options struct {
+	grpcAddr, httpAddr string
+	cfg                server.Config
+	shutdownTimeout    time.Duration
+	logLevel           slog.Level
+}
+
+// errReported is a flag error the flag package already printed.
+var errReported = errors.New("invalid flags")
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	o := options{cfg: server.DefaultConfig()}
+	fs := flag.NewFlagSet("rbcserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:7070", "gRPC listen address (RBCService, health, reflection)")
+	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:7071", "HTTP listen address (/v1/rbc, /metrics, /healthz)")
+	fs.IntVar(&o.cfg.RingSize, "ring-size", o.cfg.RingSize, "records kept (the newest ones), 16 bytes each")
+	fs.DurationVar(&o.cfg.Window, "window", o.cfg.Window, "default GetRBC window: records that arrived in the last `duration`")
+	fs.Float64Var(&o.cfg.LowPct, "low-pct", o.cfg.LowPct, "default lower percentile of the RBC band, in (0, 100]")
+	fs.Float64Var(&o.cfg.HighPct, "high-pct", o.cfg.HighPct, "default upper percentile of the RBC band, in (0, 100]")
+	fs.IntVar(&o.cfg.MaxBackends, "max-backends", o.cfg.MaxBackends, "backend ids must be below this")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take before connections are closed")
+	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, errReported // the flag package printed it with the usage
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q: rbcserver takes flags only", fs.Args())
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return o, err
+	}
+	if o.shutdownTimeout <= 0 {
+		return o, fmt.Errorf("--shutdown-timeout %v must be positive", o.shutdownTimeout)
+	}
+	return o, nil
+}
+
+func run(args []string, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errReported) {
+		return 2
+	}
+	if err != nil {
+		usageError(stderr, err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	o.cfg.Logger = log
+
+	srv, err := server.New(o.cfg)
+	if err != nil {
+		usageError(stderr, err)
+		return 2
+	}
+	grpcLis, err := net.Listen("tcp", o.grpcAddr)
+	if err != nil {
+		log.Error("cannot listen for gRPC", "addr", o.grpcAddr, "err", err)
+		return 1
+	}
+	httpLis, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		grpcLis.Close()
+		log.Error("cannot listen for HTTP", "addr", o.httpAddr, "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := srv.Serve(ctx, grpcLis, httpLis, o.shutdownTimeout); err != nil {
+		log.Error("rbcserver failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// usageError prints err, one "rbcserver:" line per problem.
+func usageError(w io.Writer, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(w, "rbcserver: %s\n", line)
+	}
+}

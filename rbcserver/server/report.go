@@ -1,0 +1,137 @@
+package server
+
+import (
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+)
+
+// Reasons a batch is rejected, the values of the reason label of
+// rbcserver_records_rejected_total and rbcserver_batches_rejected_total.
+const (
+	ReasonLengthMismatch = "length_mismatch"      // latency_us and blocking_backend differ in length
+	ReasonBackendRange   = "backend_out_of_range" // a blocking_backend ≥ --max-backends
+	ReasonTooLarge       = "too_large"            // message over MaxMessageBytes (batches only)
+)
+
+// BatchError says why a ReportRequest was rejected.
+type BatchError struct {
+	// Reason is one of the Reason constants.
+	Reason string
+	// Records is the number of records the batch carried (the longer array).
+	Records int
+	msg     string
+}
+
+func (e *BatchError) Error() string { return e.msg }
+
+// ValidateBatch checks one batch: the two arrays must be parallel (equal
+// length) and every blocking backend must be below maxBackends. The error
+// names the first offending index and its value, e.g.
+// "blocking_backend[17] = 5000 is not below --max-backends 1024".
+func ValidateBatch(req *robinhoodv1.ReportRequest, maxBackends int) *BatchError {
+	lat, be := req.GetLatencyUs(), req.GetBlockingBackend()
+	records := max(len(lat), len(be))
+	switch {
+	case len(lat) > len(be):
+		i := len(be)
+		return &BatchError{Reason: ReasonLengthMismatch, Records: records, msg: fmt.Sprintf(
+			"latency_us has %d entries but blocking_backend has %d: latency_us[%d] = %d has no blocking backend (the arrays are parallel and must have equal length)",
+			len(lat), len(be), i, lat[i])}
+	case len(be) > len(lat):
+		i := len(lat)
+		return &BatchError{Reason: ReasonLengthMismatch, Records: records, msg: fmt.Sprintf(
+			"blocking_backend has %d entries but latency_us has %d: blocking_backend[%d] = %d has no latency (the arrays are parallel and must have equal length)",
+			len(be), len(lat), i, be[i])}
+	}
+	limit := uint32(maxBackends)
+	for i, b := range be {
+		if b >= limit {
+			return &BatchError{Reason: ReasonBackendRange, Records: records, msg: fmt.Sprintf(
+				"blocking_backend[%d] = %d is not below --max-backends %d", i, b, maxBackends)}
+		}
+	}
+	return nil
+}
+
+// errShuttingDown ends Report streams when the server drains.
+var errShuttingDown = status.Error(codes.Unavailable, "rbcserver is shutting down; reconnect and resend")
+
+// received is one result of stream.Recv.
+type received struct {
+	req *robinhoodv1.ReportRequest
+	err error
+}
+
+// Report ingests a stream of batches. Each batch is validated as a whole
+// and stored under one ring lock with the server's receive time as its
+// arrival time. An invalid batch ends the stream with InvalidArgument and
+// none of its records are stored; batches accepted before it stay. When the
+// client closes the stream the response counts what was accepted.
+func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
+	s.m.streams.Inc()
+	defer s.m.streams.Dec()
+
+	// Recv blocks; a reader goroutine lets the handler also watch for a
+	// drain. It ends when the stream does: the handler's return cancels the
+	// stream, which fails the pending Recv.
+	msgs := make(chan received)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case msgs <- received{req, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	var app string
+	var records, batches uint64
+	for {
+		var r received
+		select {
+		case <-s.draining:
+			return errShuttingDown
+		case r = <-msgs:
+		}
+		switch {
+		case r.err == io.EOF:
+			s.log.Debug("report stream closed", "app_server_id", app, "records", records, "batches", batches)
+			return stream.SendAndClose(&robinhoodv1.ReportResponse{AcceptedRecords: records, AcceptedBatches: batches})
+		case status.Code(r.err) == codes.ResourceExhausted:
+			s.m.batchesRejected.WithLabelValues(ReasonTooLarge).Inc()
+			s.log.Warn("report batch rejected", "app_server_id", app, "reason", ReasonTooLarge, "err", r.err)
+			return r.err
+		case r.err != nil:
+			s.log.Debug("report stream ended", "app_server_id", app, "records", records, "batches", batches, "err", r.err)
+			return r.err
+		}
+		if app == "" {
+			app = r.req.GetAppServerId()
+			s.log.Debug("report stream opened", "app_server_id", app)
+		}
+		if berr := ValidateBatch(r.req, s.cfg.MaxBackends); berr != nil {
+			s.m.batchesRejected.WithLabelValues(berr.Reason).Inc()
+			s.m.recordsRejected.WithLabelValues(berr.Reason).Add(float64(berr.Records))
+			s.log.Warn("report batch rejected", "app_server_id", r.req.GetAppServerId(), "reason", berr.Reason, "err", berr.Error())
+			return status.Error(codes.InvalidArgument, berr.Error())
+		}
+		_, at := s.now()
+		lat, be := r.req.GetLatencyUs(), r.req.GetBlockingBackend()
+		s.ring.Append(at, lat, be)
+		records += uint64(len(lat))
+		batches++
+		s.m.addIngested(len(lat))
+	}
+}
