@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/internal/testutil"
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
 // receiver is a real RBCService on loopback that keeps the batches it gets.
