@@ -302,6 +302,29 @@ func TestSelectKth(t *testing.T) {
 	}
 }
 
+func TestSelectKthSortingFallback(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, rounds := range []int{0, 1, 2} {
+		for range 50 {
+			a := make([]uint32, 20+r.IntN(2000))
+			for i := range a {
+				a[i] = uint32(r.IntN(50))
+			}
+			sorted := slices.Sorted(slices.Values(a))
+			k := r.IntN(len(a))
+			b := slices.Clone(a)
+			if got := selectKthRounds(b, k, rounds); got != sorted[k] {
+				t.Fatalf("rounds=%d n=%d k=%d: got %d, want %d", rounds, len(a), k, got, sorted[k])
+			}
+			for i := range b {
+				if (i < k && b[i] > b[k]) || (i > k && b[i] < b[k]) {
+					t.Fatalf("rounds=%d n=%d k=%d: not partitioned around k at %d", rounds, len(a), k, i)
+				}
+			}
+		}
+	}
+}
+
 func TestSelectRanksAnyOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for range 200 {
