@@ -1,0 +1,303 @@
+"""`robinhood-controller run|plan|status --topology FILE --app-server ID [overrides]`.
+
+Exit status: 0 done, 1 the controller could not start (a partition is unreachable or
+cannot be resized), 2 invalid configuration or usage (nothing was contacted).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from .config import ConfigError, ControllerConfig, resolve
+from .controller import Controller, StartupError, TickReport
+from .memcached import MemcachedPartition, PartitionError, PartitionStats
+from .metrics import Metrics
+from .plan import MIB
+from .timeline import TimelineWriter
+from .topology import TopologyError, load
+
+log = logging.getLogger("robinhood_controller")
+
+EXIT_OK, EXIT_FAIL, EXIT_CONFIG = 0, 1, 2
+
+# Flag → setting; every setting of the controller: block can be overridden.
+_OVERRIDES: list[tuple[str, str, Any, str]] = [
+    ("--policy", "policy", str, "allocation policy: robinhood | static"),
+    ("--interval", "interval", str, "time between ticks, e.g. 5s"),
+    ("--tax", "tax", float, "fraction of every allocation pooled per tick (0.01)"),
+    ("--unused-gap", "unused_gap", float, "ineligible when limit - used > gap * used (0.30)"),
+    ("--min-partition-mb", "min_partition_mb", int, "floor of every partition's limit, MB (48)"),
+    ("--metrics", "metrics", str, "host:port serving /metrics ('' disables)"),
+    ("--rbc-timeout", "rbc_timeout", str, "deadline of a GetRBC call (1s)"),
+    ("--rbc-window", "rbc_window", str, "RBC window (default: the interval)"),
+    ("--shrink-budget", "shrink_budget", str, "time per tick for moving pages (default: interval/2)"),
+    ("--used-source", "used_source", str, "u_i: malloced (total_malloced) | bytes"),
+    ("--memcached-timeout", "memcached_timeout", str, "socket timeout of a memcached command (1s)"),
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"robinhood-controller: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--topology", required=True, metavar="FILE", help="the topology YAML file")
+    common.add_argument("--app-server", required=True, metavar="ID", help="the app server this controller manages")
+    for flag, dest, typ, helptext in _OVERRIDES:
+        common.add_argument(flag, dest=dest, type=typ, default=None, help=helptext)
+    common.add_argument("--dry-run", dest="dry_run", action=argparse.BooleanOptionalAction, default=None,
+                        help="plan and report but never change memcached")
+    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    p = _Parser(prog="robinhood-controller", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", parents=[common], help="run the control loop")
+    run.add_argument("--wait", action="store_true", help="wait for unreachable partitions instead of failing")
+    run.add_argument("--timeline", metavar="FILE", help="append one JSON line per tick to FILE")
+    run.add_argument("--max-ticks", type=int, default=None, metavar="N", help="stop after N ticks")
+    plan = sub.add_parser("plan", parents=[common], help="one dry-run tick: current vs planned allocation")
+    plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status = sub.add_parser("status", parents=[common], help="per-partition limit, used, malloced, hit ratio")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return p
+
+
+def _overrides(ns: argparse.Namespace) -> dict[str, Any]:
+    out = {dest: getattr(ns, dest) for _, dest, _, _ in _OVERRIDES}
+    out["dry_run"] = ns.dry_run
+    return out
+
+
+def load_config(ns: argparse.Namespace) -> ControllerConfig:
+    """Topology + app server + overrides → ControllerConfig (ConfigError when invalid)."""
+    try:
+        top = load(ns.topology)
+    except TopologyError as e:
+        raise ConfigError(str(e)) from None
+    return resolve(top, ns.app_server, _overrides(ns))
+
+
+def _mb(v: int | None) -> str:
+    return "-" if v is None else f"{v / MIB:.1f}"
+
+
+def _table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for j, r in enumerate(rows):
+        out.write("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+        out.write("\n")
+        if j == 0:
+            out.write("  ".join("-" * w for w in widths) + "\n")
+
+
+def _not_partitioned(cfg: ControllerConfig, command: str, out: TextIO) -> int:
+    if cfg.cache_mode == "shared":
+        msg = (f"app server {cfg.app_server}: cache_mode shared — one memcached ({cfg.shared_cache}) holds the "
+               f"whole {cfg.budget_mb} MB budget, so the controller has nothing to {command}.")
+        if command != "status":
+            msg += " `robinhood-controller status` shows that cache."
+    else:
+        msg = f"app server {cfg.app_server}: cache_mode none — it has no cache; the controller has nothing to do."
+    out.write(msg + "\n")
+    return EXIT_OK
+
+
+def cmd_status(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
+    """Print limit, used, malloced, items, evictions, hit ratio per partition."""
+    if cfg.cache_mode == "none":
+        return _not_partitioned(cfg, "status", out)
+    targets = ([(p.name, p.addr) for p in cfg.partitions] if cfg.cache_mode == "partitioned"
+               else [("shared", cfg.shared_cache)])
+    rows: list[dict[str, Any]] = []
+    failed = False
+    for name, addr in targets:
+        d = MemcachedPartition(name, addr, cfg.settings.memcached_timeout)
+        st: PartitionStats | None
+        err = ""
+        try:
+            st = d.read()
+        except PartitionError as e:
+            st, err, failed = None, str(e), True
+        finally:
+            d.close()
+        rows.append({
+            "partition": name, "addr": addr,
+            "limit_bytes": st.limit_bytes if st else None,
+            "used_bytes": st.item_bytes if st else None,
+            "malloced_bytes": st.malloced_bytes if st else None,
+            "items": st.items if st else None,
+            "evictions": st.evictions if st else None,
+            "hit_ratio": st.hit_ratio if st else None,
+            "error": err or None,
+        })
+    if as_json:
+        out.write(json.dumps({"app_server": cfg.app_server, "cache_mode": cfg.cache_mode,
+                              "budget_bytes": cfg.budget_bytes, "partitions": rows}, indent=1) + "\n")
+        return EXIT_FAIL if failed else EXIT_OK
+    out.write(f"app server {cfg.app_server}: cache_mode {cfg.cache_mode}, budget {cfg.budget_mb} MB\n")
+    table = [["partition", "addr", "limit_mb", "used_mb", "malloced_mb", "items", "evictions", "hit_ratio"]]
+    for r in rows:
+        if r["error"]:
+            table.append([r["partition"], r["addr"], "unreachable", "-", "-", "-", "-", "-"])
+            continue
+        hr = "-" if r["hit_ratio"] is None else f"{r['hit_ratio']:.3f}"
+        table.append([r["partition"], r["addr"], _mb(r["limit_bytes"]), _mb(r["used_bytes"]),
+                      _mb(r["malloced_bytes"]), str(r["items"]), str(r["evictions"]), hr])
+    ok = [r for r in rows if not r["error"]]
+    table.append(["total", "", _mb(sum(r["limit_bytes"] for r in ok)), _mb(sum(r["used_bytes"] for r in ok)),
+                  _mb(sum(r["malloced_bytes"] for r in ok)), str(sum(r["items"] for r in ok)),
+                  str(sum(r["evictions"] for r in ok)), ""])
+    _table(table, out)
+    for r in rows:
+        if r["error"]:
+            out.write(f"error: {r['error']}\n")
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def plan_rows(ctl: Controller, r: TickReport) -> list[dict[str, Any]]:
+    """Per-partition current vs planned allocation of a dry-run tick."""
+    rows = []
+    for n in ctl.names:
+        st = r.stats[n]
+        before = r.targets_before[n] if r.targets_before else None
+        rows.append({
+            "partition": n,
+            "limit_bytes": st.limit_bytes if st else None,
+            "malloced_bytes": st.malloced_bytes if st else None,
+            "used_bytes": r.used.get(n),
+            "rbc": r.rbc.counts.get(n, 0) if r.rbc else None,
+            "eligible": r.eligible.get(n),
+            "start_target_bytes": before,
+            "target_bytes": r.targets[n] if r.targets else None,
+            "planned_limit_bytes": r.limits_planned[n] * MIB if r.limits_planned else None,
+        })
+    return rows
+
+
+def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
+    """One read-only tick; print the current and the planned allocation."""
+    if cfg.cache_mode != "partitioned":
+        return _not_partitioned(cfg, "plan", out)
+    ctl = Controller(cfg, read_only=True)
+    try:
+        try:
+            ctl.start(wait=False)
+        except StartupError as e:
+            print(f"robinhood-controller: {e}", file=sys.stderr)
+            return EXIT_FAIL
+        r = ctl.tick()
+    finally:
+        ctl.close()
+    rows = plan_rows(ctl, r)
+    if as_json:
+        out.write(json.dumps({"app_server": cfg.app_server, "policy": cfg.settings.policy,
+                              "budget_bytes": cfg.budget_bytes, "rbc_error": r.rbc_error,
+                              "window_requests": r.rbc.window_requests if r.rbc else None,
+                              "notes": r.notes, "partitions": rows}, indent=1) + "\n")
+        return EXIT_OK
+    s = cfg.settings
+    out.write(f"app server {cfg.app_server}: policy {s.policy}, budget {cfg.budget_mb} MB, tax {s.tax:g}, "
+              f"unused_gap {s.unused_gap:g}, min_partition_mb {s.min_partition_mb}, used_source {s.used_source}\n")
+    if r.rbc is not None:
+        out.write(f"RBC: {r.rbc.window_requests} requests in the last {s.effective_rbc_window:g}s, "
+                  f"{r.rbc.band_requests} in the P{98.5}-P{99.5} band\n")
+    else:
+        out.write(f"RBC: unavailable ({r.rbc_error}); the plan keeps the current allocation\n")
+    for note in r.notes:
+        out.write(f"note: {note}\n")
+    table = [["partition", "limit_mb", "malloced_mb", "used_mb", "rbc", "eligible", "target_mb",
+              "planned_mb", "change_mb"]]
+    for row in rows:
+        if row["limit_bytes"] is None:
+            table.append([row["partition"], "unreachable"] + ["-"] * 7)
+            continue
+        planned = row["planned_limit_bytes"]
+        change = "-" if planned is None else f"{(planned - row['limit_bytes']) / MIB:+.0f}"
+        table.append([row["partition"], _mb(row["limit_bytes"]), _mb(row["malloced_bytes"]), _mb(row["used_bytes"]),
+                      "-" if row["rbc"] is None else str(row["rbc"]),
+                      "-" if row["eligible"] is None else ("yes" if row["eligible"] else "no"),
+                      "-" if row["target_bytes"] is None else f"{row['target_bytes'] / MIB:.2f}",
+                      _mb(planned), change])
+    _table(table, out)
+    out.write("nothing was changed (plan is read-only)\n")
+    return EXIT_OK
+
+
+def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
+    """The control loop until SIGTERM/SIGINT (or --max-ticks)."""
+    if cfg.cache_mode != "partitioned":
+        return _not_partitioned(cfg, "run", sys.stdout)
+    s = cfg.settings
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("event=stopping signal=%s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    metrics = Metrics(cfg.app_server, s.policy, [p.name for p in cfg.partitions])
+    timeline = TimelineWriter(ns.timeline) if ns.timeline else None
+    ctl: Controller | None = None
+    try:
+        if s.metrics:
+            try:
+                port = metrics.serve(s.metrics)
+            except OSError as e:
+                print(f"robinhood-controller: controller.metrics: cannot listen on {s.metrics!r}: {e.strerror}",
+                      file=sys.stderr)
+                return EXIT_FAIL
+            log.info("event=metrics addr=%s port=%d", s.metrics, port)
+        ctl = Controller(cfg, metrics=metrics, timeline=timeline)
+        log.info("event=start app_server=%s policy=%s budget_mb=%d partitions=%s interval=%gs tax=%g "
+                 "unused_gap=%g min_partition_mb=%d dry_run=%s rbc=%s",
+                 cfg.app_server, s.policy, cfg.budget_mb,
+                 ",".join(f"{p.name}@{p.addr}" for p in cfg.partitions), s.interval, s.tax, s.unused_gap,
+                 s.min_partition_mb, s.dry_run, cfg.rbc_addr or "-")
+        try:
+            ctl.start(wait=ns.wait, stop=stop)
+        except StartupError as e:
+            print(f"robinhood-controller: {e}", file=sys.stderr)
+            return EXIT_FAIL
+        ctl.run(stop, max_ticks=ns.max_ticks)
+        log.info("event=stopped ticks=%d", ctl.ticks)
+        return EXIT_OK
+    finally:
+        if ctl is not None:
+            ctl.close()
+        if timeline is not None:
+            timeline.close()
+        metrics.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the robinhood-controller console script."""
+    ns = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, ns.log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s level=%(levelname)s %(message)s")
+    try:
+        cfg = load_config(ns)
+    except ConfigError as e:
+        print(f"robinhood-controller: invalid configuration: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    if ns.command == "status":
+        return cmd_status(cfg, ns.json, sys.stdout)
+    if ns.command == "plan":
+        return cmd_plan(cfg, ns.json, sys.stdout)
+    return cmd_run(cfg, ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,377 @@
+"""The controller loop: every interval, read the actual state, plan, reconcile.
+
+Each tick (SPEC §5):
+  1. read every partition (`stats`, `stats slabs`); a partition that does not answer
+     is left alone this tick and counted (`partition_unreachable`); one that restarted
+     (new pid) is attached again (`slabs automove 0`);
+  2. read the RBC snapshot (deadline `rbc_timeout`); when that fails a policy that
+     needs RBC keeps its targets;
+  3. on the first tick, adopt targets from the actual limits (plan.adopt); then let the
+     policy plan the reachable partitions;
+  4. round the targets to whole-MB limits that sum to the budget and reconcile
+     memcached towards them (resize.reconcile), unless dry-run;
+  5. export metrics, append the timeline, log one line.
+The targets (bytes) are the only state kept between ticks, and a new process
+recreates them from memcached, so the loop is level-triggered.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import ControllerConfig
+from .memcached import MemcachedPartition, PartitionError, PartitionStats, Unreachable, Unsupported
+from .metrics import Metrics
+from .plan import MIB, adopt, is_eligible, round_limits
+from .policies import PartitionSample, PlanInput, PolicyParams, make_policy
+from .rbc import RBCClient, RBCError, RBCSnapshot
+from .resize import Outcome, Target, reconcile
+from .timeline import TimelineWriter
+
+log = logging.getLogger("robinhood_controller")
+
+
+class StartupError(Exception):
+    """The controller cannot start (a partition is unreachable or cannot be managed)."""
+
+
+@dataclass
+class TickReport:
+    """Everything one tick saw and did."""
+
+    tick: int
+    time: float
+    stats: dict[str, PartitionStats | None]
+    rbc: RBCSnapshot | None
+    rbc_error: str | None
+    targets_before: dict[str, int] | None
+    targets: dict[str, int] | None
+    limits_planned: dict[str, int] | None
+    eligible: dict[str, bool]
+    used: dict[str, int]
+    outcome: Outcome | None
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+class Controller:
+    """One app server's controller. Not thread-safe: one owner calls tick()/run()."""
+
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        *,
+        read_only: bool = False,
+        metrics: Metrics | None = None,
+        timeline: TimelineWriter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if cfg.cache_mode != "partitioned":
+            raise ValueError(f"cache_mode {cfg.cache_mode!r}: only partitioned app servers have a plan")
+        s = cfg.settings
+        self.cfg = cfg
+        self.read_only = read_only or s.dry_run
+        self.metrics = metrics
+        self.timeline = timeline
+        self.clock = clock
+        self.names = [p.name for p in cfg.partitions]
+        self.drivers = {p.name: MemcachedPartition(p.name, p.addr, s.memcached_timeout) for p in cfg.partitions}
+        configured = {n: mb * MIB for n, mb in cfg.initial_mb().items()}
+        self.policy = make_policy(s.policy, PolicyParams(
+            budget_bytes=cfg.budget_bytes, configured=configured, tax=s.tax,
+            unused_gap=s.unused_gap, floor_bytes=s.min_partition_mb * MIB))
+        self.rbc = RBCClient(cfg.rbc_addr, s.rbc_timeout, s.effective_rbc_window) if cfg.rbc_addr else None
+        self.names_by_id = cfg.backend_names()
+        self.targets: dict[str, int] | None = None
+        self.ticks = 0
+        self._pids: dict[str, int] = {}
+        self._last: dict[str, PartitionStats] = {}
+        self._shrink_since: dict[str, float] = {}
+        if metrics is not None:
+            metrics.budget.set(cfg.budget_bytes)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close connections (memcached, RBC)."""
+        for d in self.drivers.values():
+            d.close()
+        if self.rbc is not None:
+            self.rbc.close()
+
+    def start(self, wait: bool = False, stop: threading.Event | None = None, retry: float = 1.0) -> None:
+        """Attach every partition before the first tick.
+
+        An unreachable partition raises StartupError, or with wait=True is retried every
+        `retry` seconds until it answers or `stop` is set. An instance that cannot be
+        resized (-L, no slab reassignment) always raises StartupError.
+        """
+        pending = list(self.names)
+        announced: set[str] = set()
+        while pending:
+            still: list[str] = []
+            for name in pending:
+                d = self.drivers[name]
+                try:
+                    info = d.attach(read_only=self.read_only)
+                except Unsupported as e:
+                    raise StartupError(str(e)) from None
+                except PartitionError as e:
+                    if not wait:
+                        raise StartupError(f"{e} (start it, or run with --wait)") from None
+                    if name not in announced:
+                        log.warning("event=waiting partition=%s addr=%s reason=%r", name, d.addr, str(e))
+                        announced.add(name)
+                    still.append(name)
+                    continue
+                self._pids[name] = info.pid
+                log.info("event=attached partition=%s addr=%s version=%s pid=%d automove_was=%s read_only=%s",
+                         name, d.addr, info.version, info.pid, info.automove_was, self.read_only)
+            pending = still
+            if pending:
+                if stop is not None and stop.wait(retry):
+                    raise StartupError("stopped while waiting for partitions: " + ", ".join(pending))
+                if stop is None:
+                    time.sleep(retry)
+
+    def run(self, stop: threading.Event, max_ticks: int | None = None) -> None:
+        """Tick every interval until stop is set (or max_ticks ticks ran)."""
+        interval = self.cfg.settings.interval
+        next_at = self.clock()
+        while not stop.is_set():
+            self.tick()
+            if max_ticks is not None and self.ticks >= max_ticks:
+                return
+            next_at += interval
+            now = self.clock()
+            if next_at <= now:  # overran: skip the missed ticks
+                next_at = now + interval
+            stop.wait(next_at - now)
+
+    # -- one tick ----------------------------------------------------------------
+
+    def _error(self, kind: str, partition: str, message: str) -> None:
+        if self.metrics is not None:
+            self.metrics.errors.labels(kind).inc()
+        log.warning("event=error kind=%s partition=%s msg=%r", kind, partition or "-", message)
+
+    def observe(self) -> dict[str, PartitionStats | None]:
+        """Read every partition; re-attach the ones that restarted."""
+        out: dict[str, PartitionStats | None] = {}
+        for name, d in self.drivers.items():
+            try:
+                st = d.read()
+                if self._pids.get(name) != st.pid:
+                    info = d.attach(read_only=self.read_only)
+                    if name in self._pids:
+                        log.info("event=reattached partition=%s addr=%s old_pid=%d pid=%d limit_mb=%d",
+                                 name, d.addr, self._pids[name], info.pid, st.limit_bytes // MIB)
+                    self._pids[name] = info.pid
+                    st = d.read()
+            except Unsupported as e:
+                self._error("unsupported", name, str(e))
+                out[name] = None
+                continue
+            except Unreachable as e:
+                self._error("partition_unreachable", name, str(e))
+                out[name] = None
+                continue
+            except PartitionError as e:
+                self._error("protocol", name, str(e))
+                out[name] = None
+                continue
+            out[name] = st
+            self._last[name] = st
+        return out
+
+    def _used(self, st: PartitionStats) -> int:
+        return st.malloced_bytes if self.cfg.settings.used_source == "malloced" else st.item_bytes
+
+    def tick(self) -> TickReport:
+        """One tick; see the module doc."""
+        t0 = self.clock()
+        wall = time.time()
+        self.ticks += 1
+        notes: list[str] = []
+        stats = self.observe()
+        live = [n for n in self.names if stats[n] is not None]
+        used = {n: self._used(stats[n]) for n in live}  # type: ignore[arg-type]
+
+        snap: RBCSnapshot | None = None
+        rbc_error: str | None = None
+        if self.rbc is not None:
+            try:
+                snap = self.rbc.fetch(self.names_by_id)
+            except RBCError as e:
+                rbc_error = str(e)
+                self._error(e.kind, "", rbc_error)
+        else:
+            rbc_error = "no rbc_server.grpc configured"
+
+        if self.targets is None and len(live) == len(self.names):
+            limits = {n: stats[n].limit_bytes // MIB for n in self.names}  # type: ignore[union-attr]
+            adopted = adopt(limits, self.cfg.budget_mb, self.cfg.settings.min_partition_mb)
+            self.targets = self.policy.initial_targets(adopted)
+            notes.append("adopted " + " ".join(f"{n}:{limits[n]}MB" for n in self.names))
+        elif self.targets is None:
+            notes.append("waiting for every partition to answer before adopting targets")
+
+        before = dict(self.targets) if self.targets is not None else None
+        eligible: dict[str, bool] = {}
+        planned: dict[str, int] | None = None
+        outcome: Outcome | None = None
+        if self.targets is not None:
+            if self.policy.needs_rbc and snap is None:
+                notes.append("rbc unavailable: targets kept")
+            elif live:
+                counts = snap.counts if snap is not None else {}
+                samples = {
+                    n: PartitionSample(
+                        limit_bytes=st.limit_bytes, malloced_bytes=st.malloced_bytes, item_bytes=st.item_bytes,
+                        items=st.items, evictions=st.evictions, get_hits=st.get_hits, get_misses=st.get_misses)
+                    for n in live if (st := stats[n]) is not None
+                }
+                decision = self.policy.plan(PlanInput(
+                    targets={n: self.targets[n] for n in live},
+                    used=used,
+                    rbc={n: counts.get(n, 0) for n in live},
+                    samples=samples,
+                ))
+                self.targets.update(decision.targets)
+                eligible.update(decision.eligible)
+            for n in live:
+                eligible.setdefault(n, is_eligible(self.targets[n], used[n], self.cfg.settings.unused_gap))
+            planned = round_limits(self.targets, self.cfg.budget_mb)
+            if not self.read_only:
+                rt0 = self.clock()
+                outcome = reconcile(
+                    [Target(name=n, driver=self.drivers[n], stats=stats[n], desired_mb=planned[n],
+                            last_limit_mb=self._last[n].limit_bytes // MIB if n in self._last else 0)
+                     for n in self.names],
+                    self.cfg.budget_mb,
+                    self.cfg.settings.effective_shrink_budget,
+                )
+                self._account(outcome, rt0)
+
+        report = TickReport(
+            tick=self.ticks, time=wall, stats=stats, rbc=snap, rbc_error=rbc_error,
+            targets_before=before, targets=dict(self.targets) if self.targets is not None else None,
+            limits_planned=planned, eligible=eligible, used=used, outcome=outcome,
+            seconds=self.clock() - t0, notes=notes,
+        )
+        self._export(report)
+        return report
+
+    def _account(self, outcome: Outcome, started: float) -> None:
+        for name, kind, msg in outcome.errors:
+            self._error(kind, name, msg)
+        for name in outcome.pending:
+            self._shrink_since.setdefault(name, started)
+        for name, secs in outcome.shrink_seconds.items():
+            since = self._shrink_since.pop(name, None)
+            total = secs if since is None else (started - since) + secs
+            if self.metrics is not None:
+                self.metrics.resize_seconds.observe(total)
+        for name in outcome.stuck + sorted(outcome.lost):
+            self._shrink_since.pop(name, None)
+        if self.metrics is not None:
+            for name, n in outcome.pages_moved.items():
+                self.metrics.pages_moved.labels(name).inc(n)
+
+    # -- reporting ---------------------------------------------------------------
+
+    def _export(self, r: TickReport) -> None:
+        o = r.outcome
+        if self.metrics is not None:
+            m = self.metrics
+            m.ticks.inc()
+            m.tick_seconds.observe(r.seconds)
+            for n in self.names:
+                st = r.stats[n]
+                m.up.labels(n).set(1 if st is not None else 0)
+                if r.targets is not None:
+                    m.target.labels(n).set(r.targets[n])
+                if st is not None:
+                    limit = o.limits_mb[n] * MIB if o is not None and n in o.limits_mb else st.limit_bytes
+                    malloced = o.malloced[n] if o is not None and n in o.malloced else st.malloced_bytes
+                    m.limit.labels(n).set(limit)
+                    m.malloced.labels(n).set(malloced)
+                    m.used.labels(n).set(r.used[n])
+                if n in r.eligible:
+                    m.eligible.labels(n).set(1 if r.eligible[n] else 0)
+                if r.rbc is not None:
+                    m.rbc.labels(n).set(r.rbc.counts.get(n, 0))
+        if self.timeline is not None:
+            self.timeline.write(self.timeline_record(r))
+        log.info("%s", self.log_line(r))
+
+    def timeline_record(self, r: TickReport) -> dict[str, Any]:
+        """The timeline line of a tick (schema in docs/controller.md)."""
+        o = r.outcome
+        parts: dict[str, Any] = {}
+        for n in self.names:
+            st = r.stats[n]
+            parts[n] = {
+                "up": st is not None,
+                "target_bytes": r.targets[n] if r.targets is not None else None,
+                "planned_limit_bytes": r.limits_planned[n] * MIB if r.limits_planned is not None else None,
+                "limit_bytes": (o.limits_mb[n] * MIB if o is not None and n in o.limits_mb
+                                else (st.limit_bytes if st is not None else None)),
+                "malloced_bytes": (o.malloced[n] if o is not None and n in o.malloced
+                                   else (st.malloced_bytes if st is not None else None)),
+                "used_bytes": r.used.get(n),
+                "item_bytes": st.item_bytes if st is not None else None,
+                "rbc": r.rbc.counts.get(n, 0) if r.rbc is not None else None,
+                "eligible": r.eligible.get(n),
+                "pages_moved": o.pages_moved.get(n, 0) if o is not None else 0,
+                "hit_ratio": st.hit_ratio if st is not None else None,
+            }
+        return {
+            "time": round(r.time, 3),
+            "tick": r.tick,
+            "app_server": self.cfg.app_server,
+            "policy": self.policy.name,
+            "dry_run": self.read_only,
+            "budget_bytes": self.cfg.budget_bytes,
+            "rbc_ok": r.rbc is not None,
+            "window_requests": r.rbc.window_requests if r.rbc is not None else None,
+            "pages_moved": sum(o.pages_moved.values()) if o is not None else 0,
+            "partitions": parts,
+        }
+
+    def log_line(self, r: TickReport) -> str:
+        """The one key=value line logged per tick."""
+        o = r.outcome
+        fields = [f"event=tick tick={r.tick} policy={self.policy.name}"]
+        if r.rbc is not None:
+            rbc = ",".join(f"{n}:{r.rbc.counts.get(n, 0)}" for n in self.names)
+            fields.append(f"rbc={rbc} window_requests={r.rbc.window_requests}")
+        else:
+            fields.append("rbc=unavailable")
+        if r.targets is not None and r.targets_before is not None:
+            moved = [f"{n}:{(r.targets[n] - r.targets_before[n]) / MIB:+.2f}" for n in self.names
+                     if r.targets[n] != r.targets_before[n]]
+            fields.append(f"target_delta_mb={','.join(moved) or 'none'}")
+        if o is not None:
+            ch = ",".join(f"{n}:{a}->{b}" for n, (a, b) in sorted(o.changed.items()))
+            fields.append(f"limits_mb={ch or 'unchanged'}")
+            fields.append(f"pages_moved={sum(o.pages_moved.values())}")
+            if o.pending:
+                fields.append("pending_mb=" + ",".join(f"{n}:{v / MIB:.0f}" for n, v in sorted(o.pending.items())))
+            if o.deferred_mb:
+                fields.append("deferred_mb=" + ",".join(f"{n}:{v}" for n, v in sorted(o.deferred_mb.items())))
+            if o.errors:
+                fields.append(f"errors={len(o.errors)}")
+        elif r.limits_planned is not None:
+            fields.append("planned_mb=" + ",".join(f"{n}:{r.limits_planned[n]}" for n in self.names))
+        down = [n for n in self.names if r.stats[n] is None]
+        if down:
+            fields.append("down=" + ",".join(down))
+        if r.notes:
+            fields.append(f"note={'; '.join(r.notes)!r}")
+        fields.append(f"took_ms={r.seconds * 1000:.1f}")
+        return " ".join(fields)

@@ -1,0 +1,262 @@
+"""The resize mechanism: drive memcached's limits and memory to the desired limits.
+
+It knows nothing of policies; it gets desired whole-MB limits that sum to the budget
+and closes the gap to memcached's actual state, idempotently (a level-triggered
+reconcile, SPEC §6):
+
+1. Lower: every partition whose limit is above its desired limit gets the new limit
+   first (`cache_memlimit`). This alone frees nothing in a full cache.
+2. Shrink: every partition whose total_malloced is above its limit gives pages back,
+   one `slabs reassign <class> 0` at a time, taken from the slab class with the most
+   pages (so the shrink keeps the partition's mix of object sizes), until
+   total_malloced ≤ limit or the tick's shrink budget is spent. `BUSY` (a page move is
+   still running) backs off that partition, doubling from 1 ms to 50 ms, while the
+   others proceed; `BADCLASS`/`NOSPARE` rule the class out and the next one is tried;
+   when no class has a spare page the shrink is reported stuck. An unfinished shrink is
+   simply found again by the next tick's reading (malloced > limit).
+3. Grow: partitions below their desired limit are raised, but only by memory that is
+   actually free: headroom = budget − Σ max(limit, total_malloced), where partitions
+   that cannot be read count with max(their desired limit, last known limit). So the
+   sum of the limits never exceeds the budget, and neither does the memory the
+   partitions really hold while shrinks are still running.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .memcached import MemcachedPartition, MemlimitError, PartitionError, PartitionStats, Reassign, Unreachable
+from .plan import MIB
+
+BACKOFF_MIN = 0.001
+BACKOFF_MAX = 0.05
+
+
+@dataclass
+class Target:
+    """One partition's input to a reconcile."""
+
+    name: str
+    driver: MemcachedPartition
+    stats: PartitionStats | None
+    """This tick's reading; None when the partition could not be read."""
+    desired_mb: int
+    last_limit_mb: int = 0
+    """Last known limit, for a partition that cannot be read now."""
+
+
+@dataclass
+class Outcome:
+    """What one reconcile did."""
+
+    limits_mb: dict[str, int] = field(default_factory=dict)
+    """Limit of every reachable partition afterwards, MB."""
+    malloced: dict[str, int] = field(default_factory=dict)
+    """Last known total_malloced of every reachable partition, bytes."""
+    changed: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Partitions whose limit was set: (old MB, new MB)."""
+    pages_moved: dict[str, int] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
+    """Bytes still above the limit after the shrink budget (carried over)."""
+    deferred_mb: dict[str, int] = field(default_factory=dict)
+    """MB of growth not granted yet for lack of freed memory."""
+    stuck: list[str] = field(default_factory=list)
+    errors: list[tuple[str, str, str]] = field(default_factory=list)
+    """(partition, kind, message): kind is memlimit | partition_unreachable | protocol | shrink_stuck."""
+    lost: set[str] = field(default_factory=set)
+    shrink_seconds: dict[str, float] = field(default_factory=dict)
+    """Time each shrink that finished this tick took."""
+
+
+def _error_kind(e: PartitionError) -> str:
+    if isinstance(e, Unreachable):
+        return "partition_unreachable"
+    if isinstance(e, MemlimitError):
+        return "memlimit"
+    return "protocol"
+
+
+@dataclass
+class _Shrink:
+    t: Target
+    limit: int
+    malloced: int
+    pages: dict[int, int]
+    started: float
+    excluded: set[int] = field(default_factory=set)
+    moved: int = 0
+    backoff: float = BACKOFF_MIN
+    next_at: float = 0.0
+    done: bool = False
+    stuck: bool = False
+
+    def pick(self) -> int:
+        best, most = -1, 1
+        for cls, n in self.pages.items():
+            if cls not in self.excluded and n > most:
+                best, most = cls, n
+        return best
+
+
+def reconcile(
+    targets: Sequence[Target],
+    budget_mb: int,
+    shrink_budget: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
+    """Apply the desired limits (see the module doc). Never raises for a partition's
+    failure: it is recorded in Outcome.errors and the other partitions proceed."""
+    out = Outcome()
+    start = clock()
+    deadline = start + shrink_budget
+    live: dict[str, Target] = {t.name: t for t in targets if t.stats is not None}
+    limit: dict[str, int] = {n: t.stats.limit_bytes for n, t in live.items()}  # type: ignore[union-attr]
+    malloced: dict[str, int] = {n: t.stats.malloced_bytes for n, t in live.items()}  # type: ignore[union-attr]
+
+    def fail(name: str, e: PartitionError) -> None:
+        kind = _error_kind(e)
+        out.errors.append((name, kind, str(e)))
+        if kind == "partition_unreachable":
+            out.lost.add(name)
+            live.pop(name, None)
+
+    # 1. Lower limits first.
+    for name, t in list(live.items()):
+        want = t.desired_mb * MIB
+        if want < limit[name]:
+            try:
+                t.driver.set_limit(t.desired_mb)
+            except PartitionError as e:
+                fail(name, e)
+                continue
+            out.changed[name] = (limit[name] // MIB, t.desired_mb)
+            limit[name] = want
+
+    # 2. Shrink: give pages back until total_malloced <= limit.
+    shrinking = [
+        _Shrink(t, limit[n], malloced[n], dict(t.stats.pages), start)  # type: ignore[union-attr]
+        for n, t in live.items()
+        if malloced[n] > limit[n]
+    ]
+    while True:
+        active = [s for s in shrinking if not s.done]
+        now = clock()
+        if not active or now >= deadline:
+            break
+        acted = False
+        for s in active:
+            name = s.t.name
+            if clock() < s.next_at:
+                continue
+            acted = True
+            try:
+                if s.malloced <= s.limit:
+                    # The estimate says done: confirm once no page move is in flight.
+                    m, running, pages = s.t.driver.malloced()
+                    s.malloced, s.pages = m, pages
+                    if running:
+                        s.next_at = clock() + BACKOFF_MIN
+                        continue
+                    if m <= s.limit:
+                        s.done = True
+                        out.shrink_seconds[name] = clock() - s.started
+                        continue
+                cls = s.pick()
+                ans = s.t.driver.reassign(cls)
+            except PartitionError as e:
+                s.done = True
+                fail(name, e)
+                continue
+            if ans is Reassign.OK:
+                s.moved += 1
+                s.malloced -= MIB
+                if cls in s.pages:
+                    s.pages[cls] -= 1
+                s.backoff = BACKOFF_MIN
+            elif ans is Reassign.BUSY:
+                s.next_at = clock() + s.backoff
+                s.backoff = min(2 * s.backoff, BACKOFF_MAX)
+            elif cls != -1:
+                s.excluded.add(cls)
+            else:
+                # No class has a spare page (memcached keeps one per class in use).
+                try:
+                    m, running, pages = s.t.driver.malloced()
+                except PartitionError as e:
+                    s.done = True
+                    fail(name, e)
+                    continue
+                s.malloced, s.pages, s.excluded = m, pages, set()
+                if running:
+                    s.next_at = clock() + BACKOFF_MIN
+                elif m <= s.limit:
+                    s.done = True
+                    out.shrink_seconds[name] = clock() - s.started
+                elif s.pick() == -1:
+                    s.done = s.stuck = True
+        if not acted:
+            wake = min(s.next_at for s in active)
+            sleep(max(0.0, min(wake, deadline) - clock()))
+
+    for s in shrinking:
+        name = s.t.name
+        if s.moved:
+            out.pages_moved[name] = s.moved
+        if name not in live:
+            continue
+        if not s.done or s.stuck:
+            try:
+                m, _, _ = s.t.driver.malloced()
+                s.malloced = m
+            except PartitionError as e:
+                fail(name, e)
+                continue
+        malloced[name] = max(s.malloced, 0)
+        if s.stuck and malloced[name] > limit[name]:
+            out.stuck.append(name)
+            out.errors.append((
+                name, "shrink_stuck",
+                f"partition {name}: total_malloced {malloced[name] // MIB} MB stays above its limit "
+                f"{limit[name] // MIB} MB: every slab class is down to the page memcached keeps for it "
+                "(raise min_partition_mb)",
+            ))
+        elif malloced[name] > limit[name]:
+            out.pending[name] = malloced[name] - limit[name]
+
+    # 3. Grow only by memory actually freed.
+    holds: dict[str, int] = {}
+    for t in targets:
+        if t.name in live:
+            holds[t.name] = max(limit[t.name], malloced[t.name])
+        else:
+            holds[t.name] = max(t.desired_mb, t.last_limit_mb) * MIB
+    headroom = budget_mb * MIB - sum(holds.values())
+    growers = sorted(
+        (t for t in live.values() if t.desired_mb * MIB > limit[t.name]),
+        key=lambda t: (limit[t.name] - t.desired_mb * MIB, t.name),
+    )
+    for t in growers:
+        name = t.name
+        cap_mb = (holds[name] + max(headroom, 0)) // MIB
+        new_mb = min(t.desired_mb, cap_mb)
+        if new_mb * MIB > limit[name]:
+            try:
+                t.driver.set_limit(new_mb)
+            except PartitionError as e:
+                fail(name, e)
+                continue
+            out.changed[name] = (limit[name] // MIB, new_mb)
+            limit[name] = new_mb * MIB
+            new_hold = max(limit[name], malloced[name])
+            headroom -= new_hold - holds[name]
+            holds[name] = new_hold
+        if new_mb < t.desired_mb:
+            out.deferred_mb[name] = t.desired_mb - max(new_mb, limit[name] // MIB)
+
+    for name in live:
+        out.limits_mb[name] = limit[name] // MIB
+        out.malloced[name] = malloced[name]
+    return out
