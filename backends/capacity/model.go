@@ -1,0 +1,389 @@
+// Package capacity is the capacity model of a backend service (SPEC §8): a
+// FIFO queue in front of a worker limit and a token bucket, plus injected
+// latency. Every query is one operation. An operation joins the queue, is
+// admitted when (a) fewer than Workers operations are in service and (b) the
+// token bucket grants a token (Rate tokens per second, a small burst; Rate 0
+// means unlimited), then runs its real data path plus ExtraLatencyMs plus,
+// with probability HiccupProb, HiccupMs, all while holding its worker.
+//
+// Because work beyond capacity waits in the queue, latency rises as offered
+// load nears capacity, as it does in a resource-limited server. Limits change
+// at run time and apply to queued work at once. An operation whose caller
+// gives up while it is queued leaves the queue without being served.
+//
+// The model knows nothing about data paths or the network; time comes from a
+// Clock so tests can drive it with a fake one.
+package capacity
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Clock is the model's source of time.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has elapsed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop prevents the call if it has not started yet.
+	Stop() bool
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                            { return time.Now() }
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// SystemClock is the real clock.
+var SystemClock Clock = systemClock{}
+
+// The token bucket holds BurstWindow worth of tokens at the current rate, and
+// never fewer than MinBurst. A bucket of at least two tokens keeps the served
+// rate exact when the refill timer fires late (up to one token interval), and
+// the window keeps it exact at high rates, where timer lateness spans many
+// tokens.
+const (
+	BurstWindow = 10 * time.Millisecond
+	MinBurst    = 2
+)
+
+// Burst returns the bucket depth, in tokens, for rate operations per second.
+func Burst(rate float64) float64 {
+	return math.Max(MinBurst, math.Ceil(rate*BurstWindow.Seconds()))
+}
+
+// Errors returned by Join and Wait.
+var (
+	ErrClosed    = errors.New("capacity: backend is shutting down")
+	ErrQueueFull = errors.New("capacity: queue is full")
+)
+
+// Stats is a snapshot of the model's state.
+type Stats struct {
+	// QueueLength is the number of operations waiting for admission.
+	QueueLength int
+	// InService is the number of admitted operations not yet released.
+	InService int
+}
+
+// Model is one backend's capacity. It is safe for concurrent use.
+type Model struct {
+	clock Clock
+
+	mu        sync.Mutex
+	lim       Limits
+	burst     float64
+	tokens    float64
+	refilled  time.Time // when tokens was last brought up to date
+	queue     list.List // of *Ticket, oldest first
+	inService int
+	closed    bool
+	rng       *rand.Rand
+	timer     Timer     // pending refill wake-up, nil if none
+	timerAt   time.Time // when timer fires
+	timerGen  uint64
+}
+
+// New returns a model with limits l. seed drives the hiccup draws, so a run
+// with the same seed and the same admission order hiccups on the same
+// operations. A nil clock means SystemClock.
+func New(l Limits, seed uint64, clock Clock) (*Model, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if clock == nil {
+		clock = SystemClock
+	}
+	m := &Model{clock: clock, lim: l, rng: rand.New(rand.NewPCG(seed, 0x6a09e667f3bcc909))}
+	m.burst = Burst(l.Rate)
+	m.tokens = m.burst
+	m.refilled = clock.Now()
+	return m, nil
+}
+
+// Limits returns the current limits.
+func (m *Model) Limits() Limits {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lim
+}
+
+// Stats returns the current queue length and number in service.
+func (m *Model) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Stats{QueueLength: m.queue.Len(), InService: m.inService}
+}
+
+// Update applies p atomically and returns the limits before and after. An
+// invalid result changes nothing and returns a *FieldError. New limits apply
+// to queued operations at once: more workers or a higher rate admit waiters
+// immediately; a lower rate paces the next admissions; fewer workers stop
+// admissions until enough in-service operations finish. Operations already
+// in service keep the delay they drew when admitted.
+func (m *Model) Update(p Patch) (old, cur Limits, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old = m.lim
+	next := p.Apply(old)
+	if err := next.Validate(); err != nil {
+		return old, old, err
+	}
+	now := m.clock.Now()
+	m.refillLocked(now) // tokens earned at the old rate are kept
+	if old.Rate == 0 {
+		m.tokens = Burst(next.Rate)
+	}
+	m.lim = next
+	m.burst = Burst(next.Rate)
+	m.tokens = math.Min(m.tokens, m.burst)
+	m.stopTimerLocked()
+	m.dispatchLocked(now)
+	return old, next, nil
+}
+
+// Close rejects every queued operation and future Join with ErrClosed.
+// Operations in service finish normally.
+func (m *Model) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	m.stopTimerLocked()
+	for e := m.queue.Front(); e != nil; e = m.queue.Front() {
+		t := m.queue.Remove(e).(*Ticket)
+		t.state = stateFailed
+		t.err = ErrClosed
+		close(t.ready)
+	}
+}
+
+type ticketState uint8
+
+const (
+	stateQueued ticketState = iota
+	stateAdmitted
+	stateDone   // released after service
+	stateFailed // left the queue (cancelled or closed) or gave back its admission
+)
+
+// Ticket is one operation's place in the model, from Join to Release.
+type Ticket struct {
+	m     *Model
+	elem  *list.Element
+	ready chan struct{} // closed on admission or failure
+
+	// Guarded by m.mu until ready is closed; read-only afterwards.
+	state    ticketState
+	err      error
+	joined   time.Time
+	admitted time.Time
+	delay    time.Duration
+	hiccup   bool
+}
+
+// Join puts n operations at the tail of the queue, in order, and returns
+// their tickets; operations that can be admitted at once already are. The
+// batch is rejected whole with ErrQueueFull when the queue already holds
+// QueueLimit or more operations (QueueLimit > 0), and with ErrClosed after
+// Close. Every returned ticket must be passed to Wait.
+func (m *Model) Join(n int) ([]*Ticket, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if q := m.lim.QueueLimit; q > 0 && m.queue.Len() >= q {
+		return nil, fmt.Errorf("%w: %d operations waiting, queue_limit is %d", ErrQueueFull, m.queue.Len(), q)
+	}
+	now := m.clock.Now()
+	ts := make([]*Ticket, n)
+	for i := range ts {
+		t := &Ticket{m: m, ready: make(chan struct{}), joined: now}
+		t.elem = m.queue.PushBack(t)
+		ts[i] = t
+	}
+	m.dispatchLocked(now)
+	return ts, nil
+}
+
+// Acquire joins one operation and waits for its admission.
+func (m *Model) Acquire(ctx context.Context) (*Ticket, error) {
+	ts, err := m.Join(1)
+	if err != nil {
+		return nil, err
+	}
+	if err := ts[0].Wait(ctx); err != nil {
+		return nil, err
+	}
+	return ts[0], nil
+}
+
+// Wait blocks until the operation is admitted (nil) or fails. If ctx ends
+// first the operation leaves the queue unserved and Wait returns ctx.Err();
+// an admission that raced with the cancellation is given back (worker and
+// token). After Close it returns ErrClosed. Only an admitted ticket may be
+// served and must then be released (Serve does both).
+func (t *Ticket) Wait(ctx context.Context) error {
+	select {
+	case <-t.ready:
+		return t.err
+	case <-ctx.Done():
+	}
+	m := t.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch t.state {
+	case stateQueued:
+		m.queue.Remove(t.elem)
+		t.state = stateFailed
+		t.err = ctx.Err()
+		close(t.ready)
+		// The head may have changed; admit whatever now can be.
+		m.dispatchLocked(m.clock.Now())
+	case stateAdmitted:
+		m.inService--
+		if m.lim.Rate > 0 {
+			m.tokens = math.Min(m.burst, m.tokens+1)
+		}
+		t.state = stateFailed
+		t.err = ctx.Err()
+		m.dispatchLocked(m.clock.Now())
+	}
+	return t.err
+}
+
+// Queued returns how long the operation waited for admission (valid after
+// Wait returned nil).
+func (t *Ticket) Queued() time.Duration { return t.admitted.Sub(t.joined) }
+
+// Delay returns the injected latency drawn at admission: ExtraLatencyMs plus
+// HiccupMs when the operation hiccups.
+func (t *Ticket) Delay() time.Duration { return t.delay }
+
+// Hiccup reports whether the operation drew a hiccup.
+func (t *Ticket) Hiccup() bool { return t.hiccup }
+
+// Serve runs work for an admitted operation, then holds the worker for the
+// injected delay, then releases it. It returns the service time (work plus
+// delay) and the first error of work or ctx (a cancelled caller stops
+// waiting out the delay).
+func (t *Ticket) Serve(ctx context.Context, work func(context.Context) error) (time.Duration, error) {
+	if t.state != stateAdmitted {
+		panic("capacity: Serve on a ticket that is not admitted")
+	}
+	m := t.m
+	defer m.release(t)
+	start := m.clock.Now()
+	err := work(ctx)
+	if err == nil && t.delay > 0 {
+		err = m.sleep(ctx, t.delay)
+	}
+	return m.clock.Now().Sub(start), err
+}
+
+// Release gives back the worker of an admitted operation that was not passed
+// to Serve. Releasing twice panics.
+func (t *Ticket) Release() { t.m.release(t) }
+
+func (m *Model) release(t *Ticket) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t.state != stateAdmitted {
+		panic("capacity: release of a ticket that is not in service")
+	}
+	t.state = stateDone
+	m.inService--
+	m.dispatchLocked(m.clock.Now())
+}
+
+func (m *Model) sleep(ctx context.Context, d time.Duration) error {
+	done := make(chan struct{})
+	tm := m.clock.AfterFunc(d, func() { close(done) })
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		tm.Stop()
+		return ctx.Err()
+	}
+}
+
+// refillLocked brings the token count up to now at the current rate.
+func (m *Model) refillLocked(now time.Time) {
+	if el := now.Sub(m.refilled); el > 0 && m.lim.Rate > 0 {
+		m.tokens = math.Min(m.burst, m.tokens+m.lim.Rate*el.Seconds())
+	}
+	m.refilled = now
+}
+
+// tokenSlack absorbs float rounding in refills: a bucket this close to a
+// whole token has earned it.
+const tokenSlack = 1e-9
+
+// dispatchLocked admits operations from the head of the queue while a worker
+// and a token are available, and schedules a wake-up when only a token is
+// missing. Releases, cancellations, joins and limit changes call it.
+func (m *Model) dispatchLocked(now time.Time) {
+	for m.queue.Len() > 0 && m.inService < m.lim.Workers {
+		if m.lim.Rate > 0 {
+			m.refillLocked(now)
+			if m.tokens < 1-tokenSlack {
+				m.armTimerLocked(now, time.Duration(math.Ceil((1-m.tokens)/m.lim.Rate*1e9)))
+				return
+			}
+			m.tokens = math.Max(0, m.tokens-1)
+		}
+		t := m.queue.Remove(m.queue.Front()).(*Ticket)
+		t.state = stateAdmitted
+		t.admitted = now
+		t.delay = time.Duration(m.lim.ExtraLatencyMs * float64(time.Millisecond))
+		if m.lim.HiccupProb > 0 && m.rng.Float64() < m.lim.HiccupProb {
+			t.hiccup = true
+			t.delay += time.Duration(m.lim.HiccupMs * float64(time.Millisecond))
+		}
+		m.inService++
+		close(t.ready)
+	}
+}
+
+func (m *Model) armTimerLocked(now time.Time, d time.Duration) {
+	if d < time.Microsecond {
+		d = time.Microsecond
+	}
+	at := now.Add(d)
+	if m.timer != nil && !m.timerAt.After(at) {
+		return // an earlier or equal wake-up is pending; it re-dispatches
+	}
+	m.stopTimerLocked()
+	m.timerGen++
+	gen := m.timerGen
+	m.timerAt = at
+	m.timer = m.clock.AfterFunc(d, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if gen == m.timerGen {
+			m.timer = nil
+		}
+		if !m.closed {
+			m.dispatchLocked(m.clock.Now())
+		}
+	})
+}
+
+func (m *Model) stopTimerLocked() {
+	if m.timer != nil {
+		m.timer.Stop()
+		m.timer = nil
+	}
+	m.timerGen++
+}

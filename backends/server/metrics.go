@@ -1,0 +1,55 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/robinhoodcache/robinhood/backends/capacity"
+)
+
+// LatencyBuckets are the bounds (seconds) of the latency histograms: 50 µs
+// to about 26 s, doubling.
+var LatencyBuckets = prometheus.ExponentialBuckets(50e-6, 2, 20)
+
+type metrics struct {
+	served, cancelled, rejected, errors, hiccups prometheus.Counter
+	querySeconds, queueSeconds, serviceSeconds   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, name string, model *capacity.Model) (*metrics, error) {
+	labels := prometheus.Labels{"backend": name}
+	counter := func(n, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: n, Help: help, ConstLabels: labels})
+	}
+	hist := func(n, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: n, Help: help, ConstLabels: labels, Buckets: LatencyBuckets})
+	}
+	m := &metrics{
+		served:         counter("backend_queries_served_total", "Queries (keys) served."),
+		cancelled:      counter("backend_queries_cancelled_total", "Queries whose caller gave up (cancelled or past its deadline) while queued or in service; queued ones left the queue unserved."),
+		rejected:       counter("backend_queries_rejected_total", "Queries rejected on arrival because the queue held queue_limit or more operations, or the backend was shutting down."),
+		errors:         counter("backend_query_errors_total", "Queries whose data path failed."),
+		hiccups:        counter("backend_hiccups_total", "Served queries that drew a hiccup (hiccup_ms extra)."),
+		querySeconds:   hist("backend_query_seconds", "Time from arrival to completion of a served query: queue plus service."),
+		queueSeconds:   hist("backend_queue_seconds", "Time a served query waited for a worker and a token."),
+		serviceSeconds: hist("backend_service_seconds", "Time a served query held its worker: data path plus injected latency."),
+	}
+	cs := []prometheus.Collector{m.served, m.cancelled, m.rejected, m.errors, m.hiccups, m.querySeconds, m.queueSeconds, m.serviceSeconds,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_queue_length", Help: "Queries waiting for admission.", ConstLabels: labels},
+			func() float64 { return float64(model.Stats().QueueLength) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_in_service", Help: "Queries admitted and not yet done (≤ workers, except right after workers is lowered).", ConstLabels: labels},
+			func() float64 { return float64(model.Stats().InService) }),
+	}
+	for _, f := range capacity.Fields {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "backend_limit",
+			Help:        "Current capacity limits (admin API fields; rate and queue_limit 0 mean unlimited).",
+			ConstLabels: prometheus.Labels{"backend": name, "limit": f},
+		}, func() float64 { v, _ := model.Limits().Get(f); return v }))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

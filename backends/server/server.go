@@ -1,0 +1,273 @@
+// Package server is a backend service's front: the gRPC BackendService that
+// runs every key of a Get through the capacity model and a data path, and
+// the HTTP side (admin API, /healthz, /metrics). The data paths live in
+// backends/kv, backends/sqldb and backends/compute; the queueing in
+// backends/capacity.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/robinhoodcache/robinhood/backends/capacity"
+	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+)
+
+// Store is a backend's data path: it returns value.Bytes(name, key, size)
+// after doing the backend's real work for the key. Implementations are safe
+// for concurrent use; the returned slice is not modified by the caller.
+type Store interface {
+	Get(ctx context.Context, key string, size int) ([]byte, error)
+	Close() error
+}
+
+// Resizer is implemented by stores whose connection pool should follow the
+// worker limit.
+type Resizer interface {
+	SetConcurrency(n int)
+}
+
+// Request bounds. A Get that breaks one is rejected whole with
+// InvalidArgument before any key is queued.
+const (
+	// MaxValueBytes bounds one requested size (64 MiB).
+	MaxValueBytes = 64 << 20
+	// MaxResponseBytes bounds the sum of a batch's sizes.
+	MaxResponseBytes = 512 << 20
+	// MaxBatchKeys bounds the keys of one Get.
+	MaxBatchKeys = 100_000
+	// MaxKeyBytes bounds one key.
+	MaxKeyBytes = 64 << 10
+)
+
+// GRPCServerOptions are the message-size options a server of this service
+// needs: responses up to MaxResponseBytes plus framing, requests up to
+// MaxBatchKeys keys of typical length. Clients must raise their receive
+// limit likewise (grpc.MaxCallRecvMsgSize).
+func GRPCServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxSendMsgSize(MaxResponseBytes + 16<<20),
+		grpc.MaxRecvMsgSize(64 << 20),
+	}
+}
+
+// Options configures New.
+type Options struct {
+	// Name is the backend's name: the value derivation's first input and
+	// the backend="…" label of every metric.
+	Name string
+	// Type is kv, sql or compute (informational: logs and /healthz).
+	Type  string
+	Store Store
+	Model *capacity.Model
+	// Registry receives the metrics; nil means a new registry.
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+}
+
+// Server implements robinhoodv1.BackendServiceServer and the HTTP side.
+type Server struct {
+	robinhoodv1.UnimplementedBackendServiceServer
+
+	name, typ string
+	store     Store
+	model     *capacity.Model
+	reg       *prometheus.Registry
+	log       *slog.Logger
+	m         *metrics
+	draining  atomic.Bool
+	updateMu  sync.Mutex // serialises limit updates with their side effects
+}
+
+// New returns a server for o.
+func New(o Options) (*Server, error) {
+	if o.Name == "" || o.Store == nil || o.Model == nil {
+		return nil, errors.New("server: Name, Store and Model are required")
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Server{name: o.Name, typ: o.Type, store: o.Store, model: o.Model, reg: o.Registry, log: o.Logger}
+	m, err := newMetrics(o.Registry, o.Name, o.Model)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	return s, nil
+}
+
+// Registry returns the registry holding the server's metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// SetDraining marks the server as shutting down: /healthz answers 503.
+func (s *Server) SetDraining(v bool) { s.draining.Store(v) }
+
+// Limits returns the current limits.
+func (s *Server) Limits() capacity.Limits { return s.model.Limits() }
+
+// UpdateLimits applies p atomically, resizes the store's pool when workers
+// change, and logs the change in one line naming source (e.g. the admin
+// client's address). An invalid patch changes nothing.
+func (s *Server) UpdateLimits(p capacity.Patch, source string) (capacity.Limits, error) {
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
+	old, cur, err := s.model.Update(p)
+	if err != nil {
+		return old, err
+	}
+	if r, ok := s.store.(Resizer); ok && cur.Workers != old.Workers {
+		r.SetConcurrency(cur.Workers)
+	}
+	if diff := old.Diff(cur); len(diff) > 0 {
+		s.log.Info("limits changed", "backend", s.name, "source", source, "changes", strings.Join(diff, " "),
+			"workers", cur.Workers, "rate", cur.Rate, "extra_latency_ms", cur.ExtraLatencyMs,
+			"hiccup_prob", cur.HiccupProb, "hiccup_ms", cur.HiccupMs, "queue_limit", cur.QueueLimit)
+	}
+	return cur, nil
+}
+
+// Get serves a batch: every key is one operation of the capacity model, in
+// FIFO order, served in parallel as workers allow. values[i] is
+// value.Bytes(name, keys[i], sizes[i]).
+func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinhoodv1.GetResponse, error) {
+	if err := validate(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	n := len(req.Keys)
+	if n == 0 {
+		return &robinhoodv1.GetResponse{}, nil
+	}
+	tickets, err := s.model.Join(n)
+	if err != nil {
+		s.m.rejected.Add(float64(n))
+		if errors.Is(err, capacity.ErrQueueFull) {
+			return nil, status.Errorf(codes.ResourceExhausted, "backend %s: %v", s.name, err)
+		}
+		return nil, status.Errorf(codes.Unavailable, "backend %s: %v", s.name, err)
+	}
+
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	values := make([][]byte, n)
+	var (
+		queued, service atomic.Int64
+		errOnce         sync.Once
+		firstErr        error
+	)
+	one := func(i int) {
+		v, q, svc, err := s.serveOne(ctx, tickets[i], req.Keys[i], int(req.Sizes[i]))
+		queued.Add(int64(q))
+		service.Add(int64(svc))
+		if err != nil {
+			// One failed key fails the batch: stop the others.
+			errOnce.Do(func() { firstErr = fmt.Errorf("key %q: %w", req.Keys[i], err); cancel() })
+			return
+		}
+		values[i] = v
+	}
+	if n == 1 {
+		one(0)
+	} else {
+		var wg sync.WaitGroup
+		wg.Add(n)
+		for i := range tickets {
+			go func(i int) { defer wg.Done(); one(i) }(i)
+		}
+		wg.Wait()
+	}
+	if firstErr != nil {
+		if perr := parent.Err(); perr != nil {
+			return nil, status.FromContextError(perr).Err()
+		}
+		// Shutting down, or the data path failed (e.g. Redis unreachable):
+		// another replica may serve the batch.
+		return nil, status.Errorf(codes.Unavailable, "backend %s: %v", s.name, firstErr)
+	}
+	return &robinhoodv1.GetResponse{
+		Values:    values,
+		QueueUs:   uint64(queued.Load() / int64(time.Microsecond)),
+		ServiceUs: uint64(service.Load() / int64(time.Microsecond)),
+	}, nil
+}
+
+// serveOne waits for t's admission, runs the data path and the injected
+// delay, and records the query's metrics.
+func (s *Server) serveOne(ctx context.Context, t *capacity.Ticket, key string, size int) (v []byte, queued, service time.Duration, err error) {
+	if err := t.Wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			s.m.cancelled.Inc()
+		}
+		return nil, 0, 0, err
+	}
+	queued = t.Queued()
+	service, err = t.Serve(ctx, func(ctx context.Context) error {
+		var gerr error
+		v, gerr = s.store.Get(ctx, key, size)
+		return gerr
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			s.m.cancelled.Inc()
+		} else {
+			s.m.errors.Inc()
+		}
+		return nil, queued, service, err
+	}
+	if len(v) != size {
+		s.m.errors.Inc()
+		return nil, queued, service, fmt.Errorf("data path returned %d bytes, want %d", len(v), size)
+	}
+	s.m.served.Inc()
+	if t.Hiccup() {
+		s.m.hiccups.Inc()
+	}
+	s.m.queueSeconds.Observe(queued.Seconds())
+	s.m.serviceSeconds.Observe(service.Seconds())
+	s.m.querySeconds.Observe((queued + service).Seconds())
+	return v, queued, service, nil
+}
+
+func validate(req *robinhoodv1.GetRequest) error {
+	if len(req.Keys) != len(req.Sizes) {
+		return fmt.Errorf("keys and sizes must have the same length: %d keys, %d sizes", len(req.Keys), len(req.Sizes))
+	}
+	if len(req.Keys) > MaxBatchKeys {
+		return fmt.Errorf("batch of %d keys exceeds the limit of %d", len(req.Keys), MaxBatchKeys)
+	}
+	var total uint64
+	for i, k := range req.Keys {
+		if len(k) > MaxKeyBytes {
+			return fmt.Errorf("keys[%d] is %d bytes long, the limit is %d", i, len(k), MaxKeyBytes)
+		}
+		if sz := req.Sizes[i]; sz > MaxValueBytes {
+			return fmt.Errorf("sizes[%d] = %d (key %q) exceeds the value limit of %d bytes (64 MiB)", i, sz, truncate(k, 64), MaxValueBytes)
+		}
+		total += uint64(req.Sizes[i])
+	}
+	if total > MaxResponseBytes {
+		return fmt.Errorf("sizes sum to %d bytes, more than the %d-byte response limit; split the batch", total, MaxResponseBytes)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
