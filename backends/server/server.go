@@ -73,7 +73,9 @@ type Options struct {
 	Model *capacity.Model
 	// Registry receives the metrics; nil means a new registry.
 	Registry *prometheus.Registry
-	Logger   *slog.Logger
+	// Logger receives one line per limits change; give it the backend's
+	// name as an attribute.
+	Logger *slog.Logger
 }
 
 // Server implements robinhoodv1.BackendServiceServer and the HTTP side.
@@ -133,7 +135,7 @@ func (s *Server) UpdateLimits(p capacity.Patch, source string) (capacity.Limits,
 		r.SetConcurrency(cur.Workers)
 	}
 	if diff := old.Diff(cur); len(diff) > 0 {
-		s.log.Info("limits changed", "backend", s.name, "source", source, "changes", strings.Join(diff, " "),
+		s.log.Info("limits changed", "source", source, "changes", strings.Join(diff, " "),
 			"workers", cur.Workers, "rate", cur.Rate, "extra_latency_ms", cur.ExtraLatencyMs,
 			"hiccup_prob", cur.HiccupProb, "hiccup_ms", cur.HiccupMs, "queue_limit", cur.QueueLimit)
 	}

@@ -1,0 +1,192 @@
+// Command backend runs one backend service: gRPC robinhood.v1.BackendService
+// in front of a kv, sql or compute data path, with a capacity model whose
+// limits the admin API changes at run time (docs/backends.md).
+//
+//	backend --type kv|sql|compute --name NAME --grpc-addr ADDR --http-addr ADDR [flags]
+//
+// Flags are validated before anything starts (exit status 2 with a message
+// naming the flag). SIGTERM or SIGINT drains: new calls are refused, queued
+// and in-service queries get --shutdown-timeout to finish, then the rest
+// fail with UNAVAILABLE.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/backends/compute"
+	"github.com/robinhoodcache/robinhood/backends/kv"
+	"github.com/robinhoodcache/robinhood/backends/server"
+	"github.com/robinhoodcache/robinhood/backends/sqldb"
+	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	cfg, err := parseConfig(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errFlagSyntax) {
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "backend: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).
+		With("backend", cfg.Name, "type", cfg.Type)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("backend failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// openStore opens the data path of cfg.Type and registers its own metrics.
+func openStore(ctx context.Context, cfg config, reg prometheus.Registerer, log *slog.Logger) (server.Store, error) {
+	switch cfg.Type {
+	case typeKV:
+		if cfg.Redis != "" {
+			return kv.NewRedis(ctx, cfg.Name, kv.RedisOptions{Addr: cfg.Redis, PoolSize: max(cfg.Limits.Workers, 8)})
+		}
+		m, err := kv.NewMemory(cfg.Name, cfg.MaxBytes)
+		if err != nil {
+			return nil, err
+		}
+		labels := prometheus.Labels{"backend": cfg.Name}
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_kv_items", Help: "Keys held by the in-memory kv store.", ConstLabels: labels},
+				func() float64 { return float64(m.Stats().Items) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_kv_bytes", Help: "Bytes charged to the in-memory kv store (keys, values, per-entry overhead); bounded by --max-bytes.", ConstLabels: labels},
+				func() float64 { return float64(m.Stats().Bytes) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "backend_kv_evictions_total", Help: "Entries evicted from the in-memory kv store to stay within --max-bytes.", ConstLabels: labels},
+				func() float64 { return float64(m.Stats().Evictions) }),
+		)
+		return m, nil
+	case typeSQL:
+		return sqldb.Open(ctx, sqldb.Options{Name: cfg.Name, Path: cfg.DB, Rows: cfg.Rows, Conns: cfg.Limits.Workers, Logger: log})
+	case typeCompute:
+		return compute.New(cfg.Name, cfg.MatrixSize)
+	}
+	return nil, fmt.Errorf("unknown type %q", cfg.Type)
+}
+
+func serve(ctx context.Context, cfg config, log *slog.Logger) error {
+	model, err := capacity.New(cfg.Limits, cfg.Seed, nil)
+	if err != nil {
+		return err
+	}
+	defer model.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "backend_info", Help: "Always 1; the labels describe the backend.",
+		ConstLabels: prometheus.Labels{"backend": cfg.Name, "type": cfg.Type},
+	})
+	info.Set(1)
+	reg.MustRegister(info)
+
+	store, err := openStore(ctx, cfg, reg, log)
+	if err != nil {
+		return fmt.Errorf("open %s data path: %w", cfg.Type, err)
+	}
+	defer store.Close()
+
+	srv, err := server.New(server.Options{Name: cfg.Name, Type: cfg.Type, Store: store, Model: model, Registry: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+
+	g := grpc.NewServer(server.GRPCServerOptions()...)
+	robinhoodv1.RegisterBackendServiceServer(g, srv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(robinhoodv1.BackendService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+
+	httpSrv := &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+
+	errc := make(chan error, 2)
+	go func() {
+		if err := g.Serve(grpcLis); err != nil {
+			errc <- fmt.Errorf("grpc: %w", err)
+		}
+	}()
+	go func() {
+		if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	l := cfg.Limits
+	log.Info("backend ready", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
+		"workers", l.Workers, "rate", l.Rate, "extra_latency_ms", l.ExtraLatencyMs,
+		"hiccup_prob", l.HiccupProb, "hiccup_ms", l.HiccupMs, "queue_limit", l.QueueLimit)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	case runErr = <-errc:
+	}
+
+	// Drain: refuse new calls, let queued and in-service queries finish
+	// within the timeout, then fail what is left.
+	srv.SetDraining(true)
+	hs.Shutdown()
+	drained := make(chan struct{})
+	go func() { g.GracefulStop(); close(drained) }()
+	timer := time.NewTimer(cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+		st := model.Stats()
+		log.Warn("shutdown timeout: failing the remaining queries", "queued", st.QueueLength, "in_service", st.InService)
+		model.Close()
+		g.Stop()
+		<-drained
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(hctx); err != nil {
+		httpSrv.Close()
+	}
+	log.Info("backend stopped")
+	return runErr
+}
