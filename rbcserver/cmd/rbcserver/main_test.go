@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/robinhoodcache/robinhood/internal/testutil"
+	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
+)
+
+const pkg = "./rbcserver/cmd/rbcserver"
+
+// started is a running rbcserver binary.
+type started struct {
+	proc     *testutil.Process
+	grpcAddr string
+	httpURL  string
+	client   robinhoodv1.RBCServiceClient
+}
+
+func startBinary(t *testing.T, extra ...string) *started {
+	t.Helper()
+	bin := testutil.Binary(t, pkg)
+	g, h := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	// A long window: the test must not depend on how fast it runs.
+	args := append([]string{"--grpc-addr", g, "--http-addr", h, "--window", "1h"}, extra...)
+	p := testutil.Start(t, bin, args...)
+	testutil.WaitHTTP(t, "http://"+h+"/healthz")
+	conn, err := grpc.NewClient(g, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &started{proc: p, grpcAddr: g, httpURL: "http://" + h, client: robinhoodv1.NewRBCServiceClient(conn)}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func report(t *testing.T, c robinhoodv1.RBCServiceClient, batches ...*robinhoodv1.ReportRequest) (*robinhoodv1.ReportResponse, error) {
+	t.Helper()
+	stream, err := c.Report(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range batches {
+		if stream.Send(b) != nil {
+			break
+		}
+	}
+	return stream.CloseAndRecv()
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestBinaryServesReportAndGetRBC(t *testing.T) {
+	s := startBinary(t)
+	r := rand.New(rand.NewPCG(4, 2))
+	var lat, be []uint32
+	var batches []*robinhoodv1.ReportRequest
+	for range 10 {
+		b := &robinhoodv1.ReportRequest{AppServerId: "app0"}
+		for range 1000 {
+			b.LatencyUs = append(b.LatencyUs, uint32(100+r.IntN(20000)))
+			b.BlockingBackend = append(b.BlockingBackend, uint32(r.IntN(6)))
+		}
+		lat = append(lat, b.LatencyUs...)
+		be = append(be, b.BlockingBackend...)
+		batches = append(batches, b)
+	}
+	resp, err := report(t, s.client, batches...)
+	if err != nil || resp.GetAcceptedRecords() != 10000 || resp.GetAcceptedBatches() != 10 {
+		t.Fatalf("Report: %v, %v; want 10000 records in 10 batches", resp, err)
+	}
+
+	got, err := s.client.GetRBC(ctxT(t), &robinhoodv1.GetRBCRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := rbc.BruteForce(lat, be, rbc.DefaultParams())
+	if got.GetWindowRequests() != uint64(w.N) || got.GetLowLatencyUs() != w.Low || got.GetHighLatencyUs() != w.High ||
+		got.GetBandRequests() != w.Band || got.GetP50LatencyUs() != w.P50 || got.GetP99LatencyUs() != w.P99 {
+		t.Fatalf("GetRBC %v\nwant %+v", got, w)
+	}
+	for i, b := range got.GetBackends() {
+		if c := w.Backends[i]; b.GetBackend() != c.Backend || b.GetBlockingCount() != c.Blocking || b.GetWindowBlocking() != c.Window {
+			t.Fatalf("backend entry %d = %v, want %+v", i, b, c)
+		}
+	}
+
+	// /v1/rbc is the same computation as JSON (its own computed_unix_nanos).
+	code, body := httpGet(t, s.httpURL+"/v1/rbc")
+	if code != http.StatusOK {
+		t.Fatalf("/v1/rbc: %d %s", code, body)
+	}
+	var fromHTTP robinhoodv1.GetRBCResponse
+	if err := protojson.Unmarshal([]byte(body), &fromHTTP); err != nil {
+		t.Fatalf("/v1/rbc: %v\n%s", err, body)
+	}
+	fromHTTP.ComputedUnixNanos = got.ComputedUnixNanos
+	if !proto.Equal(&fromHTTP, got) {
+		t.Fatalf("/v1/rbc %v\ngRPC %v", &fromHTTP, got)
+	}
+	if !strings.Contains(body, `"window_requests":"10000"`) || !strings.Contains(body, `"low_pct":98.5`) {
+		t.Fatalf("/v1/rbc does not use proto field names: %s", body)
+	}
+
+	code, body = httpGet(t, s.httpURL+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, name := range []string{
+		"rbcserver_records_ingested_total 10000", "rbcserver_batches_total 10", "rbcserver_ring_records 10000",
+		"rbcserver_report_streams 0", `rbcserver_records_rejected_total{reason="backend_out_of_range"} 0`,
+		"rbcserver_getrbc_compute_seconds_bucket", "rbcserver_getrbc_compute_seconds_count 2",
+		`rbcserver_blocking_count{backend="0"}`, `rbcserver_band_share{backend="5"}`,
+		"go_goroutines", "process_resident_memory_bytes",
+	} {
+		if !strings.Contains(body, "\n"+name) {
+			t.Errorf("/metrics lacks %q", name)
+		}
+	}
+	if code, body := httpGet(t, s.httpURL+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+}
+
+func TestBinaryErrorCodes(t *testing.T) {
+	s := startBinary(t, "--max-backends", "16")
+	ok := &robinhoodv1.ReportRequest{LatencyUs: []uint32{1, 2}, BlockingBackend: []uint32{0, 15}}
+
+	_, err := report(t, s.client, ok, &robinhoodv1.ReportRequest{LatencyUs: []uint32{1, 2}, BlockingBackend: []uint32{3, 16}})
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "blocking_backend[1] = 16 is not below --max-backends 16" {
+		t.Errorf("out-of-range backend: %v", err)
+	}
+	_, err = report(t, s.client, &robinhoodv1.ReportRequest{LatencyUs: []uint32{1, 2, 3}, BlockingBackend: []uint32{3}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "latency_us[1] = 2 has no blocking backend") {
+		t.Errorf("length mismatch: %v", err)
+	}
+	big := &robinhoodv1.ReportRequest{
+		LatencyUs:       slices.Repeat([]uint32{1 << 31}, 1_700_000),
+		BlockingBackend: slices.Repeat([]uint32{1 << 31}, 1_700_000),
+	}
+	if _, err := report(t, s.client, big); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("oversized batch: %v, want ResourceExhausted", err)
+	}
+	_, err = s.client.GetRBC(ctxT(t), &robinhoodv1.GetRBCRequest{LowPct: 101})
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "low_pct = 101 is outside (0, 100]" {
+		t.Errorf("bad percentile: %v", err)
+	}
+	if code, body := httpGet(t, s.httpURL+"/v1/rbc?low_pct=99.9&high_pct=99"); code != http.StatusBadRequest || strings.TrimSpace(body) != "low_pct = 99.9 is above high_pct = 99" {
+		t.Errorf("/v1/rbc low > high: %d %q", code, body)
+	}
+	// Only the first good batch was stored.
+	got, err := s.client.GetRBC(ctxT(t), &robinhoodv1.GetRBCRequest{})
+	if err != nil || got.GetWindowRequests() != 2 {
+		t.Fatalf("after the rejections: %v, %v; want the 2 good records", got, err)
+	}
+}
+
+func TestBinaryExitsZeroOnSIGTERMWithOpenStream(t *testing.T) {
+	s := startBinary(t, "--shutdown-timeout", "30s")
+	stream, err := s.client.Report(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&robinhoodv1.ReportRequest{LatencyUs: []uint32{5}, BlockingBackend: []uint32{1}}); err != nil {
+		t.Fatal(err)
+	}
+	// Make sure the batch (and so the stream) reached the server.
+	for {
+		resp, err := s.client.GetRBC(ctxT(t), &robinhoodv1.GetRBCRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetWindowRequests() == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.proc.Signal(syscall.SIGTERM)
+	werr, done := s.proc.Wait(20 * time.Second) // well below --shutdown-timeout: the drain ends the stream
+	if !done {
+		t.Fatal("rbcserver did not exit within 20 s of SIGTERM with a stream open")
+	}
+	if werr != nil {
+		t.Fatalf("rbcserver exited with %v after SIGTERM, want status 0", werr)
+	}
+	if _, err := stream.CloseAndRecv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("open stream ended with %v, want Unavailable", err)
+	}
+	if out := s.proc.Output(); !strings.Contains(out, `msg="rbcserver stopped" ingested_records=1`) {
+		t.Fatalf("no shutdown log line:\n%s", out)
+	}
+}
+
+func TestBinaryRejectsBadFlags(t *testing.T) {
+	bin := testutil.Binary(t, pkg)
+	cases := []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--ring-size", "0"}, "rbcserver: --ring-size 0 is outside [1, 100000000]"},
+		{[]string{"--low-pct", "0"}, "rbcserver: --low-pct 0 is outside (0, 100]"},
+		{[]string{"--high-pct", "100.5"}, "rbcserver: --high-pct 100.5 is outside (0, 100]"},
+		{[]string{"--low-pct", "99.6"}, "rbcserver: --low-pct 99.6 is above --high-pct 99.5"},
+		{[]string{"--window", "-1s"}, "rbcserver: --window -1s must be positive"},
+		{[]string{"--max-backends", "0"}, "rbcserver: --max-backends 0 is outside [1, 65536]"},
+		{[]string{"--shutdown-timeout", "0s"}, "rbcserver: --shutdown-timeout 0s must be positive"},
+		{[]string{"--window", "soon"}, `invalid value "soon" for flag -window`},
+		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"extra"}, `rbcserver: unexpected arguments ["extra"]`},
+	}
+	for _, tc := range cases {
+		out, err := exec.Command(bin, tc.args...).CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("rbcserver %v: %v, want exit status 2\n%s", tc.args, err, out)
+			continue
+		}
+		if !strings.Contains(string(out), tc.msg) {
+			t.Errorf("rbcserver %v printed %q, want %q", tc.args, out, tc.msg)
+		}
+	}
+}
+
+func TestBinaryFailsWhenThePortIsTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	bin := testutil.Binary(t, pkg)
+	out, err := exec.Command(bin, "--grpc-addr", l.Addr().String(), "--http-addr", testutil.FreeAddr(t)).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "cannot listen for gRPC") {
+		t.Fatalf("rbcserver on a taken port: %v, want exit status 1 and a message\n%s", err, out)
+	}
+}
