@@ -61,7 +61,7 @@ type harness struct {
 	stop   func() error
 }
 
-func start(t *testing.T, mutate func(*Config)) *harness {
+func start(t testing.TB, mutate func(*Config)) *harness {
 	t.Helper()
 	cfg := DefaultConfig()
 	clock := newFakeClock()
