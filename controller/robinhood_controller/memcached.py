@@ -132,7 +132,9 @@ class MemcachedPartition:
             return fn(*args)
         except (OSError, socket.timeout, MemcacheUnexpectedCloseError) as e:
             self.close()
-            raise Unreachable(f"partition {self.name} ({self.addr}): {what}: {e}") from None
+            why = str(e) or ("connection closed by the server" if isinstance(e, MemcacheUnexpectedCloseError)
+                             else type(e).__name__)
+            raise Unreachable(f"partition {self.name} ({self.addr}): {what}: {why}") from None
         except MemcacheError as e:
             self.close()
             raise ProtocolError(f"partition {self.name} ({self.addr}): {what}: {e}") from None
