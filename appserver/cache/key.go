@@ -56,3 +56,14 @@ func LegalKey(s string) bool {
 	}
 	return true
 }
+
+// ItemOverhead is the per-item space memcached adds to key and value
+// (item header, CAS, terminators): 59 bytes measured on memcached 1.6.18
+// with CAS on, rounded up.
+const ItemOverhead = 64
+
+// Fits reports whether a value of n bytes under key fits in a memcached
+// whose item size limit (-I, stats settings item_size_max) is itemMax.
+func Fits(key string, n, itemMax int) bool {
+	return n+len(key)+ItemOverhead <= itemMax
+}

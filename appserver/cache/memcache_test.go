@@ -221,3 +221,24 @@ func TestClientClose(t *testing.T) {
 		t.Fatalf("Set after Close: %v", err)
 	}
 }
+
+// Fits agrees with memcached: what it accepts is stored, and the first size
+// it refuses is refused by memcached too.
+func TestFitsAgreesWithMemcached(t *testing.T) {
+	_, addr := testutil.Memcached(t, 16, "-I", "1m")
+	c := NewClient(addr, Options{})
+	defer c.Close()
+	const itemMax = 1 << 20
+	for _, key := range []string{"b:k", "b:" + strings.Repeat("x", 240)} {
+		n := itemMax
+		for !Fits(key, n, itemMax) {
+			n--
+		}
+		if err := c.Set(context.Background(), key, make([]byte, n)); err != nil {
+			t.Fatalf("key of %d bytes, value of %d bytes (Fits): %v", len(key), n, err)
+		}
+		if err := c.Set(context.Background(), key, make([]byte, n+ItemOverhead)); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("key of %d bytes, value of %d bytes: %v, want too large", len(key), n+ItemOverhead, err)
+		}
+	}
+}

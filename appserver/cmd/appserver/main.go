@@ -1,0 +1,137 @@
+// Command appserver is RobinHood's application server: it serves requests
+// (one trace line per POST /v1/request) by looking every query up in its
+// backend's memcached partition, fetching the misses from a backend replica
+// and filling the cache, and reports each request's latency and blocking
+// backend to the RBC server. See docs/appserver.md.
+//
+//	appserver --topology topology.yaml --id app0
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/appserver/cache"
+	"github.com/robinhoodcache/robinhood/appserver/report"
+	"github.com/robinhoodcache/robinhood/appserver/server"
+	"github.com/robinhoodcache/robinhood/topology"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("appserver", flag.ContinueOnError)
+	topoPath := fs.String("topology", "", "topology file (YAML; docs/topology.md)")
+	id := fs.String("id", "", "this application server's id in the topology")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	conns := fs.Int("memcached-conns", server.DefaultMemcachedConns, "connections per memcached instance (at least the expected concurrent requests)")
+	itemMax := fs.Int("memcached-item-max", server.DefaultMemcachedItemMax, "memcached item size limit in bytes (memcached -I); larger values are not cached")
+	fillQueue := fs.Int("fill-queue", cache.DefaultFillQueue, "values waiting to be stored, per backend; more are dropped and counted")
+	fillWorkers := fs.Int("fill-workers", cache.DefaultFillWorkers, "goroutines storing values, per backend")
+	rbcBuffer := fs.Int("rbc-buffer", report.DefaultBufferLen, "request records buffered for the next RBC batch; more are dropped and counted")
+	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest accepted request body")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: appserver --topology FILE --id ID [flags]\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "appserver: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected arguments %q", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usage("--log-level %q is not one of debug, info, warn, error", *logLevel)
+	}
+	if *topoPath == "" {
+		return usage("--topology is required")
+	}
+	if *id == "" {
+		return usage("--id is required")
+	}
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{
+		{"--memcached-conns", int64(*conns)}, {"--memcached-item-max", int64(*itemMax)},
+		{"--fill-queue", int64(*fillQueue)}, {"--fill-workers", int64(*fillWorkers)},
+		{"--rbc-buffer", int64(*rbcBuffer)}, {"--max-body-bytes", *maxBody},
+	} {
+		if c.v <= 0 {
+			return usage("%s %d must be positive", c.name, c.v)
+		}
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	topo, err := topology.Load(*topoPath)
+	if err != nil {
+		return usage("%v", err)
+	}
+	srv, err := server.New(server.Config{
+		Topology:         topo,
+		AppServerID:      *id,
+		Logger:           log,
+		MemcachedConns:   *conns,
+		MemcachedItemMax: *itemMax,
+		FillQueue:        *fillQueue,
+		FillWorkers:      *fillWorkers,
+		RBCBuffer:        *rbcBuffer,
+		MaxBodyBytes:     *maxBody,
+	})
+	if err != nil {
+		return usage("%v", err)
+	}
+	defer srv.Close()
+	app := srv.AppServer()
+
+	l, err := net.Listen("tcp", app.HTTP)
+	if err != nil {
+		log.Error("cannot listen", "addr", app.HTTP, "err", err)
+		return 1
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("serving", "id", app.ID, "http", l.Addr().String(), "cache_mode", app.CacheMode,
+		"request_timeout", time.Duration(app.RequestTimeout), "backend_timeout", time.Duration(app.BackendTimeout),
+		"rbc_server", topo.RBCServer.GRPC)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		log.Error("HTTP server failed", "err", err)
+		return 1
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("HTTP shutdown", "err", err)
+	}
+	<-errc
+	return 0
+}

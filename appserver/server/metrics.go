@@ -1,0 +1,129 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// latencyBuckets cover all-hit requests (tens of µs) up to timeouts; 150 ms
+// is the default SLO.
+var latencyBuckets = []float64{
+	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+	0.05, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5,
+}
+
+// Request outcomes (label status of appserver_requests_total).
+const (
+	statusOK         = "ok"
+	statusPartial    = "partial"
+	statusBadRequest = "bad_request"
+)
+
+type metrics struct {
+	reg           *prometheus.Registry
+	requestSec    prometheus.Histogram
+	requests      *prometheus.CounterVec
+	inFlight      prometheus.Gauge
+	querySec      *prometheus.HistogramVec
+	hits          *prometheus.CounterVec
+	misses        *prometheus.CounterVec
+	backendErrors *prometheus.CounterVec
+	cacheErrors   *prometheus.CounterVec
+	fillDropped   *prometheus.CounterVec
+	fillSkipped   *prometheus.CounterVec
+	fills         *prometheus.CounterVec
+	blocking      *prometheus.CounterVec
+	okRequests    prometheus.Counter
+	partial       prometheus.Counter
+	badRequests   prometheus.Counter
+}
+
+// backendMetrics are one backend's series, resolved once.
+type backendMetrics struct {
+	hitSec, missSec     prometheus.Observer
+	hits, misses        prometheus.Counter
+	fillDropped         prometheus.Counter
+	fillTooLarge        prometheus.Counter
+	fills               prometheus.Counter
+	blocking            prometheus.Counter
+	backendErr, cacheEr func(kind string) prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &metrics{
+		reg: reg,
+		requestSec: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "appserver_request_seconds",
+			Help:    "Request latency: receipt to the last query's values (ok and partial requests).",
+			Buckets: latencyBuckets,
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appserver_requests_total",
+			Help: "Requests by outcome: ok, partial (a backend call failed; HTTP 502), bad_request (HTTP 4xx).",
+		}, []string{"status"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "appserver_requests_in_flight",
+			Help: "Requests being served.",
+		}),
+		querySec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "appserver_query_seconds",
+			Help:    "Query latency from the start of its backend's batch: hits when the multi-get answered, misses when the backend's values arrived.",
+			Buckets: latencyBuckets,
+		}, []string{"backend", "result"}),
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appserver_cache_hits_total",
+			Help: "Queries answered from the cache.",
+		}, []string{"backend"}),
+		misses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appserver_cache_misses_total",
+			Help: "Queries sent to the backend: cache misses, uncacheable queries, and every query in cache mode none.",
+		}, []string{"backend"}),
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appserver_backend_errors_total",
+			Help: "Failed backend calls by kind: timeout, unavailable, canceled, bad_response, error.",
+		}, []string{"backend", "kind"}),
+		cacheErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appserver_cache_errors_total",
+			Help: "Failed memcached operations (gets and fills) by kind; size_mismatch counts cached values whose length differed from the requested size.",
+		}, []string{"backend", "kind"}),
+		fillDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appserver_cache_fill_dropped_total",
+			Help: "Values not stored because the backend's fill queue was full.",
+		}, []string{"backend"}),
+		fillSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appserver_cache_fill_skipped_total",
+			Help: "Cacheable values not stored, by reason (too_large: above the memcached item size limit).",
+		}, []string{"backend", "reason"}),
+		fills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appserver_cache_fills_total",
+			Help: "Values stored in the cache.",
+		}, []string{"backend"}),
+		blocking: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appserver_blocking_total",
+			Help: "Requests whose last query to finish was this backend's.",
+		}, []string{"backend"}),
+	}
+	reg.MustRegister(m.requestSec, m.requests, m.inFlight, m.querySec, m.hits, m.misses,
+		m.backendErrors, m.cacheErrors, m.fillDropped, m.fillSkipped, m.fills, m.blocking)
+	m.okRequests = m.requests.WithLabelValues(statusOK)
+	m.partial = m.requests.WithLabelValues(statusPartial)
+	m.badRequests = m.requests.WithLabelValues(statusBadRequest)
+	return m
+}
+
+func (m *metrics) forBackend(name string) backendMetrics {
+	return backendMetrics{
+		hitSec:       m.querySec.WithLabelValues(name, "hit"),
+		missSec:      m.querySec.WithLabelValues(name, "miss"),
+		hits:         m.hits.WithLabelValues(name),
+		misses:       m.misses.WithLabelValues(name),
+		fillDropped:  m.fillDropped.WithLabelValues(name),
+		fillTooLarge: m.fillSkipped.WithLabelValues(name, "too_large"),
+		fills:        m.fills.WithLabelValues(name),
+		blocking:     m.blocking.WithLabelValues(name),
+		backendErr:   func(kind string) prometheus.Counter { return m.backendErrors.WithLabelValues(name, kind) },
+		cacheEr:      func(kind string) prometheus.Counter { return m.cacheErrors.WithLabelValues(name, kind) },
+	}
+}

@@ -1,0 +1,316 @@
+// Package server is the application server's request path (SPEC §7): it
+// takes one request (a trace line) over HTTP, runs its layers in sequence
+// and, within a layer, every backend's batch in parallel — multi-get from
+// the backend's cache partition, fetch the misses from one replica, queue
+// the cacheable values for a background fill — then answers with the
+// request's latency and blocking backend, and records both for the RBC
+// server. docs/appserver.md describes the HTTP interface.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/robinhoodcache/robinhood/appserver/cache"
+	"github.com/robinhoodcache/robinhood/appserver/dispatch"
+	"github.com/robinhoodcache/robinhood/appserver/report"
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+	"github.com/robinhoodcache/robinhood/topology"
+)
+
+// Defaults of Config.
+const (
+	DefaultMemcachedConns   = 128
+	DefaultMemcachedItemMax = 1 << 20
+	DefaultMaxBodyBytes     = 8 << 20
+)
+
+// Config configures a Server. Zero values mean the defaults.
+type Config struct {
+	// Topology is the deployment; AppServerID selects this server's entry.
+	Topology    *topology.Topology
+	AppServerID string
+	// Logger receives startup, shutdown and state-change lines (nothing per
+	// request above debug level).
+	Logger *slog.Logger
+	// MemcachedConns bounds the connections to each memcached instance;
+	// all are kept open for reuse. It should be at least the expected
+	// number of concurrent requests.
+	MemcachedConns int
+	// MemcachedItemMax is the memcached item size limit (-I); larger
+	// values are not cached.
+	MemcachedItemMax int
+	// FillQueue and FillWorkers size each backend's fill queue.
+	FillQueue, FillWorkers int
+	// RBCBuffer bounds the records waiting for the next RBC batch.
+	RBCBuffer int
+	// ReportInterval is the RBC batch interval (default 1 s).
+	ReportInterval time.Duration
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64
+}
+
+// Server serves one application server's requests. It owns its background
+// goroutines (the RBC reporter and the fill workers); Close stops them.
+type Server struct {
+	app            *topology.AppServer
+	log            *slog.Logger
+	backends       map[string]*backend
+	names          string // the topology's backend names, for error messages
+	clients        []*cache.Client
+	itemMax        int
+	maxBody        int64
+	requestTimeout time.Duration
+	backendTimeout time.Duration
+	m              *metrics
+	reporter       *report.Reporter
+	rbcConn        *grpc.ClientConn
+	stopReporter   context.CancelFunc
+	reporterDone   chan struct{}
+	closeOnce      sync.Once
+	bufs           sync.Pool
+}
+
+// backend is one backend as this application server sees it.
+type backend struct {
+	name       string
+	id         uint32
+	replicas   *dispatch.Replicas
+	dispatcher dispatch.Dispatcher
+	cache      *cache.Client // nil in cache mode none
+	filler     *cache.Filler
+	m          backendMetrics
+}
+
+// New builds a server for cfg.AppServerID and starts its background
+// goroutines. Connections are made on first use, so the caches, backends
+// and RBC server need not be up yet.
+func New(cfg Config) (_ *Server, err error) {
+	if cfg.Topology == nil {
+		return nil, errors.New("server: no topology")
+	}
+	app, ok := cfg.Topology.AppServer(cfg.AppServerID)
+	if !ok {
+		ids := make([]string, 0, len(cfg.Topology.AppServers))
+		for _, a := range cfg.Topology.AppServers {
+			ids = append(ids, a.ID)
+		}
+		return nil, fmt.Errorf("--id %q: no such application server in the topology (it has: %s)", cfg.AppServerID, strings.Join(ids, ", "))
+	}
+	policy, err := dispatchPolicy(app)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MemcachedConns <= 0 {
+		cfg.MemcachedConns = DefaultMemcachedConns
+	}
+	if cfg.MemcachedItemMax <= 0 {
+		cfg.MemcachedItemMax = DefaultMemcachedItemMax
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	s := &Server{
+		app:            app,
+		log:            cfg.Logger,
+		backends:       map[string]*backend{},
+		itemMax:        cfg.MemcachedItemMax,
+		maxBody:        cfg.MaxBodyBytes,
+		requestTimeout: time.Duration(app.RequestTimeout),
+		backendTimeout: time.Duration(app.BackendTimeout),
+		m:              newMetrics(),
+		reporterDone:   make(chan struct{}),
+	}
+	if s.requestTimeout <= 0 {
+		s.requestTimeout = topology.DefaultRequestTimeout
+	}
+	if s.backendTimeout <= 0 {
+		s.backendTimeout = topology.DefaultBackendTimeout
+	}
+	defer func() {
+		if err != nil {
+			s.closeResources()
+		}
+	}()
+
+	copt := cache.Options{MaxConns: cfg.MemcachedConns, Timeout: s.backendTimeout}
+	var shared *cache.Client
+	if app.CacheMode == topology.CacheShared {
+		shared = cache.NewClient(app.SharedCache, copt)
+		s.clients = append(s.clients, shared)
+	}
+	names := make([]string, 0, len(cfg.Topology.Backends))
+	for _, tb := range cfg.Topology.Backends {
+		names = append(names, tb.Name)
+		rs, err := dispatch.Dial(tb)
+		if err != nil {
+			return nil, err
+		}
+		be := &backend{name: tb.Name, id: tb.ID, replicas: rs, m: s.m.forBackend(tb.Name)}
+		s.backends[tb.Name] = be
+		if be.dispatcher, err = dispatch.New(policy, rs); err != nil {
+			return nil, fmt.Errorf("app_servers %s dispatch.policy: %w", app.ID, err)
+		}
+		switch app.CacheMode {
+		case topology.CachePartitioned:
+			be.cache = cache.NewClient(app.Partitions[tb.Name].Addr, copt)
+			s.clients = append(s.clients, be.cache)
+		case topology.CacheShared:
+			be.cache = shared
+		}
+		if be.cache != nil {
+			bm := be.m
+			be.filler = cache.NewFiller(be.cache, cache.FillOptions{
+				QueueLen: cfg.FillQueue,
+				Workers:  cfg.FillWorkers,
+				Timeout:  s.backendTimeout,
+				Done: func(err error) {
+					switch {
+					case err == nil:
+						bm.fills.Inc()
+					case errors.Is(err, cache.ErrTooLarge):
+						bm.fillTooLarge.Inc()
+					default:
+						bm.cacheEr(cache.ErrorKind(err)).Inc()
+					}
+				},
+			})
+		}
+	}
+	sort.Strings(names)
+	s.names = strings.Join(names, ", ")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopReporter = cancel
+	if addr := cfg.Topology.RBCServer.GRPC; addr != "" {
+		s.rbcConn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("rbc_server.grpc %q: %w", addr, err)
+		}
+		s.reporter = report.New(pb.NewRBCServiceClient(s.rbcConn), report.Options{
+			AppServerID: app.ID,
+			BufferLen:   cfg.RBCBuffer,
+			Interval:    cfg.ReportInterval,
+			Logger:      s.log.With("component", "rbc-reporter", "rbc_server", addr),
+		})
+		go func() {
+			defer close(s.reporterDone)
+			s.reporter.Run(ctx)
+		}()
+	} else {
+		close(s.reporterDone)
+		s.log.Warn("the topology has no rbc_server.grpc address; request records are not reported")
+	}
+	s.registerFuncMetrics()
+	return s, nil
+}
+
+// dispatchPolicy reads app_servers[].dispatch.policy (default random).
+func dispatchPolicy(app *topology.AppServer) (string, error) {
+	v, ok := app.Dispatch["policy"]
+	if !ok {
+		return dispatch.Random, nil
+	}
+	p, isString := v.(string)
+	if !isString {
+		return "", fmt.Errorf("app_servers %s dispatch.policy: %v is not a string (one of %s)", app.ID, v, strings.Join(dispatch.Policies(), ", "))
+	}
+	for _, known := range dispatch.Policies() {
+		if p == known {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("app_servers %s dispatch.policy: %q is not one of %s", app.ID, p, strings.Join(dispatch.Policies(), ", "))
+}
+
+func (s *Server) registerFuncMetrics() {
+	var sent, dropped, connected func() float64
+	if r := s.reporter; r != nil {
+		sent = func() float64 { return float64(r.Sent()) }
+		dropped = func() float64 { return float64(r.Dropped()) }
+		connected = func() float64 {
+			if r.Connected() {
+				return 1
+			}
+			return 0
+		}
+	} else {
+		sent, dropped, connected = zero, zero, zero
+	}
+	s.m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_rbc_records_sent_total", Help: "Request records handed to the RBC server's Report stream."}, sent),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_rbc_records_dropped_total", Help: "Request records dropped: buffer full or RBC server unreachable."}, dropped),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appserver_rbc_connected", Help: "1 while a Report stream to the RBC server is open."}, connected),
+	)
+	for _, be := range s.backends {
+		if f := be.filler; f != nil {
+			s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name:        "appserver_cache_fill_queue_length",
+				Help:        "Values waiting in the backend's fill queue.",
+				ConstLabels: prometheus.Labels{"backend": be.name},
+			}, func() float64 { return float64(f.Len()) }))
+		}
+	}
+}
+
+func zero() float64 { return 0 }
+
+// AppServer returns this server's topology entry.
+func (s *Server) AppServer() *topology.AppServer { return s.app }
+
+// Handler serves POST /v1/request, GET /metrics and GET /healthz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/request", s.serveRequest)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{Registry: s.m.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// Close sends the buffered RBC records one last time, stops the fill
+// workers (abandoning queued values) and closes every connection. Stop the
+// HTTP server first.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.stopReporter()
+		<-s.reporterDone
+		s.closeResources()
+	})
+	return nil
+}
+
+func (s *Server) closeResources() {
+	for _, be := range s.backends {
+		if be.filler != nil {
+			be.filler.Close()
+		}
+		if be.replicas != nil {
+			_ = be.replicas.Close()
+		}
+	}
+	for _, c := range s.clients {
+		_ = c.Close()
+	}
+	if s.rbcConn != nil {
+		_ = s.rbcConn.Close()
+	}
+}
