@@ -279,8 +279,9 @@ type GetRBCResponse struct {
 	// Latency at rank ceil(low_pct/100 * n) (nearest rank, 1-based).
 	LowLatencyUs uint32 `protobuf:"varint,3,opt,name=low_latency_us,json=lowLatencyUs,proto3" json:"low_latency_us,omitempty"`
 	// Latency at rank ceil(high_pct/100 * n).
-	HighLatencyUs     uint32 `protobuf:"varint,4,opt,name=high_latency_us,json=highLatencyUs,proto3" json:"high_latency_us,omitempty"`
-	ComputedUnixNanos int64  `protobuf:"varint,5,opt,name=computed_unix_nanos,json=computedUnixNanos,proto3" json:"computed_unix_nanos,omitempty"`
+	HighLatencyUs uint32 `protobuf:"varint,4,opt,name=high_latency_us,json=highLatencyUs,proto3" json:"high_latency_us,omitempty"`
+	// Server time of the snapshot, nanoseconds since the Unix epoch.
+	ComputedUnixNanos int64 `protobuf:"varint,5,opt,name=computed_unix_nanos,json=computedUnixNanos,proto3" json:"computed_unix_nanos,omitempty"`
 	// Size of the band set S (requests with low <= latency <= high).
 	BandRequests uint64 `protobuf:"varint,6,opt,name=band_requests,json=bandRequests,proto3" json:"band_requests,omitempty"`
 	// The parameters actually used (defaults filled in).

@@ -57,7 +57,10 @@ class RBCServiceServicer:
         """Report is a client stream: an application server sends one batch of
         records per second for as long as it runs. A batch is validated as a
         whole; an invalid batch ends the stream with InvalidArgument and none of
-        its records are stored (earlier batches stay).
+        its records are stored (earlier batches stay). A message over 16 MiB
+        ends it with ResourceExhausted. When the server shuts down, open streams
+        end with Unavailable: reconnect and resend. The arrival time of every
+        record of a batch is the server's receive time of the batch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -65,7 +68,9 @@ class RBCServiceServicer:
 
     def GetRBC(self, request, context):
         """GetRBC computes the blocking counts over the records that arrived in the
-        last window_seconds.
+        last window_seconds (at most the server's --ring-size newest records).
+        Invalid parameters fail with InvalidArgument; an empty window is not an
+        error but a response with zero counts.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
