@@ -1,0 +1,706 @@
+// Package scenario reads capacity scenarios — timelines of changes to the
+// backends' limits, applied through their admin API (PUT /admin/limits)
+// while a trace is replayed (SPEC §9, paper Fig. 7, 10, 11, 12) — validates
+// them completely before anything starts, and expands them into a
+// deterministic list of changes.
+//
+// A scenario file (docs/workloads.md has the reference):
+//
+//	seed: 7                       # optional; random walks use it
+//	events:
+//	  - kind: set                 # at a time, fields → values
+//	    at: 8m
+//	    backend: b6
+//	    set: {rate: 300}
+//	  - kind: ramp                # linearly from → to, every step
+//	    backends: [b7]
+//	    field: rate
+//	    from: 1200
+//	    to: 300
+//	    start: 5m
+//	    end: 25m
+//	    step: 10s
+//	  - kind: random_walk         # every period ±step with probability ½
+//	    backends: [b1, b5, b6, b8]
+//	    field: rate
+//	    period: 20s
+//	    step: 100
+//	    min: 200
+//	    max: 1200
+//	    initial: 800              # optional: else read from the backend
+//
+// Parsing and expansion are pure; apply.go is the I/O shell.
+package scenario
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/robinhoodcache/robinhood/backends/capacity"
+)
+
+// Kind is an event kind.
+type Kind string
+
+// Event kinds.
+const (
+	KindSet        Kind = "set"
+	KindRamp       Kind = "ramp"
+	KindRandomWalk Kind = "random_walk"
+)
+
+// FieldValue is one limit field and its new value.
+type FieldValue struct {
+	Field string
+	Value float64
+}
+
+// Event is one validated entry of the timeline.
+type Event struct {
+	// Line is the event's line in the file.
+	Line     int
+	Kind     Kind
+	Backends []string
+
+	// set
+	At  time.Duration
+	Set []FieldValue
+
+	// ramp and random_walk
+	Field      string
+	Start, End time.Duration
+	// HasEnd is false for a random walk that runs to the end of the run.
+	HasEnd bool
+
+	// ramp
+	From, To float64
+	Step     time.Duration
+
+	// random_walk
+	Period   time.Duration
+	StepSize float64
+	Min, Max float64
+	Initial  *float64
+}
+
+// Scenario is a validated scenario file.
+type Scenario struct {
+	File string
+	// Seed is the file's seed, if it has one.
+	Seed   *uint64
+	Events []Event
+}
+
+// Change is one step of the expanded timeline: at At, set Fields on every
+// replica of Backend.
+type Change struct {
+	At      time.Duration
+	Backend string
+	Fields  []FieldValue
+	// Line and Kind name the event that produced the change.
+	Line int
+	Kind Kind
+}
+
+// Error is a validation error at a line of a scenario file.
+type Error struct {
+	File   string
+	Line   int
+	Reason string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason) }
+
+// Load reads and validates a scenario file. backends are the names the
+// topology knows; duration is the run's length (0 when unknown) and only
+// produces warnings for events beyond it.
+func Load(path string, backends []string, duration time.Duration) (*Scenario, []string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("scenario: %w", err)
+	}
+	return Parse(path, b, backends, duration)
+}
+
+var allowedKeys = map[Kind][]string{
+	KindSet:        {"kind", "backend", "backends", "at", "set"},
+	KindRamp:       {"kind", "backend", "backends", "field", "from", "to", "start", "end", "step"},
+	KindRandomWalk: {"kind", "backend", "backends", "field", "period", "step", "min", "max", "initial", "start", "end"},
+}
+
+type parser struct {
+	file     string
+	backends map[string]bool
+	names    []string
+}
+
+func (p *parser) errf(n *yaml.Node, format string, args ...any) error {
+	return &Error{File: p.file, Line: n.Line, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Parse validates a scenario document; file names it in errors.
+func Parse(file string, data []byte, backends []string, duration time.Duration) (*Scenario, []string, error) {
+	p := &parser{file: file, backends: map[string]bool{}, names: backends}
+	for _, b := range backends {
+		p.backends[b] = true
+	}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		return nil, nil, fmt.Errorf("%s: %v", file, err)
+	}
+	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, nil, &Error{File: file, Line: max(doc.Line, 1), Reason: "a scenario is a mapping with an events list"}
+	}
+	root := doc.Content[0]
+	sc := &Scenario{File: file}
+	var events *yaml.Node
+	if err := p.eachKey(root, []string{"seed", "events"}, func(k string, v *yaml.Node) error {
+		switch k {
+		case "seed":
+			s, err := strconv.ParseUint(v.Value, 10, 64)
+			if v.Kind != yaml.ScalarNode || err != nil {
+				return p.errf(v, "seed: %q is not a non-negative integer", v.Value)
+			}
+			sc.Seed = &s
+		case "events":
+			events = v
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	if events == nil || events.Kind != yaml.SequenceNode {
+		return nil, nil, p.errf(root, "events: a list of events is required")
+	}
+	for _, en := range events.Content {
+		ev, err := p.event(en)
+		if err != nil {
+			return nil, nil, err
+		}
+		sc.Events = append(sc.Events, ev)
+	}
+	if err := p.conflicts(sc.Events); err != nil {
+		return nil, nil, err
+	}
+	return sc, sc.warnings(duration), nil
+}
+
+// eachKey walks a mapping, rejecting unknown and repeated keys.
+func (p *parser) eachKey(m *yaml.Node, allowed []string, f func(k string, v *yaml.Node) error) error {
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if !contains(allowed, k.Value) {
+			return p.errf(k, "unknown key %q (allowed: %s)", k.Value, strings.Join(allowed, ", "))
+		}
+		if seen[k.Value] {
+			return p.errf(k, "%s is given twice", k.Value)
+		}
+		seen[k.Value] = true
+		if err := f(k.Value, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *parser) event(n *yaml.Node) (Event, error) {
+	ev := Event{Line: n.Line}
+	if n.Kind != yaml.MappingNode {
+		return ev, p.errf(n, "an event is a mapping with a kind (set, ramp, random_walk)")
+	}
+	var kind *yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "kind" {
+			kind = n.Content[i+1]
+		}
+	}
+	if kind == nil {
+		return ev, p.errf(n, "event has no kind (set, ramp or random_walk)")
+	}
+	ev.Kind = Kind(kind.Value)
+	allowed, ok := allowedKeys[ev.Kind]
+	if !ok {
+		return ev, p.errf(kind, "kind %q is not one of set, ramp, random_walk", kind.Value)
+	}
+	vals := map[string]*yaml.Node{}
+	if err := p.eachKey(n, allowed, func(k string, v *yaml.Node) error { vals[k] = v; return nil }); err != nil {
+		return ev, err
+	}
+	var err error
+	if ev.Backends, err = p.backendList(n, vals); err != nil {
+		return ev, err
+	}
+	switch ev.Kind {
+	case KindSet:
+		err = p.setEvent(n, vals, &ev)
+	case KindRamp:
+		err = p.rampEvent(n, vals, &ev)
+	case KindRandomWalk:
+		err = p.walkEvent(n, vals, &ev)
+	}
+	return ev, err
+}
+
+func (p *parser) backendList(ev *yaml.Node, vals map[string]*yaml.Node) ([]string, error) {
+	one, many := vals["backend"], vals["backends"]
+	var nodes []*yaml.Node
+	switch {
+	case one != nil && many != nil:
+		return nil, p.errf(many, "give backend or backends, not both")
+	case one != nil:
+		nodes = []*yaml.Node{one}
+	case many != nil:
+		if many.Kind != yaml.SequenceNode || len(many.Content) == 0 {
+			return nil, p.errf(many, "backends: a non-empty list of backend names is required")
+		}
+		nodes = many.Content
+	default:
+		return nil, p.errf(ev, "event names no backend (backend: NAME or backends: [NAME, ...])")
+	}
+	var out []string
+	for _, b := range nodes {
+		if b.Kind != yaml.ScalarNode {
+			return nil, p.errf(b, "a backend is a name")
+		}
+		if !p.backends[b.Value] {
+			return nil, p.errf(b, "backend %q is not in the topology (backends: %s)", b.Value, strings.Join(p.names, ", "))
+		}
+		if contains(out, b.Value) {
+			return nil, p.errf(b, "backend %q is listed twice", b.Value)
+		}
+		out = append(out, b.Value)
+	}
+	return out, nil
+}
+
+func (p *parser) need(ev *yaml.Node, vals map[string]*yaml.Node, key string) (*yaml.Node, error) {
+	v := vals[key]
+	if v == nil {
+		return nil, p.errf(ev, "%s event needs %s", vals["kind"].Value, key)
+	}
+	return v, nil
+}
+
+func (p *parser) duration(n *yaml.Node, key string) (time.Duration, error) {
+	d, err := time.ParseDuration(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return 0, p.errf(n, "%s: %q is not a duration (use e.g. 90s, 5m, 1h30m)", key, n.Value)
+	}
+	if d < 0 {
+		return 0, p.errf(n, "%s: %v is negative", key, d)
+	}
+	return d, nil
+}
+
+func (p *parser) number(n *yaml.Node, key string) (float64, error) {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
+		return 0, p.errf(n, "%s: %q is not a number", key, n.Value)
+	}
+	f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, p.errf(n, "%s: %q is not a finite number", key, n.Value)
+	}
+	return f, nil
+}
+
+// fieldName checks a limit field name.
+func (p *parser) fieldName(n *yaml.Node) (string, error) {
+	if n.Kind != yaml.ScalarNode || !contains(capacity.Fields, n.Value) {
+		return "", p.errf(n, "field %q is not a backend limit (fields: %s)", n.Value, strings.Join(capacity.Fields, ", "))
+	}
+	return n.Value, nil
+}
+
+// checkValue validates a value for a field with the backends' own admin API
+// parser, so scenarios accept exactly what PUT /admin/limits accepts.
+func (p *parser) checkValue(n *yaml.Node, field string, v float64) error {
+	body := fmt.Sprintf(`{%q: %s}`, field, strconv.FormatFloat(v, 'g', -1, 64))
+	if _, err := capacity.ParsePatch([]byte(body)); err != nil {
+		var fe *capacity.FieldError
+		if errors.As(err, &fe) {
+			return p.errf(n, "%s: %s, got %s", field, fe.Reason, fe.Value)
+		}
+		return p.errf(n, "%s: %v", field, err)
+	}
+	return nil
+}
+
+func isInteger(field string) bool {
+	return field == capacity.FieldWorkers || field == capacity.FieldQueueLimit
+}
+
+func (p *parser) setEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) error {
+	at, err := p.need(ev, vals, "at")
+	if err != nil {
+		return err
+	}
+	if e.At, err = p.duration(at, "at"); err != nil {
+		return err
+	}
+	set, err := p.need(ev, vals, "set")
+	if err != nil {
+		return err
+	}
+	if set.Kind != yaml.MappingNode || len(set.Content) == 0 {
+		return p.errf(set, "set: a mapping of fields to values is required, e.g. {rate: 300}")
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(set.Content); i += 2 {
+		f, err := p.fieldName(set.Content[i])
+		if err != nil {
+			return err
+		}
+		if seen[f] {
+			return p.errf(set.Content[i], "%s is given twice", f)
+		}
+		seen[f] = true
+		v, err := p.number(set.Content[i+1], f)
+		if err != nil {
+			return err
+		}
+		if err := p.checkValue(set.Content[i+1], f, v); err != nil {
+			return err
+		}
+		e.Set = append(e.Set, FieldValue{Field: f, Value: v})
+	}
+	return nil
+}
+
+func (p *parser) interval(ev *yaml.Node, vals map[string]*yaml.Node, e *Event, endRequired bool) error {
+	var err error
+	if n := vals["start"]; n != nil {
+		if e.Start, err = p.duration(n, "start"); err != nil {
+			return err
+		}
+	} else if endRequired {
+		return p.errf(ev, "%s event needs start", e.Kind)
+	}
+	if n := vals["end"]; n != nil {
+		if e.End, err = p.duration(n, "end"); err != nil {
+			return err
+		}
+		if e.End <= e.Start {
+			return p.errf(n, "end %v is not after start %v", e.End, e.Start)
+		}
+		e.HasEnd = true
+	} else if endRequired {
+		return p.errf(ev, "%s event needs end", e.Kind)
+	}
+	return nil
+}
+
+func (p *parser) rampEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) error {
+	fn, err := p.need(ev, vals, "field")
+	if err != nil {
+		return err
+	}
+	if e.Field, err = p.fieldName(fn); err != nil {
+		return err
+	}
+	for _, k := range []string{"from", "to"} {
+		n, err := p.need(ev, vals, k)
+		if err != nil {
+			return err
+		}
+		v, err := p.number(n, k)
+		if err != nil {
+			return err
+		}
+		if err := p.checkValue(n, e.Field, v); err != nil {
+			return err
+		}
+		if k == "from" {
+			e.From = v
+		} else {
+			e.To = v
+		}
+	}
+	if err := p.interval(ev, vals, e, true); err != nil {
+		return err
+	}
+	sn, err := p.need(ev, vals, "step")
+	if err != nil {
+		return err
+	}
+	if e.Step, err = p.duration(sn, "step"); err != nil {
+		return err
+	}
+	if e.Step <= 0 {
+		return p.errf(sn, "step: %v must be positive", e.Step)
+	}
+	return nil
+}
+
+func (p *parser) walkEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) error {
+	fn, err := p.need(ev, vals, "field")
+	if err != nil {
+		return err
+	}
+	if e.Field, err = p.fieldName(fn); err != nil {
+		return err
+	}
+	pn, err := p.need(ev, vals, "period")
+	if err != nil {
+		return err
+	}
+	if e.Period, err = p.duration(pn, "period"); err != nil {
+		return err
+	}
+	if e.Period <= 0 {
+		return p.errf(pn, "period: %v must be positive", e.Period)
+	}
+	nums := map[string]*float64{"step": &e.StepSize, "min": &e.Min, "max": &e.Max}
+	for _, k := range []string{"step", "min", "max"} {
+		n, err := p.need(ev, vals, k)
+		if err != nil {
+			return err
+		}
+		if *nums[k], err = p.number(n, k); err != nil {
+			return err
+		}
+		if k != "step" {
+			if err := p.checkValue(n, e.Field, *nums[k]); err != nil {
+				return err
+			}
+		}
+	}
+	if !(e.StepSize > 0) {
+		return p.errf(vals["step"], "step: %v must be positive", e.StepSize)
+	}
+	if isInteger(e.Field) && e.StepSize != math.Trunc(e.StepSize) {
+		return p.errf(vals["step"], "step: %v must be a whole number for %s", e.StepSize, e.Field)
+	}
+	if e.Min >= e.Max {
+		return p.errf(vals["max"], "max %v is not above min %v", e.Max, e.Min)
+	}
+	if n := vals["initial"]; n != nil {
+		v, err := p.number(n, "initial")
+		if err != nil {
+			return err
+		}
+		if v < e.Min || v > e.Max {
+			return p.errf(n, "initial %v is outside [min %v, max %v]", v, e.Min, e.Max)
+		}
+		if err := p.checkValue(n, e.Field, v); err != nil {
+			return err
+		}
+		e.Initial = &v
+	}
+	return p.interval(ev, vals, e, false)
+}
+
+// conflicts rejects ramps and walks that overlap on the same backend and
+// field, and sets of a field that a ramp or walk is driving at that time.
+func (p *parser) conflicts(events []Event) error {
+	type span struct {
+		ev         *Event
+		start, end time.Duration // end < 0: open
+	}
+	spans := map[string][]span{}
+	key := func(b, f string) string { return b + "\x00" + f }
+	for i := range events {
+		e := &events[i]
+		if e.Kind == KindSet {
+			continue
+		}
+		end := e.End
+		if !e.HasEnd {
+			end = -1
+		}
+		for _, b := range e.Backends {
+			k := key(b, e.Field)
+			for _, o := range spans[k] {
+				if overlaps(e.Start, end, o.start, o.end) {
+					return &Error{File: p.file, Line: e.Line, Reason: fmt.Sprintf("%s of %s.%s from %v%s overlaps the %s at line %d (%v%s)",
+						e.Kind, b, e.Field, e.Start, untilStr(end), o.ev.Kind, o.ev.Line, o.start, untilStr(o.end))}
+				}
+			}
+			spans[k] = append(spans[k], span{e, e.Start, end})
+		}
+	}
+	sets := map[string]int{}
+	for i := range events {
+		e := &events[i]
+		if e.Kind != KindSet {
+			continue
+		}
+		for _, b := range e.Backends {
+			for _, fv := range e.Set {
+				k := key(b, fv.Field)
+				for _, o := range spans[k] {
+					if e.At >= o.start && (o.end < 0 || e.At <= o.end) {
+						return &Error{File: p.file, Line: e.Line, Reason: fmt.Sprintf("set of %s.%s at %v falls within the %s at line %d (%v%s)",
+							b, fv.Field, e.At, o.ev.Kind, o.ev.Line, o.start, untilStr(o.end))}
+					}
+				}
+				at := k + "\x00" + e.At.String()
+				if line, dup := sets[at]; dup {
+					return &Error{File: p.file, Line: e.Line, Reason: fmt.Sprintf("%s.%s is also set at %v by line %d", b, fv.Field, e.At, line)}
+				}
+				sets[at] = e.Line
+			}
+		}
+	}
+	return nil
+}
+
+func overlaps(s1, e1, s2, e2 time.Duration) bool {
+	before := func(a, b time.Duration) bool { return b < 0 || a < b } // a < end b
+	return before(s1, e2) && before(s2, e1)
+}
+
+func untilStr(end time.Duration) string {
+	if end < 0 {
+		return " to the end of the run"
+	}
+	return " to " + end.String()
+}
+
+// warnings lists events that reach beyond the run's duration.
+func (s *Scenario) warnings(duration time.Duration) []string {
+	if duration <= 0 {
+		return nil
+	}
+	var out []string
+	w := func(line int, format string, args ...any) {
+		out = append(out, fmt.Sprintf("%s:%d: %s", s.File, line, fmt.Sprintf(format, args...)))
+	}
+	for _, e := range s.Events {
+		switch {
+		case e.Kind == KindSet && e.At >= duration:
+			w(e.Line, "set at %v is not before the end of the run (%v); it will not be applied", e.At, duration)
+		case e.Kind != KindSet && e.Start >= duration:
+			w(e.Line, "%s starts at %v, not before the end of the run (%v); it will not be applied", e.Kind, e.Start, duration)
+		case e.Kind != KindSet && e.HasEnd && e.End > duration:
+			w(e.Line, "%s ends at %v, after the end of the run (%v); it is cut short", e.Kind, e.End, duration)
+		}
+	}
+	return out
+}
+
+// BackendField names one limit of one backend.
+type BackendField struct {
+	Backend, Field string
+}
+
+// NeedsInitial lists the (backend, field) pairs of random walks without an
+// initial value: their starting point must be read from the backend.
+func (s *Scenario) NeedsInitial() []BackendField {
+	var out []BackendField
+	for _, e := range s.Events {
+		if e.Kind == KindRandomWalk && e.Initial == nil {
+			for _, b := range e.Backends {
+				out = append(out, BackendField{b, e.Field})
+			}
+		}
+	}
+	return out
+}
+
+// Expand returns the timeline's changes before duration (> 0), ordered by
+// time and, at equal times, by position in the file. Random walks draw
+// from a generator seeded by (seed, event line), so an event's walk does not
+// change when other events are added; initial gives the starting values of
+// walks without an initial value (NeedsInitial). Integer fields (workers,
+// queue_limit) are rounded; a ramp or walk step that leaves the value
+// unchanged produces no change.
+func (s *Scenario) Expand(duration time.Duration, seed uint64, initial map[BackendField]float64) ([]Change, error) {
+	if duration <= 0 {
+		return nil, errors.New("scenario: the run's duration is needed to expand the timeline")
+	}
+	var out []Change
+	add := func(c Change) {
+		if c.At < duration {
+			out = append(out, c)
+		}
+	}
+	round := func(field string, v float64) float64 {
+		if isInteger(field) {
+			return math.Round(v)
+		}
+		return v
+	}
+	for _, e := range s.Events {
+		switch e.Kind {
+		case KindSet:
+			for _, b := range e.Backends {
+				add(Change{At: e.At, Backend: b, Fields: e.Set, Line: e.Line, Kind: e.Kind})
+			}
+		case KindRamp:
+			for _, b := range e.Backends {
+				last := math.NaN()
+				for t := e.Start; ; t += e.Step {
+					if t > e.End {
+						t = e.End
+					}
+					frac := float64(t-e.Start) / float64(e.End-e.Start)
+					v := round(e.Field, e.From+(e.To-e.From)*frac)
+					if v != last {
+						add(Change{At: t, Backend: b, Fields: []FieldValue{{e.Field, v}}, Line: e.Line, Kind: e.Kind})
+						last = v
+					}
+					if t == e.End {
+						break
+					}
+				}
+			}
+		case KindRandomWalk:
+			rng := rand.New(rand.NewPCG(seed, uint64(e.Line)))
+			cur := make([]float64, len(e.Backends))
+			for i, b := range e.Backends {
+				if e.Initial != nil {
+					cur[i] = *e.Initial
+					add(Change{At: e.Start, Backend: b, Fields: []FieldValue{{e.Field, cur[i]}}, Line: e.Line, Kind: e.Kind})
+					continue
+				}
+				v, ok := initial[BackendField{b, e.Field}]
+				if !ok {
+					return nil, fmt.Errorf("%s:%d: the current %s of %s is needed to start the random walk", s.File, e.Line, e.Field, b)
+				}
+				cur[i] = math.Min(math.Max(v, e.Min), e.Max)
+				if cur[i] != v {
+					add(Change{At: e.Start, Backend: b, Fields: []FieldValue{{e.Field, cur[i]}}, Line: e.Line, Kind: e.Kind})
+				}
+			}
+			end := duration
+			if e.HasEnd && e.End < end {
+				end = e.End
+			}
+			for t := e.Start + e.Period; t <= end; t += e.Period {
+				for i, b := range e.Backends {
+					step := e.StepSize
+					if rng.Uint64()&1 == 0 {
+						step = -step
+					}
+					v := round(e.Field, math.Min(math.Max(cur[i]+step, e.Min), e.Max))
+					if v != cur[i] {
+						cur[i] = v
+						add(Change{At: t, Backend: b, Fields: []FieldValue{{e.Field, v}}, Line: e.Line, Kind: e.Kind})
+					}
+				}
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out, nil
+}
