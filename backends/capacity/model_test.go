@@ -532,3 +532,89 @@ func TestUpdateReturnsOldAndNew(t *testing.T) {
 		t.Fatalf("Diff = %v", d)
 	}
 }
+
+// Liveness under churn: with limits changing at random while many callers
+// join, give up and finish, every operation ends (served or cancelled) and
+// the model returns to empty. A lost wake-up would hang this test.
+func TestRandomLimitChangesNeverStrandWork(t *testing.T) {
+	m := mustNew(t, Limits{Workers: 2, Rate: 2000}, nil)
+	stop := make(chan struct{})
+	changer := make(chan struct{})
+	go func() {
+		defer close(changer)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			w := 1 + rng.IntN(6)
+			r := []float64{0, 500, 3000, 20000}[rng.IntN(4)]
+			if _, _, err := m.Update(Patch{Workers: &w, Rate: &r}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var served, cancelled atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+(g*i)%5)*time.Millisecond)
+				ts, err := m.Join(1 + i%3)
+				if err != nil {
+					t.Error(err)
+					cancel()
+					return
+				}
+				for _, tk := range ts {
+					if err := tk.Wait(ctx); err != nil {
+						cancelled.Add(1)
+						continue
+					}
+					if _, err := tk.Serve(ctx, func(context.Context) error { return nil }); err != nil {
+						cancelled.Add(1)
+						continue
+					}
+					served.Add(1)
+				}
+				cancel()
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(stop)
+	<-changer
+	total := int64(0)
+	for i := 0; i < 40; i++ {
+		total += int64(1 + i%3)
+	}
+	if got := served.Load() + cancelled.Load(); got != 16*total {
+		t.Fatalf("%d operations ended, want %d", got, 16*total)
+	}
+	if served.Load() == 0 {
+		t.Fatal("nothing was served")
+	}
+	wantStats(t, m, 0, 0)
+}
+
+// The model's own cost per operation (join, admit, serve, release), with no
+// limit binding.
+func BenchmarkAcquireServe(b *testing.B) {
+	m, _ := New(Limits{Workers: 64}, 1, nil)
+	ctx := context.Background()
+	work := func(context.Context) error { return nil }
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tk, err := m.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tk.Serve(ctx, work)
+		}
+	})
+}

@@ -144,3 +144,23 @@ func TestRedisUnreachable(t *testing.T) {
 		t.Fatal("NewRedis succeeded without a server")
 	}
 }
+
+func BenchmarkMemoryGetHit(b *testing.B) {
+	m, _ := NewMemory("ratings", 64<<20)
+	ctx := context.Background()
+	for i := 0; i < 1024; i++ {
+		m.Get(ctx, fmt.Sprintf("k%d", i), 1024)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m.Get(ctx, fmt.Sprintf("k%d", i%1024), 1024)
+	}
+}
+
+func BenchmarkMemoryGetMiss1KB(b *testing.B) {
+	m, _ := NewMemory("ratings", 0) // stores nothing: every read derives
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		m.Get(ctx, "k", 1024)
+	}
+}

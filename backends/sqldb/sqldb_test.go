@@ -185,3 +185,14 @@ func BenchmarkPopulateDefault(b *testing.B) {
 		}
 	}
 }
+
+func TestPoolFollowsWorkers(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "db"), 10)
+	if got := s.db.Stats().MaxOpenConnections; got != 4 {
+		t.Fatalf("pool size %d, want the 4 conns asked for", got)
+	}
+	s.SetConcurrency(9)
+	if got := s.db.Stats().MaxOpenConnections; got != 9 {
+		t.Fatalf("pool size %d after SetConcurrency(9)", got)
+	}
+}
