@@ -31,6 +31,10 @@ import (
 // (≤ 10 bytes per record) a batch of a million records fits.
 const MaxMessageBytes = 16 << 20
 
+// flowWindowBytes is the HTTP/2 flow-control window per stream and per
+// connection: enough for tens of thousands of records in flight.
+const flowWindowBytes = 256 << 10
+
 // MaxRingSize bounds --ring-size: 16 bytes per record, 1.6 GB at the bound.
 const MaxRingSize = 100_000_000
 
@@ -178,7 +182,15 @@ func (s *Server) Drain() {
 // grace (then Stop), HTTP Shutdown with the same deadline. It returns the
 // listener error, or nil after a shutdown requested through ctx.
 func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, grace time.Duration) error {
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessageBytes))
+	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		// Fixed HTTP/2 flow-control windows (this turns off gRPC's
+		// bandwidth-delay estimation, which grows them to megabytes per
+		// connection): a client sending faster than the server stores is
+		// held back by the window instead of filling the server's memory.
+		grpc.InitialWindowSize(flowWindowBytes),
+		grpc.InitialConnWindowSize(flowWindowBytes),
+	)
 	s.Register(gs)
 	hs := &http.Server{
 		Handler:           s.Handler(),
