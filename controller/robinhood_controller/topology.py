@@ -54,6 +54,8 @@ def _duration(v: Any) -> Any:
 
 
 Seconds = Annotated[float, BeforeValidator(_duration)]
+OptStr = Annotated[str, BeforeValidator(lambda v: "" if v is None else v)]
+"""A string where YAML null means empty, as Go decodes null into a string field."""
 
 
 class _Strict(BaseModel):
@@ -63,15 +65,15 @@ class _Strict(BaseModel):
 class RBCServer(_Strict):
     """The RBC server's addresses."""
 
-    grpc: str = ""
-    http: str = ""
+    grpc: OptStr = ""
+    http: OptStr = ""
 
 
 class Replica(_Strict):
     """One process serving a backend."""
 
-    grpc: str = ""
-    http: str = ""
+    grpc: OptStr = ""
+    http: OptStr = ""
 
 
 class Backend(_Strict):
@@ -86,7 +88,7 @@ class Backend(_Strict):
 class Partition(_Strict):
     """One backend's memcached instance on an application server."""
 
-    addr: str = ""
+    addr: OptStr = ""
     initial_mb: int = 0
 
 
@@ -94,13 +96,13 @@ class AppServer(_Strict):
     """One application server and its cache."""
 
     id: str
-    http: str = ""
-    cache_mode: str = ""
+    http: OptStr = ""
+    cache_mode: OptStr = ""
     cache_budget_mb: int = 0
     partitions: dict[str, Annotated[Partition, BeforeValidator(_partition_short_form)]] = Field(
         default_factory=dict
     )
-    shared_cache: str | None = None
+    shared_cache: OptStr = ""
     request_timeout: Seconds = 2.0
     backend_timeout: Seconds = 1.0
     controller: dict[str, Any] | None = None

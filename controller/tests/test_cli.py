@@ -1,0 +1,210 @@
+"""The robinhood-controller command line: exit codes, messages, plan and status output."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from mcdata import fill, limit_mb, malloced, stats
+from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
+
+from conftest import wait_tcp
+from robinhood_controller.cli import main
+
+CLI = [sys.executable, "-m", "robinhood_controller.cli"]
+
+
+def _write(tmp_path: Path, addrs: dict[str, str], rbc: str = "127.0.0.1:1", controller: str = "{min_partition_mb: 16}",
+           budget: int | None = None, extra: str = "") -> Path:
+    parts = ", ".join(f"{n}: {a}" for n, a in addrs.items())
+    backends = "\n".join(
+        f"  - {{id: {i}, name: {n}, type: kv, replicas: [{{grpc: 127.0.0.1:1}}]}}" for i, n in enumerate(addrs))
+    p = tmp_path / "topology.yaml"
+    p.write_text(f"""
+rbc_server: {{grpc: {rbc}}}
+backends:
+{backends}
+app_servers:
+  - id: app0
+    http: 127.0.0.1:1
+    cache_mode: partitioned
+    cache_budget_mb: {budget or 32 * len(addrs)}
+    partitions: {{{parts}}}
+    controller: {controller}
+{extra}""")
+    return p
+
+
+def _run(*args: object, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_invalid_config_exits_2_and_touches_nothing(procs, tmp_path: Path) -> None:
+    _, a = procs.memcached(32)
+    fill(a, 40)
+    before = malloced(a)
+    topo = _write(tmp_path, {"a": a}, controller="{min_partition_mb: 16, unused_gap: -1}")
+    for cmd in ("run", "plan", "status"):
+        r = _run(cmd, "--topology", topo, "--app-server", "app0")
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().splitlines() == [
+            "robinhood-controller: invalid configuration: app_servers[0].controller.unused_gap: -1.0 must be between 0 and 100"
+        ]
+    r = _run("run", "--topology", _write(tmp_path, {"a": a}), "--app-server", "app0", "--tax", "0.9")
+    assert r.returncode == 2 and "controller.tax: 0.9 must be between 0 and 0.5 (from --tax)" in r.stderr
+    r = _run("run", "--topology", tmp_path / "missing.yaml", "--app-server", "app0")
+    assert r.returncode == 2 and "cannot read" in r.stderr and "missing.yaml" in r.stderr
+    r = _run("run", "--topology", _write(tmp_path, {"a": a}), "--app-server", "app0", "--tax", "lots")
+    assert r.returncode == 2 and "argument --tax: invalid float value: 'lots'" in r.stderr
+    # Nothing was touched: limit, memory and memcached's own page mover are as before.
+    assert limit_mb(a) == 32 and malloced(a) == before
+    assert stats(a, "settings")["slab_automove"] is True
+
+
+def _feed(rbc_addr: str, blamed: int, others: list[int]) -> None:
+    """One batch of 1000 requests; the slowest 5% are blocked by `blamed`."""
+    lat, blk = [], []
+    for i in range(1000):
+        slow = i % 20 == 0
+        lat.append(300_000 + i if slow else 10_000 + i)
+        blk.append(blamed if slow else others[i % len(others)])
+    with grpc.insecure_channel(rbc_addr) as ch:
+        rbc_pb2_grpc.RBCServiceStub(ch).Report(
+            iter([rbc_pb2.ReportRequest(app_server_id="app0", latency_us=lat, blocking_backend=blk)]), timeout=5)
+
+
+def test_plan_prints_current_and_planned_and_changes_nothing(procs, gobin, free_address, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    addrs = {n: procs.memcached(32)[1] for n in ("catalog", "ratings", "recs")}
+    for a in addrs.values():
+        fill(a, 40)
+    rbc_grpc = free_address()
+    rbc = procs.start([gobin("rbcserver"), "--grpc-addr", rbc_grpc, "--http-addr", free_address(), "--window", "1m"],
+                      name="rbcserver")
+    wait_tcp(rbc_grpc, proc=rbc)
+    _feed(rbc_grpc, blamed=1, others=[0, 2])
+    topo = _write(tmp_path, addrs, rbc=rbc_grpc, controller="{min_partition_mb: 16, interval: 1m}")
+    before = {n: (limit_mb(a), malloced(a)) for n, a in addrs.items()}
+
+    assert main(["plan", "--topology", str(topo), "--app-server", "app0", "--tax", "0.05"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "RBC: 1000 requests in the last 60s" in out
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("partition"))
+    rows = {ln.split()[0]: ln.split() for ln in lines[header + 2:header + 5]}
+    # ratings is blamed and gets the pool of 3 × 1.6 MB: targets 35.2 / 30.4 / 30.4 MB; the
+    # leftover MB goes to the largest remainder (catalog and recs tie at .4, catalog sorts first).
+    assert rows["ratings"][4] != "0" and rows["catalog"][4] == "0"
+    assert rows["ratings"][6] == "35.20" and rows["catalog"][6] == "30.40"
+    assert [rows[n][7] for n in ("catalog", "ratings", "recs")] == ["31.0", "35.0", "30.0"]
+    assert [rows[n][8] for n in ("catalog", "ratings", "recs")] == ["-1", "+3", "-2"]
+    assert "nothing was changed" in out
+
+    assert main(["plan", "--topology", str(topo), "--app-server", "app0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    planned = {p["partition"]: p["planned_limit_bytes"] >> 20 for p in doc["partitions"]}
+    assert planned == {"catalog": 32, "ratings": 32, "recs": 32}  # tax 1%: 32.64 MB rounds to 32
+    assert {p["partition"]: p["target_bytes"] for p in doc["partitions"]}["ratings"] > 32 << 20
+    assert doc["window_requests"] == 1000
+
+    assert {n: (limit_mb(a), malloced(a)) for n, a in addrs.items()} == before
+    assert all(stats(a, "settings")["slab_automove"] is True for a in addrs.values())
+
+
+def test_status_table_and_json(procs, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    addrs = {n: procs.memcached(16)[1] for n in "ab"}
+    fill(addrs["a"], 20)
+    topo = _write(tmp_path, addrs, budget=32)
+    assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["partition", "addr", "limit_mb", "used_mb", "malloced_mb", "items", "evictions",
+                                "hit_ratio"]
+    a = lines[3].split()
+    st = stats(addrs["a"])
+    ratio = int(st["get_hits"]) / (int(st["get_hits"]) + int(st["get_misses"]))  # type: ignore[call-overload]
+    assert a[0] == "a" and a[2] == "16.0" and int(a[5]) > 0 and int(a[6]) > 0 and a[7] == f"{ratio:.3f}"
+    assert lines[-1].split()[:2] == ["total", "32.0"]
+    assert main(["status", "--topology", str(topo), "--app-server", "app0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["partitions"][1]["items"] == 0 and doc["partitions"][1]["hit_ratio"] is None
+    assert doc["partitions"][0]["limit_bytes"] == 16 << 20
+
+
+def test_status_reports_an_unreachable_partition(procs, free_address, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    _, a = procs.memcached(16)
+    topo = _write(tmp_path, {"a": a, "b": free_address()}, budget=32)
+    assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 1
+    out = capsys.readouterr().out
+    assert "unreachable" in out and "error: partition b" in out
+
+
+def test_shared_and_none_modes_say_there_is_nothing_to_do(procs, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    _, shared = procs.memcached(16)
+    topo = _write(tmp_path, {"a": "127.0.0.1:1"}, extra=f"""
+  - id: shared0
+    http: 127.0.0.1:2
+    cache_mode: shared
+    cache_budget_mb: 16
+    shared_cache: {shared}
+  - id: none0
+    http: 127.0.0.1:3
+    cache_mode: none
+""")
+    for cmd in ("run", "plan"):
+        assert main([cmd, "--topology", str(topo), "--app-server", "shared0"]) == 0
+        assert f"cache_mode shared — one memcached ({shared}) holds the whole 16 MB budget" in capsys.readouterr().out
+        assert main([cmd, "--topology", str(topo), "--app-server", "none0"]) == 0
+        assert "cache_mode none — it has no cache" in capsys.readouterr().out
+    assert main(["status", "--topology", str(topo), "--app-server", "shared0"]) == 0
+    out = capsys.readouterr().out
+    assert "shared" in out and shared in out and "16.0" in out
+
+
+def test_run_fails_clearly_on_an_unreachable_partition_and_waits_with_wait(procs, free_address,
+                                                                          tmp_path: Path) -> None:
+    late = free_address()
+    _, a = procs.memcached(16)
+    topo = _write(tmp_path, {"a": a, "b": late}, controller="{policy: static, min_partition_mb: 16, interval: 100ms}",
+                  budget=32)
+    r = _run("run", "--topology", topo, "--app-server", "app0", "--max-ticks", "1")
+    assert r.returncode == 1
+    assert f"partition b ({late})" in r.stderr and "run with --wait" in r.stderr
+    ctl = procs.start([*CLI, "run", "--topology", topo, "--app-server", "app0", "--wait", "--max-ticks", "2"],
+                      name="controller")
+    time.sleep(1.5)
+    assert ctl.poll() is None and "event=waiting partition=b" in procs.log(ctl)
+    port = late.rpartition(":")[2]
+    mc = procs.memcached(16)[0]  # same binary and flags, different port: reuse its args
+    procs.start([*mc.args[:4], port, *mc.args[5:]], name="memcached-late")
+    assert ctl.wait(timeout=30) == 0, procs.log(ctl)
+    assert "event=tick tick=2" in procs.log(ctl)
+
+
+def test_run_refuses_a_preallocated_instance(procs, tmp_path: Path) -> None:
+    _, a = procs.memcached(48, extra=["-L"])
+    _, b = procs.memcached(48)
+    topo = _write(tmp_path, {"a": a, "b": b}, budget=96)
+    r = _run("run", "--topology", topo, "--app-server", "app0")
+    assert r.returncode == 1 and "preallocated its memory (-L)" in r.stderr
+    assert stats(b, "settings")["slab_automove"] is True  # refused before b was touched
+
+
+def test_run_dry_run_logs_ticks_and_changes_nothing(procs, tmp_path: Path) -> None:
+    addrs = {n: procs.memcached(32)[1] for n in "ab"}
+    topo = _write(tmp_path, addrs, controller="{policy: static, min_partition_mb: 16, interval: 100ms}")
+    text = topo.read_text().replace("a: 127", "a: {addr: 127").replace(f"{addrs['a']},", f"{addrs['a']}, initial_mb: 48}},")
+    topo.write_text(text)
+    tl = tmp_path / "t.jsonl"
+    r = _run("run", "--topology", topo, "--app-server", "app0", "--dry-run", "--max-ticks", "3", "--timeline", tl)
+    assert r.returncode == 0, r.stderr
+    ticks = [ln for ln in r.stderr.splitlines() if "event=tick " in ln]
+    assert len(ticks) == 3 and "planned_mb=a:48,b:16" in ticks[0]
+    assert (limit_mb(addrs["a"]), limit_mb(addrs["b"])) == (32, 32)
+    recs = [json.loads(x) for x in tl.read_text().splitlines()]
+    assert [x["dry_run"] for x in recs] == [True, True, True]
