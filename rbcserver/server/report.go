@@ -117,7 +117,7 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 			s.log.Debug("report stream ended", "app_server_id", app, "records", records, "batches", batches, "err", r.err)
 			return r.err
 		}
-		if app == "" {
+		if batches == 0 && app == "" {
 			app = r.req.GetAppServerId()
 			s.log.Debug("report stream opened", "app_server_id", app)
 		}
