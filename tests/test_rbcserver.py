@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from fractions import Fraction
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import grpc
@@ -91,7 +92,7 @@ class RBCServer:
 
 
 @pytest.fixture
-def rbcserver(gobin: Callable[[str], object], procs: Procs,
+def rbcserver(gobin: Callable[[str], Path], procs: Procs,
               free_address: Callable[[], str]) -> Iterator[Callable[..., RBCServer]]:
     servers: list[RBCServer] = []
 
