@@ -57,6 +57,8 @@ class Outcome:
     changed: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Partitions whose limit was set: (old MB, new MB)."""
     pages_moved: dict[str, int] = field(default_factory=dict)
+    busy: dict[str, int] = field(default_factory=dict)
+    """`BUSY` answers per partition (a page move was still running)."""
     pending: dict[str, int] = field(default_factory=dict)
     """Bytes still above the limit after the shrink budget (carried over)."""
     deferred_mb: dict[str, int] = field(default_factory=dict)
@@ -86,6 +88,7 @@ class _Shrink:
     started: float
     excluded: set[int] = field(default_factory=set)
     moved: int = 0
+    busy: int = 0
     backoff: float = BACKOFF_MIN
     next_at: float = 0.0
     done: bool = False
@@ -177,6 +180,7 @@ def reconcile(
                     s.pages[cls] -= 1
                 s.backoff = BACKOFF_MIN
             elif ans is Reassign.BUSY:
+                s.busy += 1
                 s.next_at = clock() + s.backoff
                 s.backoff = min(2 * s.backoff, BACKOFF_MAX)
             elif cls != -1:
@@ -205,6 +209,8 @@ def reconcile(
         name = s.t.name
         if s.moved:
             out.pages_moved[name] = s.moved
+        if s.busy:
+            out.busy[name] = s.busy
         if name not in live:
             continue
         if not s.done or s.stuck:
