@@ -212,7 +212,7 @@ def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
               f"unused_gap {s.unused_gap:g}, min_partition_mb {s.min_partition_mb}, used_source {s.used_source}\n")
     if r.rbc is not None:
         out.write(f"RBC: {r.rbc.window_requests} requests in the last {s.effective_rbc_window:g}s, "
-                  f"{r.rbc.band_requests} in the P{98.5}-P{99.5} band\n")
+                  f"{r.rbc.band_requests} in the P{r.rbc.low_pct:g}-P{r.rbc.high_pct:g} band\n")
     else:
         out.write(f"RBC: unavailable ({r.rbc_error}); the plan keeps the current allocation\n")
     for note in r.notes:

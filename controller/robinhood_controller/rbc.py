@@ -33,6 +33,8 @@ class RBCSnapshot:
     window_requests: int = 0
     band_requests: int = 0
     p99_latency_us: int = 0
+    low_pct: float = 98.5
+    high_pct: float = 99.5
     unknown: dict[int, int] = field(default_factory=dict)
     """Counts for backend ids this app server has no partition for."""
 
@@ -52,6 +54,8 @@ def to_snapshot(resp: rbc_pb2.GetRBCResponse, names_by_id: Mapping[int, str]) ->
         window_requests=int(resp.window_requests),
         band_requests=int(resp.band_requests),
         p99_latency_us=int(resp.p99_latency_us),
+        low_pct=float(resp.low_pct),
+        high_pct=float(resp.high_pct),
         unknown=unknown,
     )
 
