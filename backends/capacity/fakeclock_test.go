@@ -101,3 +101,11 @@ func (c *fakeClock) pending() int {
 	}
 	return n
 }
+
+// Jump moves time forward by d without firing timers, as if the process had
+// been descheduled; the next Advance fires whatever fell due, late.
+func (c *fakeClock) Jump(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}

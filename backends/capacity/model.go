@@ -57,6 +57,11 @@ const (
 	MinBurst    = 2
 )
 
+// MaxCatchUp bounds the tokens credited at once to a backlog that waited
+// for tokens longer than it should have (a late timer, a descheduled
+// process): at most this much time's worth at the current rate.
+const MaxCatchUp = time.Second
+
 // Burst returns the bucket depth, in tokens, for rate operations per second.
 func Burst(rate float64) float64 {
 	return math.Max(MinBurst, math.Ceil(rate*BurstWindow.Seconds()))
@@ -92,6 +97,9 @@ type Model struct {
 	timer     Timer     // pending refill wake-up, nil if none
 	timerAt   time.Time // when timer fires
 	timerGen  uint64
+	// tokenBound is set while queued work waits for tokens alone (a worker
+	// is free); refills then credit every token owed since (refillLocked).
+	tokenBound bool
 }
 
 // New returns a model with limits l. seed drives the hiccup draws, so a run
@@ -318,10 +326,18 @@ func (m *Model) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// refillLocked brings the token count up to now at the current rate.
+// refillLocked brings the token count up to now at the current rate. The
+// bucket holds at most burst tokens, except while a backlog has been waiting
+// for tokens alone: then the tokens owed for the whole wait are credited (up
+// to MaxCatchUp worth), so a refill timer that fires late, or a process
+// that was descheduled, does not lower the served rate.
 func (m *Model) refillLocked(now time.Time) {
 	if el := now.Sub(m.refilled); el > 0 && m.lim.Rate > 0 {
-		m.tokens = math.Min(m.burst, m.tokens+m.lim.Rate*el.Seconds())
+		limit := m.burst
+		if m.tokenBound {
+			limit = math.Max(m.burst, m.lim.Rate*MaxCatchUp.Seconds())
+		}
+		m.tokens = math.Min(limit, m.tokens+m.lim.Rate*el.Seconds())
 	}
 	m.refilled = now
 }
@@ -334,10 +350,13 @@ const tokenSlack = 1e-9
 // and a token are available, and schedules a wake-up when only a token is
 // missing. Releases, cancellations, joins and limit changes call it.
 func (m *Model) dispatchLocked(now time.Time) {
+	if m.lim.Rate > 0 {
+		m.refillLocked(now)
+	}
 	for m.queue.Len() > 0 && m.inService < m.lim.Workers {
 		if m.lim.Rate > 0 {
-			m.refillLocked(now)
 			if m.tokens < 1-tokenSlack {
+				m.tokenBound = true
 				m.armTimerLocked(now, time.Duration(math.Ceil((1-m.tokens)/m.lim.Rate*1e9)))
 				return
 			}
@@ -354,6 +373,10 @@ func (m *Model) dispatchLocked(now time.Time) {
 		m.inService++
 		close(t.ready)
 	}
+	// The queue is empty or the workers are all busy: tokens are not what
+	// holds work back, so the bucket's ordinary depth applies again.
+	m.tokenBound = false
+	m.tokens = math.Min(m.tokens, m.burst)
 }
 
 func (m *Model) armTimerLocked(now time.Time, d time.Duration) {

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/backends/kv"
+	"github.com/robinhoodcache/robinhood/backends/server"
+	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+)
+
+func TestRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--arrivals", "bursty"},
+		{"--rate", "0"},
+		{"--batch", "0"},
+		{"--nope"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
+}
+
+func TestJSONReportAgainstARealServer(t *testing.T) {
+	model, _ := capacity.New(capacity.Limits{Workers: 4}, 1, nil)
+	store, _ := kv.NewMemory("ratings", 1<<20)
+	srv, err := server.New(server.Options{Name: "ratings", Store: store, Model: model})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	robinhoodv1.RegisterBackendServiceServer(g, srv)
+	go g.Serve(lis)
+	defer g.Stop()
+
+	var out, errb bytes.Buffer
+	code := run([]string{"--addr", lis.Addr().String(), "--rate", "200", "--batch", "2", "--duration", "300ms",
+		"--warmup", "0s", "--arrivals", "uniform", "--verify", "ratings", "--json"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res struct {
+		Calls, OK, Mismatches int
+		Offered               float64 `json:"offered_qps"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v in %s", err, out.String())
+	}
+	if res.Calls != 29 || res.OK != 29 || res.Mismatches != 0 {
+		t.Fatalf("report %s", out.String())
+	}
+	// The same run against the wrong backend name fails verification.
+	out.Reset()
+	code = run([]string{"--addr", lis.Addr().String(), "--rate", "200", "--batch", "2", "--duration", "100ms",
+		"--warmup", "0s", "--verify", "other"}, &out, &errb)
+	if code != 1 || !strings.Contains(out.String(), "mismatched values") {
+		t.Fatalf("wrong name: exit %d, output %s", code, out.String())
+	}
+}
