@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer, name string, model *capacity.Model) (
 	m := &metrics{
 		served:         counter("backend_queries_served_total", "Queries (keys) served."),
 		cancelled:      counter("backend_queries_cancelled_total", "Queries whose caller gave up (cancelled or past its deadline) while queued or in service; queued ones left the queue unserved."),
-		rejected:       counter("backend_queries_rejected_total", "Queries rejected on arrival because the queue held queue_limit or more operations, or the backend was shutting down."),
+		rejected:       counter("backend_queries_rejected_total", "Queries rejected because the queue held queue_limit or more operations when they arrived, or because the backend shut down before serving them."),
 		errors:         counter("backend_query_errors_total", "Queries whose data path failed."),
 		hiccups:        counter("backend_hiccups_total", "Served queries that drew a hiccup (hiccup_ms extra)."),
 		querySeconds:   hist("backend_query_seconds", "Time from arrival to completion of a served query: queue plus service."),

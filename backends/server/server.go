@@ -211,7 +211,9 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 // delay, and records the query's metrics.
 func (s *Server) serveOne(ctx context.Context, t *capacity.Ticket, key string, size int) (v []byte, queued, service time.Duration, err error) {
 	if err := t.Wait(ctx); err != nil {
-		if ctx.Err() != nil {
+		if errors.Is(err, capacity.ErrClosed) {
+			s.m.rejected.Inc() // still queued when shutdown gave up on it
+		} else {
 			s.m.cancelled.Inc()
 		}
 		return nil, 0, 0, err
