@@ -70,10 +70,13 @@ type Config struct {
 	// drives its random walks.
 	Scenario     *scenario.Scenario
 	ScenarioSeed uint64
-	// SLO are the SLO series parameters; a negative Warmup means 25% of
-	// the run, as in the paper.
-	SLO  slo.Params
-	Seed uint64
+	// SLO are the SLO series parameters. A negative Warmup means
+	// WarmupFraction of the run.
+	SLO slo.Params
+	// WarmupFraction is the warm-up as a share of the run when SLO.Warmup
+	// is negative (default 0.25, as in the paper).
+	WarmupFraction float64
+	Seed           uint64
 	// Loop restarts the trace at its end until Duration.
 	Loop        bool
 	Timeout     time.Duration
@@ -155,6 +158,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("max-in-flight: %d must be positive", c.MaxInFlight)
 	case c.MaxConns < 0:
 		return fmt.Errorf("max-conns: %d must be positive", c.MaxConns)
+	case c.WarmupFraction < 0 || c.WarmupFraction >= 1:
+		return fmt.Errorf("warmup: %v%% of the run must be within [0%%, 100%%)", c.WarmupFraction*100)
 	}
 	p := c.SLO
 	if p.Warmup < 0 {
@@ -171,6 +176,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns
+	}
+	if c.SLO.Warmup < 0 && c.WarmupFraction == 0 {
+		c.WarmupFraction = 0.25
 	}
 	if c.Progress <= 0 {
 		c.Progress = time.Second

@@ -134,7 +134,7 @@ func latencyOf(us []uint32) Latency {
 func (r *run) summary(end, schedule time.Duration, sched *schedule, interrupted bool, changes int, sc scenario.Totals) (*Summary, error) {
 	p := r.cfg.SLO
 	if p.Warmup < 0 {
-		p.Warmup = end / 4
+		p.Warmup = time.Duration(float64(end) * r.cfg.WarmupFraction)
 	}
 	s := &Summary{
 		Trace:       r.cfg.TracePath,
