@@ -49,6 +49,16 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_CONFIG)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} must be at least 1")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     common = argparse.ArgumentParser(add_help=False)
@@ -66,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="run the control loop")
     run.add_argument("--wait", action="store_true", help="wait for unreachable partitions instead of failing")
     run.add_argument("--timeline", metavar="FILE", help="append one JSON line per tick to FILE")
-    run.add_argument("--max-ticks", type=int, default=None, metavar="N", help="stop after N ticks")
+    run.add_argument("--max-ticks", type=_positive_int, default=None, metavar="N", help="stop after N ticks")
     plan = sub.add_parser("plan", parents=[common], help="one dry-run tick: current vs planned allocation")
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status = sub.add_parser("status", parents=[common], help="per-partition limit, used, malloced, hit ratio")
@@ -269,6 +279,9 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
         try:
             ctl.start(wait=ns.wait, stop=stop)
         except StartupError as e:
+            if stop.is_set():  # asked to stop while waiting for partitions
+                log.info("event=stopped ticks=0")
+                return EXIT_OK
             print(f"robinhood-controller: {e}", file=sys.stderr)
             return EXIT_FAIL
         ctl.run(stop, max_ticks=ns.max_ticks)

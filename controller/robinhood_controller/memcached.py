@@ -7,14 +7,16 @@ It only speaks the commands verified against memcached 1.6.18: `stats`, `stats s
 from __future__ import annotations
 
 import enum
-import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
 
-log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class PartitionError(Exception):
@@ -127,7 +129,7 @@ class MemcachedPartition:
         except Exception:  # noqa: BLE001 - closing a dead socket may fail; nothing to do
             pass
 
-    def _call(self, what: str, fn, *args):  # type: ignore[no-untyped-def]
+    def _call(self, what: str, fn: Callable[..., T], *args: object) -> T:
         try:
             return fn(*args)
         except (OSError, socket.timeout, MemcacheUnexpectedCloseError) as e:
