@@ -17,9 +17,11 @@ import (
 	"time"
 )
 
-// rankTolerance absorbs floating-point error in p·n, so that the rank of
-// P99 over 100 values is 99 and not 100 (0.99·100 is 99.00000000000001).
-const rankTolerance = 1e-9
+// rankTolerance absorbs floating-point error in p·n, relative to it, so
+// that decimal percentiles get their exact rank (0.985·1000 evaluates to
+// 985.0000000000001, whose plain ceiling is 986). The RBC server uses the
+// same rule (docs/algorithms.md).
+const rankTolerance = 1e-12
 
 // Rank returns the 1-based nearest rank of percentile p (0 < p ≤ 1) among n
 // values: ⌈p·n⌉, at least 1 and at most n. It is the convention of SPEC §4.
@@ -27,7 +29,8 @@ func Rank(n int, p float64) int {
 	if n <= 0 {
 		return 0
 	}
-	r := int(math.Ceil(p*float64(n) - rankTolerance))
+	x := p * float64(n)
+	r := int(math.Ceil(x - x*rankTolerance))
 	if r < 1 {
 		r = 1
 	}

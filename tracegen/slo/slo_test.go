@@ -16,7 +16,7 @@ func TestRank(t *testing.T) {
 	}{
 		{100, 0.99, 99}, {100, 0.985, 99}, {100, 0.995, 100}, {200, 0.985, 197},
 		{1000, 0.999, 999}, {1, 0.5, 1}, {4, 0.5, 2}, {5, 0.5, 3}, {10, 0.9, 9},
-		{3, 0.01, 1}, {7, 1, 7}, {0, 0.99, 0},
+		{3, 0.01, 1}, {7, 1, 7}, {0, 0.99, 0}, {1000, 0.985, 985}, {1000, 0.995, 995},
 	}
 	for _, c := range cases {
 		if got := Rank(c.n, c.p); got != c.want {
@@ -27,6 +27,19 @@ func TestRank(t *testing.T) {
 
 // Select and Percentiles agree with a full sort on arbitrary data, with
 // many duplicates and without.
+// Rank agrees with exact integer arithmetic for every percentile with up to
+// three decimals.
+func TestRankExact(t *testing.T) {
+	for n := 1; n <= 1200; n += 7 {
+		for milli := 1; milli <= 1000; milli++ {
+			want := (milli*n + 999) / 1000 // ⌈milli·n/1000⌉
+			if got := Rank(n, float64(milli)/1000); got != want {
+				t.Fatalf("Rank(%d, %v) = %d, want %d", n, float64(milli)/1000, got, want)
+			}
+		}
+	}
+}
+
 func TestSelectMatchesSort(t *testing.T) {
 	f := func(xs []uint16, kRaw uint16, dupMod uint8) bool {
 		if len(xs) == 0 {
