@@ -121,6 +121,9 @@ type run struct {
 	maxLateNs atomic.Int64
 	inFlight  atomic.Int64
 	peak      atomic.Int64
+	// lateUs is every send's lateness in µs (0 when on time); owned by
+	// the scheduler until it returns.
+	lateUs []uint32
 
 	// Owned by the collector goroutine.
 	rec      *slo.Recorder
@@ -423,7 +426,9 @@ func (r *run) schedule(ctx context.Context, items <-chan item, results chan<- re
 			}
 		}
 		now := time.Now()
-		if late := now.Sub(due); late > LateThreshold {
+		late := now.Sub(due)
+		r.lateUs = append(r.lateUs, uint32(min(max(late.Microseconds(), 0), math.MaxUint32)))
+		if late > LateThreshold {
 			r.late.Add(1)
 			r.met.late.Inc()
 			if int64(late) > r.maxLateNs.Load() {

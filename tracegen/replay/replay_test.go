@@ -25,7 +25,7 @@ import (
 
 // topo builds a topology with backends b1, b2 and one app server per
 // address (ids app0, app1, …).
-func topo(t *testing.T, apps ...string) *topology.Topology {
+func topo(t testing.TB, apps ...string) *topology.Topology {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("backends:\n")
@@ -45,7 +45,7 @@ func topo(t *testing.T, apps ...string) *topology.Topology {
 
 // writeTrace writes n requests, one every gap starting at 0 (with ts_ms when
 // gap > 0).
-func writeTrace(t *testing.T, n int, gap time.Duration) string {
+func writeTrace(t testing.TB, n int, gap time.Duration) string {
 	t.Helper()
 	var b strings.Builder
 	for i := 0; i < n; i++ {
@@ -62,7 +62,7 @@ func writeTrace(t *testing.T, n int, gap time.Duration) string {
 	return p
 }
 
-func baseConfig(t *testing.T, tp *topology.Topology, tracePath string) Config {
+func baseConfig(t testing.TB, tp *topology.Topology, tracePath string) Config {
 	return Config{
 		Topology:  tp,
 		TracePath: tracePath,

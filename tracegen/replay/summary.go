@@ -70,8 +70,13 @@ type Latency struct {
 type Lateness struct {
 	ThresholdMs float64 `json:"threshold_ms"`
 	// LateSends were sent more than ThresholdMs after their time.
-	LateSends  int64   `json:"late_sends"`
-	MaxLateMs  float64 `json:"max_late_ms"`
+	LateSends int64   `json:"late_sends"`
+	MaxLateMs float64 `json:"max_late_ms"`
+	// P50LateMs, P99LateMs and P999LateMs are percentiles of every send's
+	// lateness (0 for a send on time): jitter versus falling behind.
+	P50LateMs  float64 `json:"p50_late_ms"`
+	P99LateMs  float64 `json:"p99_late_ms"`
+	P999LateMs float64 `json:"p99_9_late_ms"`
 	FellBehind bool    `json:"fell_behind"`
 }
 
@@ -161,6 +166,9 @@ func (r *run) summary(end, schedule time.Duration, sched *schedule, interrupted 
 		},
 		InFlight: InFlight{Cap: r.cfg.MaxInFlight, Peak: r.peak.Load()},
 		Scenario: ScenarioSection{Changes: changes, Applied: sc.Applied, Failed: sc.Failed},
+	}
+	if lp := slo.Percentiles(r.lateUs, 0.5, 0.99, 0.999); lp != nil {
+		s.Lateness.P50LateMs, s.Lateness.P99LateMs, s.Lateness.P999LateMs = slo.Ms(lp[0]), slo.Ms(lp[1]), slo.Ms(lp[2])
 	}
 	if r.cfg.Rate > 0 {
 		s.Mode = "rate"
