@@ -1,6 +1,7 @@
 """Controller CPU benchmark (docs/benchmarks.md, Controller): CPU time of the controller
 process at Δ = 5 s with 20 filled memcached partitions and a live RBC server that
-blames one backend, measured from /proc/<pid>/stat (utime + stime) over a minute.
+blames one backend (whose partition a look-aside load keeps filling, so space keeps
+flowing to it), measured from /proc/<pid>/stat (utime + stime) over a minute.
 
     make build   # bin/rbcserver, bin/mcload
     .venv/bin/python controller/bench/cpu_bench.py [--partitions 20] [--mb 64] [--seconds 60]
@@ -84,6 +85,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--warmup", type=float, default=12)
     ap.add_argument("--interval", default="5s")
+    ap.add_argument("--load-rate", type=float, default=5000, help="gets/s on the blamed partition (look-aside)")
     a = ap.parse_args()
     procs: list[subprocess.Popen[bytes]] = []
     stop = threading.Event()
@@ -109,6 +111,9 @@ def main() -> int:
         wait_port(rbc_port)
         feeder = threading.Thread(target=feed, args=(f"127.0.0.1:{rbc_port}", 3, a.partitions, stop), daemon=True)
         feeder.start()
+        big = int(a.mb * a.partitions * (1 << 20) / 4096)  # working set of the whole budget
+        procs.append(subprocess.Popen([str(REPO / "bin" / "mcload"), "--addr", addrs[3], "--keys", str(big),
+                                       "--rate", str(a.load_rate), "--report", "1h"], stdout=subprocess.DEVNULL))
         names = [f"b{i:02d}" for i in range(a.partitions)]
         backends = "\n".join(f"  - {{id: {i}, name: {n}, type: kv, replicas: [{{grpc: 127.0.0.1:1}}]}}"
                              for i, n in enumerate(names))
