@@ -190,10 +190,13 @@ func New(o Options) (*Generator, error) {
 		}
 		seen[n] = true
 	}
-	for flag, by := range map[string][]string{"keys": keysOf(o.Keys.By), "zipf": keysOf(o.Zipf.By), "mean-size": keysOf(o.MeanSize.By)} {
-		for _, n := range by {
+	for _, ov := range []struct {
+		flag  string
+		names []string
+	}{{"keys", keysOf(o.Keys.By)}, {"zipf", keysOf(o.Zipf.By)}, {"mean-size", keysOf(o.MeanSize.By)}} {
+		for _, n := range ov.names {
 			if !seen[n] {
-				return nil, fmt.Errorf("%s: no backend is named %q (backends: %s)", flag, n, strings.Join(names, ","))
+				return nil, fmt.Errorf("%s: no backend is named %q (backends: %s)", ov.flag, n, strings.Join(names, ","))
 			}
 		}
 	}
