@@ -204,16 +204,18 @@ class MemcachedPartition:
         st = self._call("stats", self._client.stats)
         checked = False
         if not read_only:
-            mb = _int(st[b"limit_maxbytes"]) >> 20
-            ans = self._raw(f"cache_memlimit {max(mb, 8)}")
-            if ans.startswith("MEMLIMIT_ADJUST_FAILED"):
-                raise Unsupported(
-                    f"partition {self.name} ({self.addr}): cache_memlimit is refused ({ans!r}); the "
-                    "instance preallocated its memory (-L). Restart it without -L to let the controller resize it."
-                )
-            if ans != "OK":
-                raise ProtocolError(f"partition {self.name} ({self.addr}): cache_memlimit probe answered {ans!r}")
-            checked = True
+            limit = _int(st[b"limit_maxbytes"])
+            # Probe with the current limit (a no-op) when it is a whole MB memcached accepts.
+            if limit % (1 << 20) == 0 and limit >> 20 >= 8:
+                ans = self._raw(f"cache_memlimit {limit >> 20}")
+                if ans.startswith("MEMLIMIT_ADJUST_FAILED"):
+                    raise Unsupported(
+                        f"partition {self.name} ({self.addr}): cache_memlimit is refused ({ans!r}); the instance "
+                        "preallocated its memory (-L). Restart it without -L to let the controller resize it."
+                    )
+                if ans != "OK":
+                    raise ProtocolError(f"partition {self.name} ({self.addr}): cache_memlimit probe answered {ans!r}")
+                checked = True
             ans = self._raw("slabs automove 0")
             if ans != "OK":
                 raise ProtocolError(f"partition {self.name} ({self.addr}): `slabs automove 0` answered {ans!r}")
