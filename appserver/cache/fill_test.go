@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/appserver/internal/testproc"
 	"github.com/robinhoodcache/robinhood/internal/testutil"
 )
 
@@ -77,8 +77,7 @@ func TestFillerDropsWhenFull(t *testing.T) {
 	p, addr := testutil.Memcached(t, 16)
 	c := NewClient(addr, Options{Timeout: 300 * time.Millisecond})
 	defer c.Close()
-	p.Signal(syscall.SIGSTOP)
-	defer p.Signal(syscall.SIGCONT)
+	defer testproc.Freeze(t, p)()
 	f := NewFiller(c, FillOptions{QueueLen: 4, Workers: 1, Timeout: 300 * time.Millisecond})
 	accepted, dropped := 0, 0
 	for i := range 100 {

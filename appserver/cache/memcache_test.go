@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/appserver/internal/testproc"
 	"github.com/robinhoodcache/robinhood/internal/testutil"
 )
 
@@ -121,7 +121,7 @@ func TestClientTimeoutAndRecovery(t *testing.T) {
 	if err := c.Set(ctx, "b:k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	p.Signal(syscall.SIGSTOP)
+	resume := testproc.Freeze(t, p)
 	err := c.GetMulti(ctx, []string{"b:k"}, make([][]byte, 1))
 	if ErrorKind(err) != "timeout" {
 		t.Fatalf("get from a stopped memcached: %v (kind %s), want a timeout", err, ErrorKind(err))
@@ -137,7 +137,7 @@ func TestClientTimeoutAndRecovery(t *testing.T) {
 	if el := time.Since(start); el > 150*time.Millisecond {
 		t.Fatalf("set with a 20ms deadline took %v", el)
 	}
-	p.Signal(syscall.SIGCONT)
+	resume()
 	vals := make([][]byte, 1)
 	if err := c.GetMulti(ctx, []string{"b:k"}, vals); err != nil || string(vals[0]) != "v" {
 		t.Fatalf("after SIGCONT: %q, %v", vals[0], err)
@@ -188,8 +188,8 @@ func TestClientWaitForConnectionRespectsContext(t *testing.T) {
 	if err := c.Set(context.Background(), "b:k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	p.Signal(syscall.SIGSTOP)
-	defer p.Signal(syscall.SIGCONT)
+	resume := testproc.Freeze(t, p)
+	defer resume()
 	done := make(chan error, 1)
 	go func() { done <- c.Set(context.Background(), "b:k", []byte("v")) }() // holds the one connection
 	for len(c.idle) > 0 {
@@ -201,7 +201,7 @@ func TestClientWaitForConnectionRespectsContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting for the only connection: %v, want context.DeadlineExceeded", err)
 	}
-	p.Signal(syscall.SIGCONT)
+	resume()
 	if err := <-done; err != nil {
 		t.Fatalf("the blocked set: %v", err)
 	}

@@ -13,12 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/appserver/internal/testbackend"
+	"github.com/robinhoodcache/robinhood/appserver/internal/testproc"
 	"github.com/robinhoodcache/robinhood/backends/value"
 	"github.com/robinhoodcache/robinhood/internal/testutil"
 	"github.com/robinhoodcache/robinhood/topology"
@@ -501,8 +501,7 @@ func TestCacheTroubles(t *testing.T) {
 	})
 
 	t.Run("memcached stopped: requests are served by the backend", func(t *testing.T) {
-		e.mc["slow"].Signal(syscall.SIGSTOP)
-		defer e.mc["slow"].Signal(syscall.SIGCONT)
+		defer testproc.Freeze(t, e.mc["slow"])()
 		code, r := e.post(`{"d": [{"slow": {"S": [10], "U": ["m"], "C": [1]}}]}`)
 		if code != http.StatusOK || r.Backends["slow"].Misses != 1 {
 			t.Fatalf("%d %+v", code, r)
