@@ -165,20 +165,22 @@ func (c *Client) acquire(ctx context.Context, deadline time.Time) (*conn, error)
 		return cn, nil
 	default:
 	}
+	// Wait for an idle connection or a free slot, then dial; both within
+	// the operation's deadline.
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	select {
 	case cn := <-c.idle:
 		return cn, nil
 	case c.slots <- struct{}{}:
-		dctx, cancel := context.WithDeadline(ctx, deadline)
 		nc, err := c.dialer.DialContext(dctx, "tcp", c.addr)
-		cancel()
 		if err != nil {
 			<-c.slots
 			return nil, err
 		}
 		return &conn{nc: nc, r: bufio.NewReaderSize(nc, bufSize), w: bufio.NewWriterSize(nc, bufSize)}, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case <-dctx.Done():
+		return nil, dctx.Err()
 	}
 }
 

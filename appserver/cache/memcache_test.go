@@ -201,9 +201,19 @@ func TestClientWaitForConnectionRespectsContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting for the only connection: %v, want context.DeadlineExceeded", err)
 	}
+	// Without a context deadline the wait is bounded by Timeout (the test
+	// would hang otherwise).
+	err = c.GetMulti(context.Background(), []string{"b:k"}, make([][]byte, 1))
+	if ErrorKind(err) != "timeout" {
+		t.Fatalf("waiting for the only connection without a deadline: %v, want a timeout", err)
+	}
+	// By now the set holding the connection has reached its own Timeout.
+	if err := <-done; ErrorKind(err) != "timeout" {
+		t.Fatalf("the blocked set: %v, want a timeout", err)
+	}
 	resume()
-	if err := <-done; err != nil {
-		t.Fatalf("the blocked set: %v", err)
+	if err := c.Set(context.Background(), "b:k", []byte("v")); err != nil {
+		t.Fatalf("after SIGCONT: %v", err)
 	}
 }
 
