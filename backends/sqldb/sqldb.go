@@ -190,7 +190,10 @@ func dsn(path string, readOnly bool) string {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(5000)")
 	if readOnly {
+		// The file is never changed in place (a rebuild renames a new
+		// file over it), so SQLite may skip locking and change checks.
 		q.Set("mode", "ro")
+		q.Set("immutable", "1")
 		q.Add("_pragma", "query_only(1)")
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
