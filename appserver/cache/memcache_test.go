@@ -5,9 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,10 +147,13 @@ func TestClientTimeoutAndRecovery(t *testing.T) {
 
 func TestClientBoundsConnections(t *testing.T) {
 	_, addr := testutil.Memcached(t, 16)
-	st := testutil.MemcachedStats(t, addr, "")
-	total, _ := strconv.Atoi(st["total_connections"])
 	c := NewClient(addr, Options{MaxConns: 3})
 	defer c.Close()
+	var dials atomic.Int64
+	c.dialer.Control = func(string, string, syscall.RawConn) error {
+		dials.Add(1)
+		return nil
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for i := range 64 {
@@ -172,12 +176,11 @@ func TestClientBoundsConnections(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	before := total
-	st = testutil.MemcachedStats(t, addr, "")
-	n, _ := strconv.Atoi(st["total_connections"])
-	// The stats connection is the one more.
-	if opened := n - before - 1; opened > 3 {
-		t.Fatalf("the client opened %d connections, want at most 3", opened)
+	if n := dials.Load(); n < 1 || n > 3 {
+		t.Fatalf("the client dialled %d connections for 64 concurrent callers, want 1 to 3", n)
+	}
+	if n := len(c.idle); int64(n) != dials.Load() {
+		t.Fatalf("%d idle connections, want all %d kept", n, dials.Load())
 	}
 }
 
