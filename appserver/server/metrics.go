@@ -61,7 +61,7 @@ func newMetrics() *metrics {
 		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appserver_requests_total",
-			Help: "Requests by outcome: ok, partial (a backend call failed; HTTP 502), bad_request (HTTP 4xx).",
+			Help: "Requests by outcome: ok, partial (a backend call failed; HTTP 502), bad_request (HTTP 400 or 413).",
 		}, []string{"status"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "appserver_requests_in_flight",
