@@ -71,6 +71,7 @@ func openStore(ctx context.Context, cfg config, reg prometheus.Registerer, log *
 	switch cfg.Type {
 	case typeKV:
 		if cfg.Redis != "" {
+			kv.SetRedisLogger(log)
 			// Connections open on demand; the pool must not become a second
 			// queue when workers is raised at run time.
 			return kv.NewRedis(ctx, cfg.Name, kv.RedisOptions{Addr: cfg.Redis, PoolSize: max(cfg.Limits.Workers, 128)})
