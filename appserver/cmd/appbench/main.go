@@ -31,6 +31,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -114,11 +115,14 @@ func run(c config) error {
 	}
 
 	mc := make([]string, len(backends))
+	var mcPIDs []int
 	for i := range backends {
 		mc[i] = freeAddr()
 		_, port, _ := net.SplitHostPort(mc[i])
-		if _, err := start(c.memcached, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "256", "-t", "2", "-u", "root"); err != nil {
+		if cmd, err := start(c.memcached, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "256", "-t", "2", "-u", "root"); err != nil {
 			return err
+		} else {
+			mcPIDs = append(mcPIDs, cmd.Process.Pid)
 		}
 	}
 	for _, a := range mc {
@@ -156,8 +160,9 @@ func run(c config) error {
 	if err := os.WriteFile(topoPath, []byte(topo), 0o644); err != nil {
 		return err
 	}
-	if _, err := start(c.appserver, "--topology", topoPath, "--id", "bench", "--log-level", "error",
-		"--memcached-conns", strconv.Itoa(2*c.concurrency+8)); err != nil {
+	appCmd, err := start(c.appserver, "--topology", topoPath, "--id", "bench", "--log-level", "error",
+		"--memcached-conns", strconv.Itoa(2*c.concurrency+8))
+	if err != nil {
 		return err
 	}
 	url := "http://" + httpAddr + "/v1/request"
@@ -209,16 +214,24 @@ func run(c config) error {
 	fmt.Printf("appbench: %d backends, %d queries/request, %d keys/backend, sizes 100-4099 B, %d CPUs, %d rounds of %v per phase\n",
 		len(backends), c.queries, c.keys, runtime.NumCPU(), c.rounds, c.duration)
 	// Rounds interleave the loops so that a noisy neighbour affects them
-	// alike; each figure is the median over the rounds.
+	// alike; each figure is the median over the rounds, and the ratios are
+	// taken within a round.
 	rps := make([][]float64, len(loops))
 	med := make([][]time.Duration, len(loops))
+	cpu := make([]cpuUse, len(loops))
+	var ratios [2][]float64
 	for range c.rounds {
 		for i, l := range loops {
-			r, _, err := measure(reqs, c.concurrency, c.duration, l.do)
+			before := sampleCPU(appCmd.Process.Pid, mcPIDs)
+			r, lat, err := measure(reqs, c.concurrency, c.duration, l.do)
 			if err != nil {
 				return fmt.Errorf("%s: %w", l.name, err)
 			}
+			cpu[i].add(sampleCPU(appCmd.Process.Pid, mcPIDs).sub(before), len(lat))
 			rps[i] = append(rps[i], r)
+		}
+		for i := range ratios {
+			ratios[i] = append(ratios[i], rps[2][len(rps[2])-1]/rps[i][len(rps[i])-1])
 		}
 		for i, l := range loops {
 			_, lat, err := measure(reqs, 1, c.duration, l.do)
@@ -228,18 +241,17 @@ func run(c config) error {
 			med[i] = append(med[i], median(lat))
 		}
 	}
-	fmt.Printf("%-56s %14s %16s\n", "", fmt.Sprintf("req/s (c=%d)", c.concurrency), "median (c=1)")
+	fmt.Printf("%-56s %12s %13s   %s\n", "", fmt.Sprintf("req/s (c=%d)", c.concurrency), "median (c=1)", "CPU µs/request (c=16): load generator + app server + memcached")
 	R := make([]float64, len(loops))
 	M := make([]time.Duration, len(loops))
 	for i, l := range loops {
-		slices.Sort(rps[i])
-		R[i], M[i] = rps[i][len(rps[i])/2], median(med[i])
-		fmt.Printf("%-56s %14.0f %16v   rounds: %s\n", l.name, R[i], M[i].Round(time.Microsecond), roundsText(rps[i], med[i]))
+		R[i], M[i] = medianF(rps[i]), median(med[i])
+		fmt.Printf("%-56s %12.0f %13v   %s\n", l.name, R[i], M[i].Round(time.Microsecond), cpu[i])
 	}
 	const app = 2
 	for i := range 2 {
-		fmt.Printf("app server vs %-42s throughput ratio %.2f (target >= 0.5), added median latency %v (target <= 200us)\n",
-			loops[i].name+":", R[app]/R[i], (M[app] - M[i]).Round(time.Microsecond))
+		fmt.Printf("app server vs %-42s throughput ratio %.2f (rounds %s; target >= 0.5), added median latency %v (target <= 200us)\n",
+			loops[i].name+":", medianF(ratios[i]), floatsText(ratios[i]), (M[app] - M[i]).Round(time.Microsecond))
 	}
 	return nil
 }
@@ -338,15 +350,79 @@ func get(hc *http.Client, url string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
-func roundsText(rps []float64, med []time.Duration) string {
+func floatsText(v []float64) string {
 	var b bytes.Buffer
-	for i := range rps {
+	for i, f := range v {
 		if i > 0 {
-			b.WriteString(", ")
+			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "%.0f/%v", rps[i], med[i].Round(time.Microsecond))
+		fmt.Fprintf(&b, "%.2f", f)
 	}
 	return b.String()
+}
+
+func medianF(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// cpuSample is the CPU time used so far by this process, the app server
+// and the memcached instances.
+type cpuSample struct{ self, app, mc time.Duration }
+
+func (a cpuSample) sub(b cpuSample) cpuSample {
+	return cpuSample{a.self - b.self, a.app - b.app, a.mc - b.mc}
+}
+
+func sampleCPU(appPID int, mcPIDs []int) cpuSample {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	s := cpuSample{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), app: procCPU(appPID)}
+	for _, p := range mcPIDs {
+		s.mc += procCPU(p)
+	}
+	return s
+}
+
+// procCPU reads utime+stime of a process from /proc (clock ticks of 10 ms).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// cpuUse sums CPU time and requests over rounds.
+type cpuUse struct {
+	cpuSample
+	n int
+}
+
+func (u *cpuUse) add(s cpuSample, n int) {
+	u.self += s.self
+	u.app += s.app
+	u.mc += s.mc
+	u.n += n
+}
+
+func (u cpuUse) String() string {
+	if u.n == 0 {
+		return "-"
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(u.n) }
+	return fmt.Sprintf("%.0f + %.0f + %.0f = %.0f", per(u.self), per(u.app), per(u.mc), per(u.self+u.app+u.mc))
 }
 
 // measure runs do with workers goroutines for d and returns the completed
