@@ -128,7 +128,17 @@ func newBatchDist(mean float64) batchDist {
 
 func (b *batchDist) sample(u uint64) int {
 	x := float64(u>>11) / (1 << 53)
-	return 1 + sort.SearchFloat64s(b.cdf, x)
+	// The first i with cdf[i] ≥ x (cdf ends in 1, so one exists).
+	lo, hi := 0, len(b.cdf)-1
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if b.cdf[m] < x {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return 1 + lo
 }
 
 type genType struct {
@@ -305,7 +315,7 @@ func (g *Generator) Next() *trace.Request {
 		for _, rank := range ranks {
 			q.Sizes = append(q.Sizes, ks.size(int(rank)))
 			q.Cacheable = append(q.Cacheable, ks.cacheable(int(rank)))
-			g.keybuf = strconv.AppendUint(g.keybuf, uint64(rank), 36)
+			g.keybuf = appendBase36(g.keybuf, uint32(rank))
 			ends = append(ends, len(g.keybuf))
 		}
 		g.keyEnd[j] = ends
@@ -324,13 +334,29 @@ func (g *Generator) Next() *trace.Request {
 	return r
 }
 
-// drawBatch draws k distinct Zipf ranks (k ≤ the key space). The first
-// pass draws all k without looking at the results, so the table look-ups
-// overlap; duplicates, found with a small open-addressing set, are redrawn.
+// appendBase36 appends v in base 36 with lowercase digits, as
+// strconv.FormatUint(v, 36) (KeyString) writes it.
+func appendBase36(dst []byte, v uint32) []byte {
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+	var buf [7]byte // 36^7 > 2^32
+	i := len(buf)
+	for v >= 36 {
+		q := v / 36
+		i--
+		buf[i] = digits[v-q*36]
+		v = q
+	}
+	i--
+	buf[i] = digits[v]
+	return append(dst, buf[i:]...)
+}
+
+// drawBatch draws k distinct Zipf ranks (k ≤ the key space); duplicates,
+// found with a small open-addressing set, are redrawn.
 func (g *Generator) drawBatch(ks *keyspace, k int) []int32 {
 	ranks := g.ranks[:0]
 	for i := 0; i < k; i++ {
-		ranks = append(ranks, int32(ks.pop.sample(g.src.Uint64())))
+		ranks = append(ranks, int32(ks.pop.sample(g.src.Uint64(), g.src.Uint64)))
 	}
 	size := 16
 	for size < 2*k {
@@ -361,7 +387,7 @@ func (g *Generator) drawBatch(ks *keyspace, k int) []int32 {
 		}
 		redrawn := false
 		for attempt := 0; attempt < 64 && !redrawn; attempt++ {
-			ranks[i] = int32(ks.pop.sample(g.src.Uint64()))
+			ranks[i] = int32(ks.pop.sample(g.src.Uint64(), g.src.Uint64))
 			redrawn = insert(ranks[i])
 		}
 		if !redrawn {

@@ -110,6 +110,31 @@ func TestTraceContents(t *testing.T) {
 
 // A key space smaller than a batch caps the batch and still has no
 // duplicates.
+func TestAppendBase36(t *testing.T) {
+	for _, v := range []uint32{0, 1, 35, 36, 1295, 1296, 99999, 1 << 26, math.MaxUint32} {
+		if got, want := string(appendBase36([]byte("x"), v)), "x"+KeyString(int(v)); got != want {
+			t.Errorf("appendBase36(%d) = %s, want %s", v, got, want)
+		}
+	}
+}
+
+func TestBatchDist(t *testing.T) {
+	d := newBatchDist(1)
+	if d.sample(0) != 1 || d.sample(math.MaxUint64) != 1 {
+		t.Fatal("mean 1 must always give 1")
+	}
+	d = newBatchDist(5)
+	src := rand.NewPCG(5, 6)
+	sum := 0
+	const n = 200000
+	for i := 0; i < n; i++ {
+		sum += d.sample(src.Uint64())
+	}
+	if m := float64(sum) / n; math.Abs(m-5) > 0.03 {
+		t.Fatalf("1 + Poisson(4) has mean %v", m)
+	}
+}
+
 func TestTinyKeySpace(t *testing.T) {
 	o := DefaultOptions()
 	o.Keys = PerBackend[int]{Default: 1000, By: map[string]int{"b2": 3}}
@@ -229,27 +254,64 @@ func TestAliasExact(t *testing.T) {
 	}
 }
 
-func TestZipfFrequencies(t *testing.T) {
-	w := make([]float64, 1000)
-	for r := range w {
-		w[r] = math.Pow(float64(r+1), -0.9)
+// The Zipf table gives every head rank its exact probability and every
+// tail rank its Zipf probability within the block ratio; draws follow it.
+func TestZipf(t *testing.T) {
+	for _, c := range []struct {
+		n int
+		s float64
+	}{{100000, 0.9}, {5000, 1}, {300, 0.5}, {1 << 22, 1.2}, {7, 0}} {
+		z := newZipf(c.n, c.s)
+		h := 0.0
+		for r := 0; r < c.n; r++ {
+			h += math.Pow(float64(r+1), -c.s)
+		}
+		for _, r := range []int{0, 1, 2, c.n / 3, c.n / 2, c.n - 1} {
+			want := math.Pow(float64(r+1), -c.s) / h
+			tol := 1e-6
+			if r >= zipfHead {
+				tol = 0.011 // within a block: zipfBlockRatio^s
+			}
+			if got := z.prob(r); math.Abs(got-want)/want > tol {
+				t.Errorf("n=%d s=%v: P(rank %d) = %.6g, Zipf %.6g", c.n, c.s, r, got, want)
+			}
+		}
+		if c.n > zipfHead && len(z.table) > zipfHead+1500 {
+			t.Errorf("n=%d: %d table entries", c.n, len(z.table))
+		}
 	}
-	a := newAlias(w)
+	z := newZipf(100000, 0.9)
 	src := rand.NewPCG(3, 4)
-	counts := make([]int, len(w))
+	counts := map[int]int{}
 	const n = 2000000
+	tail := 0
 	for i := 0; i < n; i++ {
-		counts[a.sample(src.Uint64())]++
-	}
-	sum := 0.0
-	for _, v := range w {
-		sum += v
+		r := z.sample(src.Uint64(), src.Uint64)
+		if r < 0 || r >= 100000 {
+			t.Fatalf("rank %d", r)
+		}
+		counts[r]++
+		if r >= 50000 {
+			tail++
+		}
 	}
 	for _, r := range []int{0, 1, 9, 99} {
-		want := w[r] / sum * n
+		want := z.prob(r) * n
 		if math.Abs(float64(counts[r])-want) > 5*math.Sqrt(want) {
 			t.Errorf("rank %d drawn %d times, expected %.0f", r, counts[r], want)
 		}
+	}
+	wantTail := 0.0
+	for r := 50000; r < 100000; r++ {
+		wantTail += math.Pow(float64(r+1), -0.9)
+	}
+	h := 0.0
+	for r := 0; r < 100000; r++ {
+		h += math.Pow(float64(r+1), -0.9)
+	}
+	wantTail *= n / h
+	if math.Abs(float64(tail)-wantTail) > 5*math.Sqrt(wantTail) {
+		t.Errorf("%d draws in ranks ≥ 50000, expected %.0f", tail, wantTail)
 	}
 }
 
