@@ -153,11 +153,10 @@ func TestOpenLoopAgainstSlowServer(t *testing.T) {
 			t.Fatalf("row %v", r)
 		}
 		send, _ := strconv.ParseFloat(r[0], 64)
-		if send > 2000 {
-			t.Fatalf("send_ms %v: the schedule spans one second", send)
-		}
 		lat, _ := strconv.ParseInt(r[1], 10, 64)
-		// Requests sent before the gate opened waited for it.
+		// The gate opens when the 150th request (due at 745 ms; the
+		// scheduler never sends early) arrives, so the requests it held
+		// finished after that.
 		if float64(lat)/1000+send >= 149*5 {
 			held++
 		}
