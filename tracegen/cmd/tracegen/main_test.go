@@ -150,7 +150,7 @@ func TestReplayCommandWithMetrics(t *testing.T) {
 	done := make(chan res, 1)
 	go func() {
 		c, o, e := tg("replay", "--topology", topo, "--trace", trace, "--out", out, "--rate", "200", "--duration", "2s",
-			"--loop", "--slo-step", "500ms", "--slo-window", "1s", "--warmup", "0s", "--metrics", metrics)
+			"--loop", "--slo", "1m", "--slo-step", "500ms", "--slo-window", "1s", "--warmup", "0s", "--metrics", metrics)
 		done <- res{c, o, e}
 	}()
 	var scraped string
