@@ -52,27 +52,30 @@ events:
     field: workers
     from: 4
     to: 8
-    start: 200ms
-    end: 600ms
-    step: 100ms
+    start: 150ms
+    end: 350ms
+    step: 50ms
   - kind: random_walk
     backend: b1
     field: hiccup_ms
-    period: 100ms
+    period: 50ms
     step: 5
     min: 0
     max: 50
-    start: 300ms
-    end: 800ms
+    start: 200ms
+    end: 500ms
 `
 	path := filepath.Join(t.TempDir(), "sc.yaml")
 	os.WriteFile(path, []byte(doc), 0o644)
-	sc, warns, err := scenario.Load(path, scenario.BackendNames(tp), time.Second)
+	// The timeline ends at 0.5 s of a 3 s run, so even a loaded machine
+	// applies all of it before the run ends.
+	sc, warns, err := scenario.Load(path, scenario.BackendNames(tp), 3*time.Second)
 	if err != nil || len(warns) > 0 {
 		t.Fatal(err, warns)
 	}
 	cfg := baseConfig(t, tp, writeTrace(t, 50, 20*time.Millisecond))
-	cfg.Duration = time.Second
+	cfg.Duration = 3 * time.Second
+	cfg.Loop = true
 	cfg.Scenario, cfg.ScenarioSeed = sc, 3
 	sum, err := Run(context.Background(), cfg)
 	if err != nil {
@@ -80,7 +83,7 @@ events:
 	}
 	// The walk starts from the backend's current hiccup_ms (0), read at
 	// start; the expected timeline is the pure expansion.
-	want, err := sc.Expand(time.Second, 3, map[scenario.BackendField]float64{{Backend: "b1", Field: "hiccup_ms"}: 0})
+	want, err := sc.Expand(3*time.Second, 3, map[scenario.BackendField]float64{{Backend: "b1", Field: "hiccup_ms"}: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
