@@ -48,7 +48,7 @@ func (s *Server) serveRequest(w http.ResponseWriter, r *http.Request) {
 	defer s.m.inFlight.Dec()
 
 	buf := s.getBuf()
-	defer s.bufs.Put(buf)
+	defer s.putBuf(buf)
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody)); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -81,6 +81,16 @@ func (s *Server) serveRequest(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadGateway)
 	}
 	_, _ = w.Write(buf.Bytes())
+}
+
+// maxPooledBuf bounds the buffers kept for reuse, so that one huge request
+// does not pin its memory.
+const maxPooledBuf = 1 << 20
+
+func (s *Server) putBuf(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBuf {
+		s.bufs.Put(b)
+	}
 }
 
 func (s *Server) getBuf() *bytes.Buffer {
