@@ -72,7 +72,11 @@ type SizeDist struct {
 	table       []uint32
 }
 
-const sizeTable = 1 << 16
+// sizeTableBits sets the table: 2^14 quantiles (64 KB, so look-ups stay in
+// cache); the top entry is the 0.99997 quantile.
+const sizeTableBits = 14
+
+const sizeTable = 1 << sizeTableBits
 
 // NewSizeDist tabulates the distribution.
 func NewSizeDist(mean, sigma float64, lo, hi int64) (*SizeDist, error) {
@@ -131,7 +135,7 @@ func NewSizeDist(mean, sigma float64, lo, hi int64) (*SizeDist, error) {
 }
 
 // Size returns the size selected by a uniform 64-bit hash.
-func (d *SizeDist) Size(h uint64) int64 { return int64(d.table[h>>48]) }
+func (d *SizeDist) Size(h uint64) int64 { return int64(d.table[h>>(64-sizeTableBits)]) }
 
 // TableMean returns the exact mean size over the table (the mean of the
 // sizes of uniformly hashed keys).
@@ -171,30 +175,32 @@ const (
 // zipf draws ranks 0…n−1 with probability ∝ (rank+1)^-s.
 type zipf struct {
 	table alias
-	// start[i] is the first rank of entry i (entries below zipfHead are
-	// single ranks); start[len(table)] == n.
-	start []int32
+	// span[i] is entry i's first rank (high 32 bits) and number of ranks
+	// (low 32 bits): one load per draw.
+	span []uint64
 }
 
 func newZipf(n int, s float64) zipf {
 	head := min(n, zipfHead)
-	start := make([]int32, 0, head+1024)
+	var start []int
 	for r := 0; r < head; r++ {
-		start = append(start, int32(r))
+		start = append(start, r)
 	}
 	for a := head; a < n; {
 		b := max(a+1, int(float64(a)*zipfBlockRatio))
 		b = min(b, n)
-		start = append(start, int32(a))
+		start = append(start, a)
 		a = b
 	}
-	start = append(start, int32(n))
+	start = append(start, n)
 	w := make([]float64, len(start)-1)
+	span := make([]uint64, len(start)-1)
 	for i := range w {
-		a, b := int(start[i]), int(start[i+1])
+		a, b := start[i], start[i+1]
 		w[i] = zipfMass(a, b, s)
+		span[i] = uint64(a)<<32 | uint64(b-a)
 	}
-	return zipf{table: newAlias(w), start: start}
+	return zipf{table: newAlias(w), span: span}
 }
 
 // zipfMass is Σ_{r=a}^{b-1} (r+1)^-s.
@@ -214,21 +220,23 @@ func zipfMass(a, b int, s float64) float64 {
 	return (math.Pow(hi, 1-s) - math.Pow(lo, 1-s)) / (1 - s)
 }
 
-// sample maps a uniform 64-bit number to a rank; next supplies a second
-// one for ranks inside a block.
-func (z *zipf) sample(u uint64, next func() uint64) int {
-	i := z.table.sample(u)
-	a, b := z.start[i], z.start[i+1]
-	if b-a == 1 {
-		return int(a)
+// sample maps a uniform 64-bit number to a rank. A rank inside a block is
+// placed by a second number derived from u by SplitMix64's bijective mix
+// (its bits are independent of the ones the table used, for all practical
+// purposes).
+func (z *zipf) sample(u uint64) int {
+	sp := z.span[z.table.sample(u)]
+	first, width := sp>>32, sp&0xffffffff
+	if width == 1 {
+		return int(first)
 	}
-	return int(a) + int((next()>>32)*uint64(b-a)>>32)
+	return int(first + (mix64(u)>>32)*width>>32)
 }
 
 // prob returns the exact probability the table gives a rank.
 func (z *zipf) prob(rank int) float64 {
 	n := len(z.table)
-	i := sort.Search(n, func(i int) bool { return int(z.start[i+1]) > rank })
+	i := sort.Search(n, func(i int) bool { return int(z.span[i]>>32+z.span[i]&0xffffffff) > rank })
 	p := 0.0
 	for col, word := range z.table {
 		keep := float64(word>>32) / (1 << 32)
@@ -239,7 +247,7 @@ func (z *zipf) prob(rank int) float64 {
 			p += (1 - keep) / float64(n)
 		}
 	}
-	return p / float64(z.start[i+1]-z.start[i])
+	return p / float64(z.span[i]&0xffffffff)
 }
 
 // keyspace is one backend's keys: Zipf popularity over ranks 0…n−1, the key
@@ -284,7 +292,7 @@ func (k *keyspace) size(rank int) int64 { return k.sizes.Size(mix64(k.seed ^ uin
 
 // cacheable reports whether a rank may be cached.
 func (k *keyspace) cacheable(rank int) bool {
-	return mix64(k.seed^uint64(rank)^0xc4ceb9fe1a85ec53) >= k.uncach
+	return k.uncach == 0 || mix64(k.seed^uint64(rank)^0xc4ceb9fe1a85ec53) >= k.uncach
 }
 
 // KeySize returns the object size of key rank at the named backend with the

@@ -356,7 +356,7 @@ func appendBase36(dst []byte, v uint32) []byte {
 func (g *Generator) drawBatch(ks *keyspace, k int) []int32 {
 	ranks := g.ranks[:0]
 	for i := 0; i < k; i++ {
-		ranks = append(ranks, int32(ks.pop.sample(g.src.Uint64(), g.src.Uint64)))
+		ranks = append(ranks, int32(ks.pop.sample(g.src.Uint64())))
 	}
 	size := 16
 	for size < 2*k {
@@ -387,7 +387,7 @@ func (g *Generator) drawBatch(ks *keyspace, k int) []int32 {
 		}
 		redrawn := false
 		for attempt := 0; attempt < 64 && !redrawn; attempt++ {
-			ranks[i] = int32(ks.pop.sample(g.src.Uint64(), g.src.Uint64))
+			ranks[i] = int32(ks.pop.sample(g.src.Uint64()))
 			redrawn = insert(ranks[i])
 		}
 		if !redrawn {

@@ -286,7 +286,7 @@ func TestZipf(t *testing.T) {
 	const n = 2000000
 	tail := 0
 	for i := 0; i < n; i++ {
-		r := z.sample(src.Uint64(), src.Uint64)
+		r := z.sample(src.Uint64())
 		if r < 0 || r >= 100000 {
 			t.Fatalf("rank %d", r)
 		}
