@@ -113,6 +113,8 @@ type run struct {
 	met     *metrics
 	start   time.Time
 	senders sync.WaitGroup
+	// jobs hands requests to idle senders; closed when the schedule ends.
+	jobs chan job
 
 	// Written by the scheduler, read by the progress line.
 	sent      atomic.Int64
@@ -351,7 +353,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		scTotals, scErr = ap.Run(scCtx, r.start, changes)
 	}()
 
+	r.jobs = make(chan job)
 	interrupted := r.schedule(ctx, items, results)
+	close(r.jobs)
 	close(stopRead)
 	readErr := <-readDone
 	schedEnd := time.Since(r.start)
@@ -453,15 +457,51 @@ func (r *run) schedule(ctx context.Context, items <-chan item, results chan<- re
 		r.met.inFlight.Inc()
 		r.sent.Add(1)
 		r.met.sent.Inc()
-		r.senders.Add(1)
-		go func(body []byte) {
-			defer r.senders.Done()
-			res := r.do(app, body)
-			r.inFlight.Add(-1)
-			r.met.inFlight.Dec()
-			res.send = send
-			results <- res
-		}(it.body)
+		j := job{app: app, body: it.body, send: send}
+		select {
+		case r.jobs <- j: // an idle sender took it
+		default:
+			r.senders.Add(1)
+			go r.sender(j, results)
+		}
+	}
+}
+
+// job is one request handed to a sender.
+type job struct {
+	app  appServer
+	body []byte
+	send time.Duration
+}
+
+// senderIdle is how long an idle sender goroutine waits for another job.
+const senderIdle = 2 * time.Second
+
+// sender sends its job, then serves further jobs while it is idle for less
+// than senderIdle. Every request in flight has a goroutine of its own: the
+// scheduler hands a job to an idle sender only if one is waiting (an
+// unbuffered send), else starts a new one, so it never waits. Reusing
+// senders saves a goroutine start and its stack growth per request.
+func (r *run) sender(j job, results chan<- result) {
+	defer r.senders.Done()
+	idle := time.NewTimer(senderIdle)
+	defer idle.Stop()
+	for {
+		res := r.do(j.app, j.body)
+		r.inFlight.Add(-1)
+		r.met.inFlight.Dec()
+		res.send = j.send
+		results <- res
+		idle.Reset(senderIdle)
+		var ok bool
+		select {
+		case j, ok = <-r.jobs:
+			if !ok {
+				return
+			}
+		case <-idle.C:
+			return
+		}
 	}
 }
 
