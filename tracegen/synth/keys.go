@@ -226,11 +226,8 @@ func zipfMass(a, b int, s float64) float64 {
 // purposes).
 func (z *zipf) sample(u uint64) int {
 	sp := z.span[z.table.sample(u)]
-	first, width := sp>>32, sp&0xffffffff
-	if width == 1 {
-		return int(first)
-	}
-	return int(first + (mix64(u)>>32)*width>>32)
+	// Branch-free: for a single rank (width 1) the offset is 0.
+	return int(sp>>32 + (mix64(u)>>32)*(sp&0xffffffff)>>32)
 }
 
 // prob returns the exact probability the table gives a rank.

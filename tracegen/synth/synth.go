@@ -104,42 +104,30 @@ func DefaultNames(n int) []string {
 	return out
 }
 
-// batchDist samples 1 + Poisson(λ) by inversion: cdf[i] = P(batch ≤ 1+i).
-type batchDist struct{ cdf []float64 }
+// batchDist samples 1 + Poisson(λ) through an alias table over its
+// probabilities (up to where the tail is below 10^-12).
+type batchDist struct{ table alias }
 
 func newBatchDist(mean float64) batchDist {
 	lambda := mean - 1
 	if lambda <= 0 {
-		return batchDist{cdf: []float64{1}}
+		return batchDist{table: newAlias([]float64{1})}
 	}
-	var cdf []float64
+	var pmf []float64
 	s := 0.0
 	for k := 0; ; k++ {
 		lg, _ := math.Lgamma(float64(k + 1))
-		s += math.Exp(-lambda + float64(k)*math.Log(lambda) - lg)
-		cdf = append(cdf, s)
+		p := math.Exp(-lambda + float64(k)*math.Log(lambda) - lg)
+		pmf = append(pmf, p)
+		s += p
 		if (s > 1-1e-12 && float64(k) > lambda) || k > 100000 {
 			break
 		}
 	}
-	cdf[len(cdf)-1] = 1
-	return batchDist{cdf: cdf}
+	return batchDist{table: newAlias(pmf)}
 }
 
-func (b *batchDist) sample(u uint64) int {
-	x := float64(u>>11) / (1 << 53)
-	// The first i with cdf[i] ≥ x (cdf ends in 1, so one exists).
-	lo, hi := 0, len(b.cdf)-1
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if b.cdf[m] < x {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return 1 + lo
-}
+func (b *batchDist) sample(u uint64) int { return 1 + b.table.sample(u) }
 
 type genType struct {
 	backends []int // indices into Generator.names, in name order
