@@ -293,7 +293,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x6172726976616c))} // "arrival"
 
 	var metricsSrv *http.Server
-	if cfg.MetricsAddr != "" {
+	metricsDone := make(chan struct{})
+	if cfg.MetricsAddr == "" {
+		close(metricsDone)
+	} else {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
@@ -301,7 +304,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(r.met.reg, promhttp.HandlerOpts{}))
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = metricsSrv.Serve(ln) }()
+		go func() {
+			defer close(metricsDone)
+			_ = metricsSrv.Serve(ln)
+		}()
 		r.log.Info("serving metrics", "addr", ln.Addr().String())
 	}
 
@@ -372,6 +378,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		_ = metricsSrv.Shutdown(sctx)
 		cancel()
 	}
+	<-metricsDone
 	r.csv.Flush()
 	if err := errors.Join(r.csvErr, r.csv.Error(), bw.Flush()); err != nil {
 		return nil, fmt.Errorf("writing requests.csv: %w", err)
