@@ -267,23 +267,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 
-	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
-		return nil, fmt.Errorf("out: %w", err)
-	}
-	reqFile, err := os.Create(filepath.Join(cfg.OutDir, "requests.csv"))
-	if err != nil {
-		return nil, fmt.Errorf("out: %w", err)
-	}
-	defer reqFile.Close()
-	scFile, err := os.Create(filepath.Join(cfg.OutDir, "scenario.jsonl"))
-	if err != nil {
-		return nil, fmt.Errorf("out: %w", err)
-	}
-	defer scFile.Close()
-	bw := newBufWriter(reqFile)
-	r.csv = csv.NewWriter(bw)
-	_ = r.csv.Write([]string{"send_ms", "latency_us", "status", "blocking_backend", "app_server"})
-
 	lr, err := openLines(cfg.TracePath)
 	if err != nil {
 		return nil, err
@@ -310,6 +293,33 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}()
 		r.log.Info("serving metrics", "addr", ln.Addr().String())
 	}
+	stopMetrics := sync.OnceFunc(func() {
+		if metricsSrv != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = metricsSrv.Shutdown(sctx)
+			cancel()
+		}
+		<-metricsDone
+	})
+	defer stopMetrics()
+
+	// Nothing is written before every check above has passed.
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	reqFile, err := os.Create(filepath.Join(cfg.OutDir, "requests.csv"))
+	if err != nil {
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	defer reqFile.Close()
+	scFile, err := os.Create(filepath.Join(cfg.OutDir, "scenario.jsonl"))
+	if err != nil {
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	defer scFile.Close()
+	bw := newBufWriter(reqFile)
+	r.csv = csv.NewWriter(bw)
+	_ = r.csv.Write([]string{"send_ms", "latency_us", "status", "blocking_backend", "app_server"})
 
 	r.log.Info("replay starting", "trace", cfg.TracePath, "app_servers", len(apps), "rate", cfg.Rate,
 		"duration", cfg.Duration, "scenario_changes", len(changes))
@@ -373,12 +383,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	r.senders.Wait()
 	close(results)
 	<-collected
-	if metricsSrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = metricsSrv.Shutdown(sctx)
-		cancel()
-	}
-	<-metricsDone
+	stopMetrics()
 	r.csv.Flush()
 	if err := errors.Join(r.csvErr, r.csv.Error(), bw.Flush()); err != nil {
 		return nil, fmt.Errorf("writing requests.csv: %w", err)
