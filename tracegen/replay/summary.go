@@ -77,7 +77,10 @@ type Lateness struct {
 	P50LateMs  float64 `json:"p50_late_ms"`
 	P99LateMs  float64 `json:"p99_late_ms"`
 	P999LateMs float64 `json:"p99_9_late_ms"`
-	FellBehind bool    `json:"fell_behind"`
+	// FellBehind is true when some send was more than BehindThresholdMs
+	// late.
+	BehindThresholdMs float64 `json:"behind_threshold_ms"`
+	FellBehind        bool    `json:"fell_behind"`
 }
 
 // InFlight reports the in-flight cap and the peak.
@@ -159,10 +162,11 @@ func (r *run) summary(end, schedule time.Duration, sched *schedule, interrupted 
 		Errors:      map[string]int64{"http_4xx": 0, "http_5xx": 0, "timeout": 0, "transport": 0, "dropped": 0},
 		OutOfOrder:  sched.OutOfOrder,
 		Lateness: Lateness{
-			ThresholdMs: float64(LateThreshold) / float64(time.Millisecond),
-			LateSends:   r.late.Load(),
-			MaxLateMs:   float64(r.maxLateNs.Load()) / 1e6,
-			FellBehind:  r.late.Load() > 0,
+			ThresholdMs:       float64(LateThreshold) / float64(time.Millisecond),
+			LateSends:         r.late.Load(),
+			MaxLateMs:         float64(r.maxLateNs.Load()) / 1e6,
+			BehindThresholdMs: float64(BehindThreshold) / float64(time.Millisecond),
+			FellBehind:        time.Duration(r.maxLateNs.Load()) > BehindThreshold,
 		},
 		InFlight: InFlight{Cap: r.cfg.MaxInFlight, Peak: r.peak.Load()},
 		Scenario: ScenarioSection{Changes: changes, Applied: sc.Applied, Failed: sc.Failed},
