@@ -33,6 +33,10 @@ func openLines(path string) (*lineReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("trace: %s is not a regular file (replay reads it more than once: a pre-flight check, then the run, and again with --loop)", path)
+	}
 	return &lineReader{path: path, f: f, br: bufio.NewReaderSize(f, 1<<20)}, nil
 }
 
