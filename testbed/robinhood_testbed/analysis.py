@@ -2,21 +2,10 @@
 controller's allocation timeline, the RBC timeline; and the comparison table."""
 from __future__ import annotations
 
-import csv
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-
-def nearest_rank(sorted_values: list[float], pct: float) -> float | None:
-    """Nearest-rank percentile (SPEC §4): the value at rank ceil(pct/100 · n), 1-based."""
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    rank = max(1, math.ceil(pct / 100.0 * n - 1e-9))
-    return sorted_values[min(rank, n) - 1]
 
 
 @dataclass
@@ -58,35 +47,22 @@ class PolicyRun:
         return [float(p[key]) for p in self.series()
                 if float(p.get("t_s", 0)) >= self.warmup_s and p.get("n", 1) and p.get(key) is not None]
 
-    def violation_pct(self, key: str = "p99_ms", slo_ms: float | None = None) -> float | None:
-        vals = self.measured_series(key)
-        if not vals:
+    def violation_pct(self) -> float | None:
+        """Share of the P99 observations after the warm-up above the SLO (the replay's number)."""
+        if not self.slo.get("points_counted"):
             return None
-        slo = self.slo_ms if slo_ms is None else slo_ms
-        return 100.0 * sum(1 for v in vals if v > slo) / len(vals)
+        return float(self.slo["violation_pct"])
 
-    # -- the request log ------------------------------------------------------------
-
-    def latencies_after_warmup(self) -> list[float]:
-        """End-to-end latencies (ms) of requests sent after the warm-up, sorted."""
-        out: list[float] = []
-        path = self.dir / "replay" / "requests.csv"
-        with open(path, newline="") as fh:
-            for row in csv.DictReader(fh):
-                try:
-                    if float(row["send_ms"]) / 1000.0 < self.warmup_s:
-                        continue
-                    out.append(float(row["latency_us"]) / 1000.0)
-                except (KeyError, ValueError):
-                    continue
-        out.sort()
-        return out
+    def latency_after_warmup(self, key: str) -> float | None:
+        """P50/P90/P99 (key "p50", "p90", "p99") of the requests sent after the warm-up, in ms."""
+        v = self.summary.get("latency_ms_after_warmup", {}).get(key)
+        return None if v is None else float(v)
 
     def error_count(self) -> int:
-        errors = self.summary.get("errors", 0)
-        if isinstance(errors, dict):
-            return int(sum(errors.values()))
-        return int(errors)
+        """Requests that failed (HTTP errors, timeouts, refused) or were dropped by the replayer."""
+        errors = self.summary.get("errors", {})
+        n = sum(errors.values()) if isinstance(errors, dict) else int(errors)
+        return int(n) + int(self.summary.get("dropped", 0))
 
     # -- timelines ------------------------------------------------------------------
 
@@ -108,17 +84,16 @@ def comparison_rows(runs: list[PolicyRun]) -> list[dict[str, Any]]:
     """One row per policy: SLO violation %, max P99, P50, P90, P99, hit ratio, errors."""
     rows = []
     for r in runs:
-        lat = r.latencies_after_warmup()
         p99s = r.measured_series("p99_ms")
         rows.append({
             "policy": r.policy,
-            "slo_violation_pct": r.violation_pct("p99_ms"),
+            "slo_violation_pct": r.violation_pct(),
             "max_p99_ms": max(p99s) if p99s else None,
-            "p50_ms": nearest_rank(lat, 50),
-            "p90_ms": nearest_rank(lat, 90),
-            "p99_ms": nearest_rank(lat, 99),
+            "p50_ms": r.latency_after_warmup("p50"),
+            "p90_ms": r.latency_after_warmup("p90"),
+            "p99_ms": r.latency_after_warmup("p99"),
             "hit_ratio": r.result.get("overall_hit_ratio"),
-            "requests": len(lat),
+            "requests": int(r.summary.get("sent", 0)),
             "errors": r.error_count(),
         })
     return rows
