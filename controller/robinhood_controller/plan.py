@@ -78,15 +78,21 @@ def plan_robinhood(
     used: Mapping[str, int],
     rbc: Mapping[str, int],
     params: RobinHoodParams,
+    applied: Mapping[str, int] | None = None,
 ) -> PlanResult:
     """One RobinHood step (SPEC §5): tax, exclusion, redistribution by RBC.
 
     allocations: current target per partition (bytes, each ≥ the floor).
     used: used bytes per partition (missing = 0).
     rbc: request blocking count per partition (missing = 0).
+    applied: the allocation memcached actually has (its limit, bytes) where it differs
+      from the target — a grow still waiting for memory that other partitions have not
+      freed yet. The unused-space rule compares used space with what was really
+      allocated: a partition is not "unable to use more space" because it was never
+      given its target. Missing partitions (or None) use their target.
 
     1. t_i = floor(tax · a_i), capped so a_i − t_i ≥ floor; P = Σ t_i.
-    2. eligible_i unless a_i − u_i > unused_gap · u_i.
+    2. eligible_i unless a_i − u_i > unused_gap · u_i (a_i: the applied allocation).
     3. P goes to eligible partitions in proportion to RBC: floor(P · r_i / R) each, the
        leftover bytes by largest remainder (ties to the name sorting first). When no
        eligible partition has RBC > 0, nothing changes.
@@ -106,7 +112,9 @@ def plan_robinhood(
         t = int(a * params.tax)
         tax[name] = max(0, min(t, a - params.floor_bytes))
     pool = sum(tax.values())
-    eligible = {n: is_eligible(a, used.get(n, 0), params.unused_gap) for n, a in allocations.items()}
+    applied = applied or {}
+    eligible = {n: is_eligible(applied.get(n, a), used.get(n, 0), params.unused_gap)
+                for n, a in allocations.items()}
     weights = {n: rbc.get(n, 0) for n in allocations if eligible[n] and rbc.get(n, 0) > 0}
     total_w = sum(weights.values())
     if pool == 0 or total_w == 0:

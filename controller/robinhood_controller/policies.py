@@ -53,6 +53,10 @@ class PlanInput:
     """Last RBC per partition (0 when the backend blocked nothing)."""
     samples: Mapping[str, PartitionSample] = field(default_factory=dict)
 
+    def applied(self) -> dict[str, int]:
+        """The limits memcached actually has, bytes, where known."""
+        return {n: s.limit_bytes for n, s in self.samples.items()}
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -114,6 +118,7 @@ class RobinHoodPolicy(Policy):
         r = plan_robinhood(
             inp.targets, inp.used, inp.rbc,
             RobinHoodParams(tax=p.tax, unused_gap=p.unused_gap, floor_bytes=p.floor_bytes),
+            applied=inp.applied(),
         )
         return Decision(targets=r.targets, eligible=r.eligible, moved=r.redistributed)
 
@@ -134,7 +139,9 @@ class StaticPolicy(Policy):
             # Only possible while partitions are excluded from planning with targets
             # that differ from the configuration; keep them as they are.
             targets = dict(inp.targets)
+        applied = inp.applied()
         eligible = {
-            n: is_eligible(inp.targets[n], inp.used.get(n, 0), self.params.unused_gap) for n in inp.targets
+            n: is_eligible(applied.get(n, inp.targets[n]), inp.used.get(n, 0), self.params.unused_gap)
+            for n in inp.targets
         }
         return Decision(targets=targets, eligible=eligible, moved=targets != dict(inp.targets))

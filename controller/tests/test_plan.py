@@ -140,6 +140,22 @@ def test_one_blamed_partition_gets_the_whole_pool() -> None:
     assert round_limits(r.targets, 192) == {"a": 65, "b": 64, "c": 63}
 
 
+def test_eligibility_uses_the_applied_allocation() -> None:
+    # "a" is full at its 40 MB limit; its target ran ahead to 60 MB because the other
+    # partitions have not freed their pages yet. It uses all it was given, so it stays
+    # eligible; judged on the target (60 − 40 > 0.3 · 40) it would be shut out.
+    params = RobinHoodParams(tax=0.01, unused_gap=0.3, floor_bytes=16 * MIB)
+    targets = {"a": 60 * MIB, "b": 30 * MIB, "c": 30 * MIB}
+    used = {"a": 40 * MIB, "b": 30 * MIB, "c": 30 * MIB}
+    r = plan_robinhood(targets, used, {"a": 9}, params, applied={"a": 40 * MIB})
+    assert r.eligible["a"] and r.redistributed and r.targets["a"] > targets["a"]
+    r = plan_robinhood(targets, used, {"a": 9}, params)
+    assert not r.eligible["a"] and not r.redistributed and r.targets == targets
+    # A partition really given space it does not fill is still excluded.
+    r = plan_robinhood(targets, used, {"a": 9}, params, applied={"a": 60 * MIB})
+    assert not r.eligible["a"]
+
+
 def _simulate(n: int, mb: int, ticks: int, floor_mb: int, blamed: str) -> list[dict[str, int]]:
     """Targets → limits over ticks with a blamed partition; every partition full."""
     alloc = {f"p{i:02d}": mb * MIB for i in range(n)}
