@@ -58,7 +58,7 @@ func (s *Server) serveRequest(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, http.StatusBadRequest, "reading the request body: "+err.Error())
 		return
 	}
-	req, err := parseRequest(buf.Bytes())
+	req, err := trace.Parse(buf.Bytes())
 	if err != nil {
 		s.reject(w, http.StatusBadRequest, err.Error())
 		return

@@ -39,6 +39,7 @@ func run(args []string) int {
 	fillWorkers := fs.Int("fill-workers", cache.DefaultFillWorkers, "goroutines storing values, per backend")
 	rbcBuffer := fs.Int("rbc-buffer", report.DefaultBufferLen, "request records buffered for the next RBC batch; more are dropped and counted")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest accepted request body")
+	listen := fs.String("http-addr", "", "listen address (default: the app server's http address in the topology; set it when that name is not local, e.g. 0.0.0.0:8080 behind a container service name)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: appserver --topology FILE --id ID [flags]\n\n")
 		fs.PrintDefaults()
@@ -101,9 +102,13 @@ func run(args []string) int {
 	defer srv.Close()
 	app := srv.AppServer()
 
-	l, err := net.Listen("tcp", app.HTTP)
+	addr := app.HTTP
+	if *listen != "" {
+		addr = *listen
+	}
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		log.Error("cannot listen", "addr", app.HTTP, "err", err)
+		log.Error("cannot listen", "addr", addr, "err", err)
 		return 1
 	}
 	hs := &http.Server{

@@ -1,4 +1,4 @@
-package server
+package trace
 
 import (
 	"math/rand/v2"
@@ -6,21 +6,19 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/robinhoodcache/robinhood/trace"
 )
 
 // randomRequest builds a request in the plain form parseFast handles.
-func randomRequest(rng *rand.Rand) *trace.Request {
-	r := &trace.Request{T: rng.Int64N(1 << 40)}
+func randomRequest(rng *rand.Rand) *Request {
+	r := &Request{T: rng.Int64N(1 << 40)}
 	if rng.IntN(2) == 0 {
 		r.TsMs, r.HasTs = float64(rng.IntN(1e6))/8, true
 	}
 	nl := rng.IntN(3)
-	r.Layers = make([]trace.Layer, 0, nl)
+	r.Layers = make([]Layer, 0, nl)
 	for range nl {
 		nb := rng.IntN(4)
-		l := make(trace.Layer, 0, nb)
+		l := make(Layer, 0, nb)
 		names := map[string]bool{}
 		for range nb {
 			name := "b" + strconv.Itoa(rng.IntN(6))
@@ -29,9 +27,9 @@ func randomRequest(rng *rand.Rand) *trace.Request {
 			}
 			names[name] = true
 			n := rng.IntN(6)
-			q := trace.BackendQueries{Backend: name, Sizes: make([]int64, n), Keys: make([]string, n), Cacheable: make([]bool, n)}
+			q := BackendQueries{Backend: name, Sizes: make([]int64, n), Keys: make([]string, n), Cacheable: make([]bool, n)}
 			for i := range n {
-				q.Sizes[i] = rng.Int64N(trace.MaxObjectSize + 1)
+				q.Sizes[i] = rng.Int64N(MaxObjectSize + 1)
 				if rng.IntN(3) == 0 {
 					q.Keys[i] = strconv.Itoa(rng.IntN(1e9))
 				} else {
@@ -46,22 +44,22 @@ func randomRequest(rng *rand.Rand) *trace.Request {
 	return r
 }
 
-// Lines written by trace.AppendJSON in the plain form take the fast path
-// and give exactly what trace.Parse gives.
-func TestParseFastAgreesWithTraceParse(t *testing.T) {
+// Lines written by AppendJSON in the plain form take the fast path
+// and give exactly what parseSlow gives.
+func TestParseFastAgreesWithParseSlow(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 3000 {
-		line := trace.AppendJSON(nil, randomRequest(rng))
+		line := AppendJSON(nil, randomRequest(rng))
 		fast, ok := parseFast(line)
 		if !ok {
 			t.Fatalf("case %d: the fast path refused a plain line: %s", i, line)
 		}
-		slow, err := trace.Parse(line)
+		slow, err := parseSlow(line)
 		if err != nil {
-			t.Fatalf("case %d: trace.Parse: %v", i, err)
+			t.Fatalf("case %d: parseSlow: %v", i, err)
 		}
 		if !reflect.DeepEqual(fast, slow) {
-			t.Fatalf("case %d: fast %+v, trace.Parse %+v\n%s", i, fast, slow, line)
+			t.Fatalf("case %d: fast %+v, parseSlow %+v\n%s", i, fast, slow, line)
 		}
 	}
 }
@@ -112,16 +110,16 @@ func checkFast(t *testing.T, line []byte) {
 	if !ok {
 		return
 	}
-	slow, err := trace.Parse(line)
+	slow, err := parseSlow(line)
 	if err != nil {
-		t.Fatalf("fast path accepted what trace.Parse rejects (%v): %q", err, line)
+		t.Fatalf("fast path accepted what parseSlow rejects (%v): %q", err, line)
 	}
 	if !reflect.DeepEqual(fast, slow) {
-		t.Fatalf("fast %+v, trace.Parse %+v for %q", fast, slow, line)
+		t.Fatalf("fast %+v, parseSlow %+v for %q", fast, slow, line)
 	}
 }
 
-// Whenever the fast path accepts a line, trace.Parse returns the same
+// Whenever the fast path accepts a line, parseSlow returns the same
 // request.
 func FuzzParseFast(f *testing.F) {
 	for _, s := range parseSeeds {
@@ -129,23 +127,23 @@ func FuzzParseFast(f *testing.F) {
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 20 {
-		f.Add(trace.AppendJSON(nil, randomRequest(rng)))
+		f.Add(AppendJSON(nil, randomRequest(rng)))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		checkFast(t, line)
 	})
 }
 
-// Every malformed line gets trace.Parse's message.
-func TestParseRequestErrorsAreTraceParse(t *testing.T) {
+// Every malformed line gets parseSlow's message.
+func TestParseErrorsAreParseSlows(t *testing.T) {
 	for _, s := range parseSeeds {
-		_, err1 := parseRequest([]byte(s))
-		_, err2 := trace.Parse([]byte(s))
+		_, err1 := Parse([]byte(s))
+		_, err2 := parseSlow([]byte(s))
 		if (err1 == nil) != (err2 == nil) || (err1 != nil && err1.Error() != err2.Error()) {
-			t.Errorf("%s: parseRequest %v, trace.Parse %v", s, err1, err2)
+			t.Errorf("%s: Parse %v, parseSlow %v", s, err1, err2)
 		}
 	}
-	if _, err := parseRequest([]byte(strings.Repeat("[", 10))); err == nil {
+	if _, err := Parse([]byte(strings.Repeat("[", 10))); err == nil {
 		t.Fatal("accepted garbage")
 	}
 }
@@ -159,9 +157,9 @@ func BenchmarkParse(b *testing.B) {
 			}
 		}
 	})
-	b.Run("trace.Parse", func(b *testing.B) {
+	b.Run("slow", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := trace.Parse(line); err != nil {
+			if _, err := parseSlow(line); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,32 +1,19 @@
-package server
+package trace
 
 import (
 	"sort"
 	"strconv"
-
-	"github.com/robinhoodcache/robinhood/trace"
 )
-
-// parseRequest parses a request body (one trace line). The common shape of
-// a line is parsed by parseFast, about ten times faster than encoding/json;
-// everything else, including every malformed line, goes to trace.Parse, so
-// the accepted language and the error messages are trace.Parse's.
-func parseRequest(b []byte) (*trace.Request, error) {
-	if r, ok := parseFast(b); ok {
-		return r, nil
-	}
-	return trace.Parse(b)
-}
 
 // parseFast parses the plain form of a trace line — keys "t", "ts_ms" and
 // "d" at most once each; backend objects with exactly "S", "U" and "C";
 // integer sizes; keys that are strings of printable ASCII without escapes,
 // or integers; flags 0, 1, true, false — and reports false for anything
-// else (unusual or invalid), leaving it to trace.Parse. Whenever it reports
-// true, trace.Parse would return an equal Request (FuzzParseFast).
-func parseFast(b []byte) (*trace.Request, bool) {
+// else (unusual or invalid), leaving it to parseSlow (encoding/json). Whenever
+// it reports true, parseSlow would return an equal Request (FuzzParseFast).
+func parseFast(b []byte) (*Request, bool) {
 	p := fastParser{b: b}
-	r := &trace.Request{}
+	r := &Request{}
 	var seenT, seenTs, seenD bool
 	if !p.consume('{') {
 		return nil, false
@@ -215,11 +202,11 @@ func (p *fastParser) number() (string, bool) {
 	return string(p.b[start:p.i]), true
 }
 
-func (p *fastParser) layers() ([]trace.Layer, bool) {
+func (p *fastParser) layers() ([]Layer, bool) {
 	if !p.consume('[') {
 		return nil, false
 	}
-	layers := make([]trace.Layer, 0, 1)
+	layers := make([]Layer, 0, 1)
 	if p.consume(']') {
 		return layers, true
 	}
@@ -239,11 +226,11 @@ func (p *fastParser) layers() ([]trace.Layer, bool) {
 	}
 }
 
-func (p *fastParser) layer() (trace.Layer, bool) {
+func (p *fastParser) layer() (Layer, bool) {
 	if !p.consume('{') {
 		return nil, false
 	}
-	layer := make(trace.Layer, 0, 4)
+	layer := make(Layer, 0, 4)
 	if p.consume('}') {
 		return layer, true
 	}
@@ -254,7 +241,7 @@ func (p *fastParser) layer() (trace.Layer, bool) {
 		}
 		for i := range layer {
 			if layer[i].Backend == name {
-				return nil, false // encoding/json keeps the last; leave it to trace.Parse
+				return nil, false // encoding/json keeps the last; leave it to parseSlow
 			}
 		}
 		q, ok := p.queries(name)
@@ -274,8 +261,8 @@ func (p *fastParser) layer() (trace.Layer, bool) {
 	return layer, true
 }
 
-func (p *fastParser) queries(name string) (trace.BackendQueries, bool) {
-	q := trace.BackendQueries{Backend: name}
+func (p *fastParser) queries(name string) (BackendQueries, bool) {
+	q := BackendQueries{Backend: name}
 	if !p.consume('{') {
 		return q, false
 	}
@@ -351,14 +338,14 @@ func (p *fastParser) sizes() ([]int64, bool) {
 	ok := p.list(func() bool {
 		p.ws()
 		if p.i < len(p.b) && p.b[p.i] == '-' {
-			return false // negative: trace.Parse names it
+			return false // negative: parseSlow names it
 		}
 		lit, ok := p.integer()
 		if !ok {
 			return false
 		}
 		v, err := strconv.ParseInt(lit, 10, 64)
-		if err != nil || v > trace.MaxObjectSize {
+		if err != nil || v > MaxObjectSize {
 			return false
 		}
 		out = append(out, v)
