@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -124,7 +125,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         if ep.prometheus:
             console.print(f"Prometheus:    http://{ep.prometheus}/")
         if args.ready_file:
-            Path(args.ready_file).write_text(str(dep.topology_path) + "\n")
+            info = {"topology": str(dep.topology_path), "rbc_http": ep.rbc_http, "app_http": ep.app_http,
+                    "controller_metrics": ep.controller_metrics, "prometheus": ep.prometheus}
+            tmp = Path(args.ready_file + ".tmp")
+            tmp.write_text(json.dumps(info, indent=2) + "\n")
+            tmp.rename(args.ready_file)
         console.print("Running; Ctrl-C stops everything.")
         while True:
             dep.sup.check_alive()
@@ -146,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start the topology and keep it running until Ctrl-C")
     common(up)
     up.add_argument("--policy", default="robinhood", choices=KNOWN_POLICIES)
-    up.add_argument("--ready-file", help="write the topology path here once everything is up")
+    up.add_argument("--ready-file", help="once everything is up, write the endpoints here (JSON)")
     run = sub.add_parser("run", help="run one experiment with one policy")
     common(run)
     run.add_argument("--policy", required=True, choices=KNOWN_POLICIES)

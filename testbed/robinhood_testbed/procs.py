@@ -19,6 +19,10 @@ log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 
+#: Every supervised process carries this variable (its value: the log folder), so a
+#: test can find any process a run left behind.
+MARKER_ENV = "ROBINHOOD_TESTBED_RUN"
+
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     try:
@@ -89,7 +93,8 @@ class Supervisor:
             fh.flush()
             try:
                 p = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
+                                     env={**os.environ, MARKER_ENV: str(self.log_dir), **(env or {})},
+                                     preexec_fn=_die_with_parent)
             except OSError as e:
                 raise StartError(f"{name}: cannot run {argv[0]}: {e.strerror}") from None
         proc = Proc(name, argv, p, log_path)

@@ -53,10 +53,12 @@ def prepare_inputs(exp: Experiment, out_dir: Path) -> tuple[Path, Path | None]:
     return trace, scenario
 
 
-def check_scenario(scenario: Path, topology: Path) -> None:
+def check_scenario(scenario: Path, topology: Path, duration: float | None = None) -> None:
     """Validate a scenario against a topology before anything starts."""
-    res = subprocess.run([str(go_bin("tracegen")), "scenario", "check", str(scenario), "--topology", str(topology)],
-                         capture_output=True, text=True)
+    args = [str(go_bin("tracegen")), "scenario", "check", str(scenario), "--topology", str(topology)]
+    if duration is not None:
+        args += ["--duration", format_duration(duration)]
+    res = subprocess.run(args, capture_output=True, text=True)
     if res.returncode != 0:
         raise ExperimentError(f"invalid scenario {scenario}:\n{(res.stderr or res.stdout).strip()}")
 
@@ -187,7 +189,7 @@ def run_policy(exp: Experiment, policy: str, out_dir: Path, trace: Path, scenari
         raise ExperimentError(f"{run_dir} already exists; choose another --out")
     dep = Deployment(exp, policy, run_dir, data_dir, prometheus=prometheus, replay=True)
     if scenario is not None:
-        check_scenario(scenario, dep.topology_path)
+        check_scenario(scenario, dep.topology_path, exp.duration)
     state = LiveState(policy=policy, duration=exp.duration, slo_ms=exp.slo.latency * 1000)
     log.info("policy %s: starting the topology (logs in %s)", policy, dep.sup.log_dir)
     with dep:

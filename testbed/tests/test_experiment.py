@@ -8,6 +8,7 @@ import yaml
 from robinhood_testbed.deploy import build_topology
 from robinhood_testbed.experiment import ExperimentError, format_duration, load, parse_duration
 from robinhood_testbed.procs import PortAllocator
+from robinhood_testbed.run import check_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,10 +82,22 @@ def test_topology_per_policy(tmp_path: Path) -> None:
     assert not ep.controller_metrics
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")))
-def test_shipped_experiments_load(path: Path) -> None:
-    data = yaml.safe_load(path.read_text())
-    if "backends" not in data or "trace" not in data:
-        pytest.skip("not an experiment file")
+EXPERIMENTS = [p for p in sorted((REPO / "examples").glob("*.yaml"))
+               if {"backends", "trace"} <= set(yaml.safe_load(p.read_text()))]
+
+
+def test_an_experiment_per_scenario_kind() -> None:
+    names = {p.stem for p in EXPERIMENTS}
+    assert {"demo", "spikes", "quick-ramp", "slow-ramp", "random-walk"} <= names
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_shipped_experiments_are_valid(path: Path, tmp_path: Path, gobin) -> None:
+    gobin("tracegen")
     exp = load(path)
-    assert exp.backends
+    topo, _ = build_topology(exp, "robinhood", PortAllocator())
+    topo_path = tmp_path / "topology.yaml"
+    topo_path.write_text(yaml.safe_dump(topo))
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(exp.scenario_data()))
+    check_scenario(scenario, topo_path, exp.duration)  # raises ExperimentError naming the problem

@@ -1,0 +1,119 @@
+"""Static checks of docker-compose.yml (no Docker engine runs here): the file passes
+Debian's `docker-compose config -q`, every command-line flag it passes to our binaries
+exists in their --help, the topology it ships is valid, and Prometheus scrapes every
+component that serves metrics."""
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+import yaml
+
+from robinhood_controller.topology import load as load_topology
+
+REPO = Path(__file__).resolve().parents[1]
+COMPOSE = REPO / "docker-compose.yml"
+
+#: Our programs and the command that prints the flags of each of their subcommands.
+GO_BINARIES = {"rbcserver", "rbcload", "appserver", "backend", "backendload", "tracegen"}
+SUBCOMMANDS = {"tracegen": {"synth", "stats", "replay", "scenario"}, "robinhood-controller": {"run", "plan", "status"}}
+
+
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_compose_config_is_valid() -> None:
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.fail("docker-compose is not installed: run 'make deps' (as root it installs Debian's docker-compose)")
+    res = subprocess.run([exe, "-f", str(COMPOSE), "config", "-q"], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def invocations(command: list[str] | str) -> Iterator[list[str]]:
+    """The program invocations of a service command (a list, or `sh -c "a && b"`)."""
+    argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+    if len(argv) >= 3 and argv[0] in ("sh", "/bin/sh", "bash") and argv[1] == "-c":
+        for part in re.split(r"&&|;|\|\|", argv[2]):
+            if part.strip():
+                yield shlex.split(part)
+        return
+    yield argv
+
+
+def help_text(argv: list[str], gobin: Callable[[str], Path]) -> str:
+    prog = Path(argv[0]).name
+    sub = argv[1] if len(argv) > 1 and argv[1] in SUBCOMMANDS.get(prog, ()) else None
+    if prog in GO_BINARIES:
+        cmd = [str(gobin(prog))]
+    elif prog == "robinhood-controller":
+        cmd = [sys.executable, "-m", "robinhood_controller.cli"]
+    else:
+        raise AssertionError(f"docker-compose.yml runs {prog!r}, which is not one of our programs")
+    if sub:
+        cmd.append(sub)
+    res = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=30)
+    return res.stdout + res.stderr
+
+
+def our_commands() -> list[tuple[str, list[str]]]:
+    out = []
+    for name, svc in compose()["services"].items():
+        image = str(svc.get("image", ""))
+        if "command" not in svc or "memcached" in image or "prometheus" in image:
+            continue
+        for argv in invocations(svc["command"]):
+            out.append((name, argv))
+    return out
+
+
+def test_every_flag_exists(gobin: Callable[[str], Path]) -> None:
+    cmds = our_commands()
+    assert {Path(a[0]).name for _, a in cmds} >= {"rbcserver", "backend", "appserver", "tracegen", "robinhood-controller"}
+    checked = 0
+    for service, argv in cmds:
+        text = help_text(argv, gobin)
+        for tok in argv[1:]:
+            if not tok.startswith("-") or tok in ("-", "--"):
+                continue
+            flag = tok.lstrip("-").split("=", 1)[0]
+            # Go's flag package prints "-flag", argparse prints "--flag".
+            assert re.search(rf"(^|[\s,\[])--?{re.escape(flag)}\b", text, re.M), (
+                f"service {service}: {Path(argv[0]).name} has no flag --{flag} (checked against its --help)")
+            checked += 1
+    assert checked > 40
+
+
+def test_shipped_topology_is_valid_and_matches_services(gobin: Callable[[str], Path]) -> None:
+    topo_path = REPO / "deploy" / "compose" / "topology.yaml"
+    topo = load_topology(topo_path)
+    services = set(compose()["services"])
+    host = lambda addr: addr.rsplit(":", 1)[0]  # noqa: E731
+    needed = {host(topo.rbc_server.grpc)}
+    for b in topo.backends:
+        for r in b.replicas:
+            needed |= {host(r.grpc), host(r.http)}
+    for a in topo.app_servers:
+        needed.add(host(a.http))
+        needed |= {host(p.addr) for p in a.partitions.values()}
+    missing = needed - services
+    assert not missing, f"topology names hosts that are not services: {sorted(missing)}"
+    # The Go loader accepts it too.
+    res = subprocess.run([str(gobin("topocheck")), str(topo_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+
+
+def test_prometheus_scrapes_every_component() -> None:
+    prom = yaml.safe_load((REPO / "deploy" / "compose" / "prometheus.yml").read_text())
+    targets = {t.rsplit(":", 1)[0] for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    services = compose()["services"]
+    expected = {n for n, s in services.items()
+                if "memcached" not in str(s.get("image", "")) and "prometheus" not in n}
+    assert expected <= targets, f"not scraped: {sorted(expected - targets)}"
