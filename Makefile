@@ -13,7 +13,9 @@ PYPKGS  := proto/python controller testbed
 GOTEST_FLAGS ?= -count=1 -timeout 15m
 PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 
-.PHONY: build test demo proto proto-check go-test py-test vet fmt deps sysdeps venv clean bench
+# DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
+
+.PHONY: build test demo rbc-demo proto proto-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 ## build: every Go binary into bin/
 build: deps
@@ -61,9 +63,13 @@ proto-check: venv
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## demo: the local testbed (grows with the testbed issue)
+## demo: the local testbed: robinhood, static and shared on examples/demo.yaml
 demo: build
-	scripts/demo.sh
+	$(VENV)/bin/robinhood-testbed compare --experiment examples/demo.yaml --policies robinhood,static,shared $(DEMO_FLAGS)
+
+## rbc-demo: the RBC server alone, fed by a synthetic load
+rbc-demo: build
+	scripts/rbc-demo.sh
 
 clean:
 	rm -rf bin .tools

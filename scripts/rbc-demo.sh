@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Interim demo, until the testbed exists: start the RBC server on free
+# The RBC server alone: start it on free
 # loopback ports, feed it synthetic records from 16 simulated application
 # servers for about ten seconds, print the RBC snapshot and the server's
-# metrics, and stop everything. `make demo` runs it.
+# metrics, and stop everything. `make rbc-demo` runs it.
 #
 # Environment: DEMO_RATE (records/s, default 200000), DEMO_DURATION
 # (default 10s), DEMO_STREAMS (default 16), DEMO_BACKENDS (default 8).
@@ -36,7 +36,7 @@ pid=$!
 for _ in $(seq 100); do
   grep -q 'msg="rbcserver serving"' "$log" && break
   if ! kill -0 "$pid" 2>/dev/null; then
-    echo "demo: rbcserver exited:" >&2
+    echo "rbc-demo: rbcserver exited:" >&2
     cat "$log" >&2
     exit 1
   fi
@@ -45,7 +45,7 @@ done
 grpc=$(sed -n 's/.*msg="rbcserver serving" grpc_addr=\([^ ]*\) http_addr=\([^ ]*\).*/\1/p' "$log")
 http=$(sed -n 's/.*msg="rbcserver serving" grpc_addr=\([^ ]*\) http_addr=\([^ ]*\).*/\2/p' "$log")
 if [[ -z $grpc || -z $http ]]; then
-  echo "demo: rbcserver did not report its addresses:" >&2
+  echo "rbc-demo: rbcserver did not report its addresses:" >&2
   cat "$log" >&2
   exit 1
 fi
