@@ -225,12 +225,7 @@ func AppendJSON(dst []byte, r *Request) []byte {
 			dst = append(dst, ", "...)
 		}
 		dst = append(dst, '{')
-		sorted := make([]int, len(l))
-		for i := range sorted {
-			sorted[i] = i
-		}
-		sort.Slice(sorted, func(a, b int) bool { return l[sorted[a]].Backend < l[sorted[b]].Backend })
-		for n, i := range sorted {
+		for n, i := range sortedOrder(l) {
 			q := &l[i]
 			if n > 0 {
 				dst = append(dst, ", "...)
@@ -267,6 +262,29 @@ func AppendJSON(dst []byte, r *Request) []byte {
 	}
 	dst = append(dst, "]}"...)
 	return dst
+}
+
+// sortedOrder returns the indexes of l's batches in backend-name order. Layers
+// are usually sorted already (Parse and the synthesiser produce them so); that
+// case allocates nothing.
+func sortedOrder(l Layer) []int {
+	var small [16]int
+	order := small[:0]
+	if len(l) > len(small) {
+		order = make([]int, 0, len(l))
+	}
+	sorted := true
+	for i := range l {
+		order = append(order, i)
+		if i > 0 && l[i-1].Backend > l[i].Backend {
+			sorted = false
+		}
+	}
+	if !sorted {
+		order = append([]int(nil), order...)
+		sort.Slice(order, func(a, b int) bool { return l[order[a]].Backend < l[order[b]].Backend })
+	}
+	return order
 }
 
 // appendString appends s as a JSON string: quotes, backslashes and control

@@ -90,3 +90,16 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendJSONSortsBackends(t *testing.T) {
+	r := &Request{T: 1, Layers: []Layer{{
+		{Backend: "c", Sizes: []int64{1}, Keys: []string{"x"}, Cacheable: []bool{true}},
+		{Backend: "a", Sizes: []int64{2}, Keys: []string{"y"}, Cacheable: []bool{false}},
+		{Backend: "b"},
+	}}}
+	got := string(AppendJSON(nil, r))
+	want := `{"t": 1, "d": [{"a": {"S": [2], "U": ["y"], "C": [0]}, "b": {"S": [], "U": [], "C": []}, "c": {"S": [1], "U": ["x"], "C": [1]}}]}`
+	if got != want {
+		t.Fatalf("AppendJSON:\n got %s\nwant %s", got, want)
+	}
+}
