@@ -54,7 +54,7 @@ def leftovers(marker: str) -> list[str]:
     return out
 
 
-def testbed_cmd(*args: str) -> list[str]:
+def cli_args(*args: str) -> list[str]:
     return [sys.executable, "-m", "robinhood_testbed.cli", *args]
 
 
@@ -68,7 +68,7 @@ def test_compare_three_policies(tmp_path: Path, built: None) -> None:
     exp = tmp_path / "tiny.yaml"
     exp.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "out"
-    res = subprocess.run(testbed_cmd("compare", "--experiment", str(exp), "--policies", "robinhood,static,shared",
+    res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,static,shared",
                                  "--out", str(out), "--quiet"), capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     for policy in ("robinhood", "static", "shared"):
@@ -97,16 +97,16 @@ def test_compare_three_policies(tmp_path: Path, built: None) -> None:
 def test_bad_experiment_exits_2_and_starts_nothing(tmp_path: Path) -> None:
     exp = tmp_path / "bad.yaml"
     exp.write_text(yaml.safe_dump({**TINY, "duration": "forever"}))
-    res = subprocess.run(testbed_cmd("run", "--experiment", str(exp), "--policy", "robinhood", "--out", str(tmp_path / "o")),
+    res = subprocess.run(cli_args("run", "--experiment", str(exp), "--policy", "robinhood", "--out", str(tmp_path / "o")),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert "duration: 'forever' is not a duration" in res.stderr
     assert not (tmp_path / "o").exists()
-    res = subprocess.run(testbed_cmd("compare", "--experiment", str(tmp_path / "nope.yaml"), "--policies", "robinhood"),
+    res = subprocess.run(cli_args("compare", "--experiment", str(tmp_path / "nope.yaml"), "--policies", "robinhood"),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "No such file" in res.stderr
     exp.write_text(yaml.safe_dump(TINY))
-    res = subprocess.run(testbed_cmd("compare", "--experiment", str(exp), "--policies", "robinhood,lru"),
+    res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,lru"),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "unknown policy 'lru'" in res.stderr
 
@@ -116,7 +116,7 @@ def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
     exp.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "out"
     ready = tmp_path / "ready"
-    p = subprocess.Popen(testbed_cmd("up", "--experiment", str(exp), "--policy", "robinhood", "--prometheus",
+    p = subprocess.Popen(cli_args("up", "--experiment", str(exp), "--policy", "robinhood", "--prometheus",
                                  "--out", str(out), "--ready-file", str(ready)),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
