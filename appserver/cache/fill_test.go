@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/appserver/internal/testproc"
 	"github.com/robinhoodcache/robinhood/internal/testutil"
 )
 
@@ -77,7 +76,7 @@ func TestFillerDropsWhenFull(t *testing.T) {
 	p, addr := testutil.Memcached(t, 16)
 	c := NewClient(addr, Options{Timeout: 300 * time.Millisecond})
 	defer c.Close()
-	defer testproc.Freeze(t, p)()
+	defer testutil.Freeze(t, p)()
 	f := NewFiller(c, FillOptions{QueueLen: 4, Workers: 1, Timeout: 300 * time.Millisecond})
 	accepted, dropped := 0, 0
 	for i := range 100 {

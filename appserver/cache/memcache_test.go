@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/appserver/internal/testproc"
 	"github.com/robinhoodcache/robinhood/internal/testutil"
 )
 
@@ -122,7 +121,7 @@ func TestClientTimeoutAndRecovery(t *testing.T) {
 	if err := c.Set(ctx, "b:k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	resume := testproc.Freeze(t, p)
+	resume := testutil.Freeze(t, p)
 	err := c.GetMulti(ctx, []string{"b:k"}, make([][]byte, 1))
 	if ErrorKind(err) != "timeout" {
 		t.Fatalf("get from a stopped memcached: %v (kind %s), want a timeout", err, ErrorKind(err))
@@ -191,7 +190,7 @@ func TestClientWaitForConnectionRespectsContext(t *testing.T) {
 	if err := c.Set(context.Background(), "b:k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	resume := testproc.Freeze(t, p)
+	resume := testutil.Freeze(t, p)
 	defer resume()
 	done := make(chan error, 1)
 	go func() { done <- c.Set(context.Background(), "b:k", []byte("v")) }() // holds the one connection

@@ -18,7 +18,6 @@ import (
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/appserver/internal/testbackend"
-	"github.com/robinhoodcache/robinhood/appserver/internal/testproc"
 	"github.com/robinhoodcache/robinhood/backends/value"
 	"github.com/robinhoodcache/robinhood/internal/testutil"
 	"github.com/robinhoodcache/robinhood/topology"
@@ -501,7 +500,7 @@ func TestCacheTroubles(t *testing.T) {
 	})
 
 	t.Run("memcached stopped: requests are served by the backend", func(t *testing.T) {
-		defer testproc.Freeze(t, e.mc["slow"])()
+		defer testutil.Freeze(t, e.mc["slow"])()
 		code, r := e.post(`{"d": [{"slow": {"S": [10], "U": ["m"], "C": [1]}}]}`)
 		if code != http.StatusOK || r.Backends["slow"].Misses != 1 {
 			t.Fatalf("%d %+v", code, r)

@@ -1,5 +1,4 @@
-// Package testproc pauses test processes reliably.
-package testproc
+package testutil
 
 import (
 	"fmt"
@@ -9,14 +8,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/robinhoodcache/robinhood/internal/testutil"
 )
 
 // Freeze stops p with SIGSTOP and waits until every thread of it is
 // stopped (the signal is delivered asynchronously), so the process can no
 // longer answer. The returned function resumes it.
-func Freeze(t testing.TB, p *testutil.Process) (resume func()) {
+func Freeze(t testing.TB, p *Process) (resume func()) {
 	t.Helper()
 	p.Signal(syscall.SIGSTOP)
 	pid := p.Cmd.Process.Pid
