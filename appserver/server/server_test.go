@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -211,23 +210,7 @@ func (e *env) waitCached(backend, key string) []byte {
 // metric returns the value of one series from /metrics (0 when absent).
 func (e *env) metric(series string) float64 {
 	e.t.Helper()
-	resp, err := e.client.Get(e.url + "/metrics")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			return f
-		}
-	}
-	return 0
+	return testutil.Metric(e.t, e.url, series)
 }
 
 func mcStat(t *testing.T, addr, name string) int {

@@ -22,11 +22,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/robinhoodcache/robinhood/internal/testutil"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 )
@@ -497,21 +497,7 @@ func TestHealthAndReflection(t *testing.T) {
 			t.Fatalf("health of %q: %v, %v", svc, resp, err)
 		}
 	}
-	rc, err := reflectionpb.NewServerReflectionClient(h.conn).ServerReflectionInfo(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := rc.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, s := range resp.GetListServicesResponse().GetService() {
-		names = append(names, s.GetName())
-	}
+	names := testutil.ReflectedServices(t, h.conn)
 	for _, want := range []string{"robinhood.v1.RBCService", "grpc.health.v1.Health"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("reflection lists %v, missing %s", names, want)

@@ -165,23 +165,7 @@ func (s *stack) post(app, body string) (int, appResponse) {
 // metric reads one series from a /metrics page (0 when absent).
 func (s *stack) metric(baseURL, series string) float64 {
 	s.t.Helper()
-	resp, err := s.client.Get(baseURL + "/metrics")
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				s.t.Fatal(err)
-			}
-			return f
-		}
-	}
-	return 0
+	return testutil.Metric(s.t, baseURL, series)
 }
 
 // rbc reads the RBC server's snapshot over the last 10 minutes.

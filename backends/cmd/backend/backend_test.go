@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/robinhoodcache/robinhood/backends/load"
@@ -188,24 +187,7 @@ func TestBinaryServesEveryType(t *testing.T) {
 
 func listServices(t *testing.T, conn *grpc.ClientConn) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, s := range resp.GetListServicesResponse().GetService() {
-		names = append(names, s.GetName())
-	}
-	return strings.Join(names, ",")
+	return strings.Join(testutil.ReflectedServices(t, conn), ",")
 }
 
 func grepLines(s, prefix string) string {
