@@ -72,30 +72,3 @@ def rbc_snapshot(addr: str, timeout: float = 1.0, window_seconds: float | None =
         return json.loads(body)
     except json.JSONDecodeError:
         return None
-
-
-def histogram_quantile(samples: Samples, name: str, q: float, **match: str) -> float | None:
-    """Quantile estimate from a Prometheus histogram's cumulative buckets."""
-    buckets: dict[float, float] = defaultdict(float)
-    for lab, v in samples.get(name + "_bucket", []):
-        if all(lab.get(k) == w for k, w in match.items()):
-            le = lab.get("le", "+Inf")
-            buckets[float("inf") if le == "+Inf" else float(le)] += v
-    if not buckets:
-        return None
-    edges = sorted(buckets)
-    n = buckets[edges[-1]]
-    if n <= 0:
-        return None
-    rank = q * n
-    prev_edge, prev_count = 0.0, 0.0
-    for e in edges:
-        c = buckets[e]
-        if c >= rank:
-            if e == float("inf"):
-                return prev_edge
-            if c == prev_count:
-                return e
-            return prev_edge + (e - prev_edge) * (rank - prev_count) / (c - prev_count)
-        prev_edge, prev_count = e, c
-    return edges[-1]

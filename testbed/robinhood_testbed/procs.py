@@ -102,18 +102,6 @@ class Supervisor:
         log.debug("started %s pid=%d", name, p.pid)
         return proc
 
-    def stop(self, proc: Proc, timeout: float = 10.0) -> int | None:
-        p = proc.popen
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop within %.0fs of SIGTERM; killing it", proc.name, timeout)
-                p.kill()
-                p.wait()
-        return p.returncode
-
     def stop_all(self) -> None:
         # Send SIGTERM to everyone first so they wind down in parallel, then wait.
         for proc in reversed(self.procs):
