@@ -101,11 +101,11 @@ def comparison_rows(runs: list[PolicyRun]) -> list[dict[str, Any]]:
 
 COLUMNS = [
     ("policy", "policy", "{}"),
-    ("slo_violation_pct", "SLO violation %", "{:.1f}"),
-    ("max_p99_ms", "max P99 (ms)", "{:.0f}"),
-    ("p50_ms", "P50 (ms)", "{:.1f}"),
-    ("p90_ms", "P90 (ms)", "{:.1f}"),
-    ("p99_ms", "P99 (ms)", "{:.0f}"),
+    ("slo_violation_pct", "SLO viol. %", "{:.1f}"),
+    ("max_p99_ms", "max P99 ms", "{:.0f}"),
+    ("p50_ms", "P50 ms", "{:.1f}"),
+    ("p90_ms", "P90 ms", "{:.1f}"),
+    ("p99_ms", "P99 ms", "{:.0f}"),
     ("hit_ratio", "hit ratio", "{:.3f}"),
     ("requests", "requests", "{}"),
     ("errors", "errors", "{}"),

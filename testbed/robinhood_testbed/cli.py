@@ -15,6 +15,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -67,10 +68,16 @@ def _load(args: argparse.Namespace) -> Experiment:
     return exp
 
 
+#: Short console headings (the report and comparison.md use analysis.COLUMNS' long ones),
+#: so the table fits an 80-column terminal.
+SHORT_HEADS = {"slo_violation_pct": "SLO viol%", "max_p99_ms": "max P99", "p50_ms": "P50", "p90_ms": "P90",
+               "p99_ms": "P99", "hit_ratio": "hit", "requests": "requests", "errors": "errors"}
+
+
 def print_table(console: Console, rows: list[dict]) -> None:
-    t = Table(title="Policy comparison")
-    for _, head, _ in analysis.COLUMNS:
-        t.add_column(head, justify="left" if head == "policy" else "right")
+    t = Table(title="Policy comparison (latencies in ms, after the warm-up)", box=box.SIMPLE_HEAD, pad_edge=False)
+    for key, _, _ in analysis.COLUMNS:
+        t.add_column(SHORT_HEADS.get(key, key), justify="left" if key == "policy" else "right", no_wrap=True)
     for r in rows:
         t.add_row(*[analysis.fmt(r[k], p) for k, _, p in analysis.COLUMNS])
     console.print(t)

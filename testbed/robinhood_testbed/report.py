@@ -54,7 +54,7 @@ SLO: P99 ≤ {slo.latency * 1000:g} ms, evaluated every {slo.step:g} s over the 
 after a {slo.warmup:g} s warm-up; run length {exp.duration:g} s.</p>
 <h2>Comparison</h2>
 <table><tr>{head}</tr>{''.join(body)}</table>
-<p>SLO violation %: share of the P99 observations after the warm-up above the SLO. max P99: the largest
+<p>SLO viol. %: the share of the P99 observations after the warm-up above the SLO. max P99: the largest
 windowed P99 after the warm-up. P50/P90/P99: over all requests sent after the warm-up. Hit ratio: all cache
 lookups of the run.</p>
 <h2>Hit ratio per backend</h2>

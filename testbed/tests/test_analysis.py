@@ -66,7 +66,7 @@ def test_comparison_plots_and_report(tmp_path: Path) -> None:
         "cache": {"budget_mb": 32}, "trace": {"synth": {"rate": 10}}})
     out = report.write_report(exp, runs, rows, figs, tmp_path / "report.html")
     text = out.read_text()
-    for needle in ("robinhood", "static", "p99_over_time.png", "SLO violation %", "66.7"):
+    for needle in ("robinhood", "static", "p99_over_time.png", "SLO viol. %", "66.7"):
         assert needle in text
     md = analysis.markdown_table(rows)
     assert md.count("\n") == 3 and "| robinhood | 0.0 |" in md
