@@ -13,7 +13,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,24 +23,9 @@ from pathlib import Path
 import grpc
 from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
 
+from benchutil import free_port, wait_port  # noqa: E402 (sibling module)
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise TimeoutError(f"nothing listens on port {port}")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,24 +28,9 @@ from robinhood_controller.memcached import MemcachedPartition
 from robinhood_controller.plan import MIB
 from robinhood_controller.resize import Target, reconcile
 
+from benchutil import free_port, wait_port  # noqa: E402 (sibling module)
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise TimeoutError(f"nothing listens on port {port}")
 
 
 def percentile(xs: list[float], p: float) -> float:
