@@ -9,7 +9,7 @@ PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 TOOLS   := .tools/bin
 PROTOS  := $(wildcard proto/robinhood/v1/*.proto)
-PYPKGS  := proto/python controller testbed
+PYPKGS  := proto/python controller experiment/testbed
 GOTEST_FLAGS ?= -count=1 -timeout 15m
 PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 
@@ -47,7 +47,7 @@ go-test:
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 py-test: venv
-	$(PY) -m pytest $(PYTEST_FLAGS) controller/tests testbed/tests tests
+	$(PY) -m pytest $(PYTEST_FLAGS) controller/tests experiment/testbed/tests tests
 
 ## proto: regenerate the committed Go and Python code from proto/
 proto: venv

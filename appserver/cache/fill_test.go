@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/internal/testutil"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
 
 func TestFillerStores(t *testing.T) {

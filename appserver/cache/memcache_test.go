@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/internal/testutil"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
 
 func TestClientSetGetMulti(t *testing.T) {

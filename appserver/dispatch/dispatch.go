@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
-	"github.com/robinhoodcache/robinhood/topology"
+	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
 // Policy names.
@@ -57,7 +57,7 @@ type Replicas struct {
 // Dial creates one gRPC client connection per replica of b (connections are
 // established on first use). Extra options are added to the defaults
 // (plaintext).
-func Dial(b topology.Backend, opts ...grpc.DialOption) (*Replicas, error) {
+func Dial(b config.Backend, opts ...grpc.DialOption) (*Replicas, error) {
 	if len(b.Replicas) == 0 {
 		return nil, fmt.Errorf("dispatch: backend %q has no replicas", b.Name)
 	}

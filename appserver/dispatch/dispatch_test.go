@@ -8,13 +8,13 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/internal/testbackend"
 	"github.com/robinhoodcache/robinhood/backends/value"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
-	"github.com/robinhoodcache/robinhood/topology"
+	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
 func TestRandomSpreadsOverReplicas(t *testing.T) {
 	a := testbackend.Start(t, "ratings")
 	b := testbackend.Start(t, "ratings")
-	rs, err := Dial(topology.Backend{Name: "ratings", Replicas: []topology.Replica{{GRPC: a.Addr}, {GRPC: b.Addr}}})
+	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: a.Addr}, {GRPC: b.Addr}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestNewRejectsUnknownPolicy(t *testing.T) {
 }
 
 func TestDialNeedsReplicas(t *testing.T) {
-	if _, err := Dial(topology.Backend{Name: "x"}); err == nil {
+	if _, err := Dial(config.Backend{Name: "x"}); err == nil {
 		t.Fatal("Dial accepted a backend without replicas")
 	}
 }

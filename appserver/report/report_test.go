@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/robinhoodcache/robinhood/internal/testutil"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 

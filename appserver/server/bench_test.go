@@ -12,9 +12,9 @@ import (
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/backends/value"
-	"github.com/robinhoodcache/robinhood/internal/testutil"
-	"github.com/robinhoodcache/robinhood/topology"
-	"github.com/robinhoodcache/robinhood/trace"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
 // BenchmarkServeAllHit measures the handler's cost for an all-hit request
@@ -38,7 +38,7 @@ func BenchmarkServeAllHit(b *testing.B) {
 		c.Close()
 	}
 	yaml += fmt.Sprintf("app_servers:\n  - {id: a, http: \"127.0.0.1:1\", cache_mode: partitioned, cache_budget_mb: 64, partitions: {%s}}\n", strings.Join(parts, ", "))
-	topo, err := topology.Parse([]byte(yaml))
+	topo, err := config.ParseTopology([]byte(yaml))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
-	"github.com/robinhoodcache/robinhood/trace"
+	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
 // call is one backend's batch of queries within one layer of a request.

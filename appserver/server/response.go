@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/robinhoodcache/robinhood/trace"
+	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
 // backendSummary sums one backend's batches over the request's layers.

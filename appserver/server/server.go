@@ -27,7 +27,7 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 	"github.com/robinhoodcache/robinhood/appserver/report"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
-	"github.com/robinhoodcache/robinhood/topology"
+	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
 // Defaults of Config.
@@ -40,7 +40,7 @@ const (
 // Config configures a Server. Zero values mean the defaults.
 type Config struct {
 	// Topology is the deployment; AppServerID selects this server's entry.
-	Topology    *topology.Topology
+	Topology    *config.Topology
 	AppServerID string
 	// Logger receives startup, shutdown and state-change lines (nothing per
 	// request above debug level).
@@ -65,7 +65,7 @@ type Config struct {
 // Server serves one application server's requests. It owns its background
 // goroutines (the RBC reporter and the fill workers); Close stops them.
 type Server struct {
-	app            *topology.AppServer
+	app            *config.AppServer
 	log            *slog.Logger
 	backends       map[string]*backend
 	names          string // the topology's backend names, for error messages
@@ -137,10 +137,10 @@ func New(cfg Config) (_ *Server, err error) {
 		reporterDone:   make(chan struct{}),
 	}
 	if s.requestTimeout <= 0 {
-		s.requestTimeout = topology.DefaultRequestTimeout
+		s.requestTimeout = config.DefaultRequestTimeout
 	}
 	if s.backendTimeout <= 0 {
-		s.backendTimeout = topology.DefaultBackendTimeout
+		s.backendTimeout = config.DefaultBackendTimeout
 	}
 	defer func() {
 		if err != nil {
@@ -150,7 +150,7 @@ func New(cfg Config) (_ *Server, err error) {
 
 	copt := cache.Options{MaxConns: cfg.MemcachedConns, Timeout: s.backendTimeout}
 	var shared *cache.Client
-	if app.CacheMode == topology.CacheShared {
+	if app.CacheMode == config.CacheShared {
 		shared = cache.NewClient(app.SharedCache, copt)
 		s.clients = append(s.clients, shared)
 	}
@@ -167,10 +167,10 @@ func New(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("app_servers %s dispatch.policy: %w", app.ID, err)
 		}
 		switch app.CacheMode {
-		case topology.CachePartitioned:
+		case config.CachePartitioned:
 			be.cache = cache.NewClient(app.Partitions[tb.Name].Addr, copt)
 			s.clients = append(s.clients, be.cache)
-		case topology.CacheShared:
+		case config.CacheShared:
 			be.cache = shared
 		}
 		if be.cache != nil {
@@ -222,7 +222,7 @@ func New(cfg Config) (_ *Server, err error) {
 }
 
 // dispatchPolicy reads app_servers[].dispatch.policy (default random).
-func dispatchPolicy(app *topology.AppServer) (string, error) {
+func dispatchPolicy(app *config.AppServer) (string, error) {
 	v, ok := app.Dispatch["policy"]
 	if !ok {
 		return dispatch.Random, nil
@@ -272,7 +272,7 @@ func (s *Server) registerFuncMetrics() {
 func zero() float64 { return 0 }
 
 // AppServer returns this server's topology entry.
-func (s *Server) AppServer() *topology.AppServer { return s.app }
+func (s *Server) AppServer() *config.AppServer { return s.app }
 
 // Handler serves POST /v1/request, GET /metrics and GET /healthz.
 func (s *Server) Handler() http.Handler {

@@ -18,8 +18,8 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/appserver/internal/testbackend"
 	"github.com/robinhoodcache/robinhood/backends/value"
-	"github.com/robinhoodcache/robinhood/internal/testutil"
-	"github.com/robinhoodcache/robinhood/topology"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
+	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
 // env is one application server (in process, real HTTP on loopback) with
@@ -45,7 +45,7 @@ type envOptions struct {
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	if o.mode == "" {
-		o.mode = topology.CachePartitioned
+		o.mode = config.CachePartitioned
 	}
 	if o.requestTimeout == "" {
 		o.requestTimeout = "2s"
@@ -56,12 +56,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e := &env{t: t, mc: map[string]*testutil.Process{}, mcAddr: map[string]string{}, backends: map[string]*testbackend.Server{}}
 	var cacheYAML string
 	switch o.mode {
-	case topology.CachePartitioned:
+	case config.CachePartitioned:
 		for _, name := range []string{"fast", "slow"} {
 			e.mc[name], e.mcAddr[name] = testutil.Memcached(t, 16)
 		}
 		cacheYAML = fmt.Sprintf("partitions: {fast: %q, slow: %q}", e.mcAddr["fast"], e.mcAddr["slow"])
-	case topology.CacheShared:
+	case config.CacheShared:
 		p, addr := testutil.Memcached(t, 16)
 		for _, name := range []string{"fast", "slow"} {
 			e.mc[name], e.mcAddr[name] = p, addr
@@ -86,7 +86,7 @@ app_servers:
     backend_timeout: %s
     %s
 `, testutil.FreeAddr(t), e.backends["fast"].Addr, e.backends["slow"].Addr, httpAddr, o.mode, o.requestTimeout, o.backendTimeout, cacheYAML)
-	topo, err := topology.Parse([]byte(yaml))
+	topo, err := config.ParseTopology([]byte(yaml))
 	if err != nil {
 		t.Fatalf("topology: %v\n%s", err, yaml)
 	}
@@ -344,7 +344,7 @@ func TestBadInputFetchesNothing(t *testing.T) {
 }
 
 func TestSlowBackendBlocks(t *testing.T) {
-	e := newEnv(t, envOptions{mode: topology.CacheNone})
+	e := newEnv(t, envOptions{mode: config.CacheNone})
 	e.backends["slow"].SetDelay(200 * time.Millisecond)
 	for i := range 3 {
 		code, r := e.post(fmt.Sprintf(`{"d": [{"fast": {"S": [10], "U": ["f%d"], "C": [1]}, "slow": {"S": [10], "U": ["s%d"], "C": [1]}}]}`, i, i))
@@ -426,7 +426,7 @@ func TestRequestTimeout(t *testing.T) {
 }
 
 func TestSharedMode(t *testing.T) {
-	e := newEnv(t, envOptions{mode: topology.CacheShared})
+	e := newEnv(t, envOptions{mode: config.CacheShared})
 	body := `{"d": [{"fast": {"S": [64], "U": ["k"], "C": [1]}, "slow": {"S": [64], "U": ["k"], "C": [1]}}]}`
 	if code, r := e.post(body); code != http.StatusOK || r.Backends["fast"].Misses != 1 {
 		t.Fatalf("%d %+v", code, r)
@@ -496,7 +496,7 @@ func TestCacheTroubles(t *testing.T) {
 }
 
 func TestRBCServerAwayDropsAreCounted(t *testing.T) {
-	e := newEnv(t, envOptions{mode: topology.CacheNone})
+	e := newEnv(t, envOptions{mode: config.CacheNone})
 	for i := range 5 {
 		if code, _ := e.post(fmt.Sprintf(`{"d": [{"fast": {"S": [1], "U": ["k%d"], "C": [1]}}]}`, i)); code != http.StatusOK {
 			t.Fatalf("request %d: %d", i, code)
@@ -515,7 +515,7 @@ func TestRBCServerAwayDropsAreCounted(t *testing.T) {
 }
 
 func TestEmptyRequest(t *testing.T) {
-	e := newEnv(t, envOptions{mode: topology.CacheNone})
+	e := newEnv(t, envOptions{mode: config.CacheNone})
 	code, r := e.post(`{"t": 0, "d": [{"fast": {"S": [], "U": [], "C": []}}]}`)
 	if code != http.StatusOK || r.BlockingBackend != "" || r.Backends["fast"].Queries != 0 {
 		t.Fatalf("%d %+v", code, r)
@@ -587,7 +587,7 @@ func settledGoroutines(target int) int {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	topo, err := topology.Parse([]byte(`
+	topo, err := config.ParseTopology([]byte(`
 backends: [{id: 0, name: a, type: kv, replicas: [{grpc: "127.0.0.1:1"}]}]
 app_servers:
   - {id: app0, http: "127.0.0.1:1", cache_mode: none, dispatch: {policy: nosuch}}

@@ -23,7 +23,7 @@ import (
 	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/backends/kv"
 	"github.com/robinhoodcache/robinhood/backends/value"
-	"github.com/robinhoodcache/robinhood/internal/testutil"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 

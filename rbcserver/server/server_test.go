@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/robinhoodcache/robinhood/internal/testutil"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/internal/testutil"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
 
 // Bad command lines and topologies stop bin/appserver with exit status 2

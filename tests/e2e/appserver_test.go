@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/robinhoodcache/robinhood/backends/value"
-	"github.com/robinhoodcache/robinhood/internal/testutil"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 

@@ -41,7 +41,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/backends/value"
-	"github.com/robinhoodcache/robinhood/trace"
+	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
 var backends = []string{"b0", "b1", "b2"}

@@ -23,7 +23,7 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/appserver/report"
 	"github.com/robinhoodcache/robinhood/appserver/server"
-	"github.com/robinhoodcache/robinhood/topology"
+	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -81,7 +81,7 @@ func run(args []string) int {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	topo, err := topology.Load(*topoPath)
+	topo, err := config.LoadTopology(*topoPath)
 	if err != nil {
 		return usage("%v", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/robinhoodcache/robinhood/internal/testutil"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 )
 

@@ -1,0 +1,217 @@
+package replay
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/trace"
+)
+
+// preflightLines is how many lines are fully validated before the run
+// starts.
+const preflightLines = 1000
+
+// lineReader yields the non-blank lines of a trace file, rewinding on demand.
+type lineReader struct {
+	path string
+	f    *os.File
+	br   *bufio.Reader
+	line int64 // number of the last line returned
+}
+
+func openLines(path string) (*lineReader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("trace: %s is not a regular file (replay reads it more than once: a pre-flight check, then the run, and again with --loop)", path)
+	}
+	return &lineReader{path: path, f: f, br: bufio.NewReaderSize(f, 1<<20)}, nil
+}
+
+// next returns the next non-blank line (a fresh slice without the newline),
+// or io.EOF.
+func (r *lineReader) next() ([]byte, error) {
+	for {
+		b, err := r.br.ReadBytes('\n')
+		if len(b) == 0 && err != nil {
+			if err == io.EOF {
+				return nil, io.EOF
+			}
+			return nil, fmt.Errorf("trace %s: %w", r.path, err)
+		}
+		r.line++
+		b = bytes.TrimRight(b, "\r\n")
+		if len(bytes.TrimSpace(b)) > 0 {
+			return b, nil
+		}
+		if err == io.EOF {
+			return nil, io.EOF
+		}
+	}
+}
+
+func (r *lineReader) rewind() error {
+	if _, err := r.f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("trace %s: %w", r.path, err)
+	}
+	r.br.Reset(r.f)
+	r.line = 0
+	return nil
+}
+
+func (r *lineReader) close() { r.f.Close() }
+
+// preflight fully validates the first lines of the trace: they parse, name
+// only backends of the topology, and carry ts_ms when the schedule needs it.
+func preflight(path string, topo *config.Topology, needTs bool) error {
+	lr, err := openLines(path)
+	if err != nil {
+		return err
+	}
+	defer lr.close()
+	n := 0
+	for ; n < preflightLines; n++ {
+		b, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		r, err := trace.Parse(b)
+		if err != nil {
+			return fmt.Errorf("trace %s line %d: %v", path, lr.line, err)
+		}
+		if needTs && !r.HasTs {
+			return fmt.Errorf("trace %s line %d: no ts_ms; replay a trace without arrival times with --rate", path, lr.line)
+		}
+		for _, l := range r.Layers {
+			for _, q := range l {
+				if _, ok := topo.BackendByName(q.Backend); !ok {
+					return fmt.Errorf("trace %s line %d: backend %q is not in the topology", path, lr.line, q.Backend)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("trace %s: no requests", path)
+	}
+	return nil
+}
+
+// item is one request to send.
+type item struct {
+	body   []byte
+	offset time.Duration // send time from the start of the run
+	line   int64
+}
+
+// schedule turns trace lines into timed items. In rate mode arrivals are
+// Poisson at rate (seeded) and lines are sent as they come; in trace mode
+// each line is due at its ts_ms minus the first line's (ts_ms must be
+// non-decreasing: an earlier one is sent with the previous line and counted
+// as out of order). With loop the trace restarts at its end; in trace mode
+// each pass is shifted by the trace's span plus its mean gap.
+type schedule struct {
+	lr    *lineReader
+	rate  float64
+	rng   *rand.Rand
+	loop  bool
+	until time.Duration // 0: no limit
+
+	now        float64 // rate mode: ms
+	first      float64 // trace mode: the trace's first ts_ms
+	lastTs     float64 // trace mode: the last ts_ms read
+	count      int64   // lines in the current pass
+	shift      float64 // trace mode: ms added by earlier passes
+	prevOffset time.Duration
+
+	Loops      int
+	OutOfOrder int64
+	Ended      bool // the trace ended before until
+}
+
+var errNoTs = errors.New("no ts_ms")
+
+func tsOf(b []byte) (float64, error) {
+	var w struct {
+		TsMs *float64 `json:"ts_ms"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return 0, err
+	}
+	if w.TsMs == nil {
+		return 0, errNoTs
+	}
+	if *w.TsMs < 0 || math.IsNaN(*w.TsMs) {
+		return 0, fmt.Errorf("ts_ms %v is negative", *w.TsMs)
+	}
+	return *w.TsMs, nil
+}
+
+// next returns the next item, io.EOF at the end of the schedule.
+func (s *schedule) next() (item, error) {
+	for {
+		b, err := s.lr.next()
+		if err == io.EOF {
+			if !s.loop || s.count == 0 {
+				s.Ended = true
+				return item{}, io.EOF
+			}
+			if s.rate == 0 {
+				span := s.lastTs - s.first
+				gap := 1.0 // ms, for a one-line trace
+				if s.count > 1 && span > 0 {
+					gap = span / float64(s.count-1)
+				}
+				s.shift += span + gap
+			}
+			s.Loops++
+			s.count = 0
+			if err := s.lr.rewind(); err != nil {
+				return item{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return item{}, err
+		}
+		var off time.Duration
+		if s.rate > 0 {
+			s.now += s.rng.ExpFloat64() / s.rate * 1000
+			off = time.Duration(s.now * float64(time.Millisecond))
+		} else {
+			ts, err := tsOf(b)
+			if err != nil {
+				return item{}, fmt.Errorf("trace %s line %d: %v", s.lr.path, s.lr.line, err)
+			}
+			if s.count == 0 && s.Loops == 0 {
+				s.first = ts // the first line is sent at once
+			}
+			s.lastTs = ts
+			off = time.Duration((ts - s.first + s.shift) * float64(time.Millisecond))
+		}
+		s.count++
+		if off < s.prevOffset {
+			s.OutOfOrder++
+			off = s.prevOffset
+		}
+		s.prevOffset = off
+		if s.until > 0 && off >= s.until {
+			return item{}, io.EOF
+		}
+		return item{body: b, offset: off, line: s.lr.line}, nil
+	}
+}

@@ -1,0 +1,156 @@
+"""The testbed end to end with real processes: a short `compare` of three policies,
+and `up --prometheus` checked through Prometheus's HTTP API. No effectiveness
+thresholds here: effectiveness is measured by the demo (docs/results.md)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+
+from robinhood_testbed import prom
+from robinhood_testbed.procs import MARKER_ENV
+
+REPO = Path(__file__).resolve().parents[3]
+
+TINY = {
+    "name": "tiny",
+    "seed": 3,
+    "duration": "24s",
+    "backends": [
+        {"name": "alpha", "type": "kv", "limits": {"workers": 4, "extra_latency_ms": 2}},
+        {"name": "beta", "type": "sql", "limits": {"workers": 4, "extra_latency_ms": 2}, "args": ["--rows", "2000"]},
+    ],
+    "cache": {"budget_mb": 40},
+    "controller": {"interval": "1s", "min_partition_mb": 16},
+    "rbc": {"window": "4s"},
+    "slo": {"latency": "100ms", "step": "2s", "window": "6s", "warmup": "6s"},
+    "trace": {"synth": {"rate": 80, "params": {"queries-per-request": 6, "keys": 3000, "mean-size": 4096}}},
+    "scenario": {"events": [{"kind": "set", "at": "10s", "backend": "beta", "set": {"rate": 40}},
+                            {"kind": "set", "at": "18s", "backend": "beta", "set": {"rate": 0}}]},
+}
+
+
+def leftovers(marker: str) -> list[str]:
+    """Processes still carrying the testbed's marker for this run."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"{MARKER_ENV}={marker}".encode() in env:
+            out.append(f"{d.name}: {cmd}")
+    return out
+
+
+def cli_args(*args: str) -> list[str]:
+    return [sys.executable, "-m", "robinhood_testbed.cli", *args]
+
+
+@pytest.fixture
+def built(gobin: Callable[[str], Path]) -> None:
+    for name in ("backend", "rbcserver", "appserver", "tracegen"):
+        gobin(name)
+
+
+def test_compare_three_policies(tmp_path: Path, built: None) -> None:
+    exp = tmp_path / "tiny.yaml"
+    exp.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / "out"
+    res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,static,shared",
+                                 "--out", str(out), "--quiet"), capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    for policy in ("robinhood", "static", "shared"):
+        d = out / policy
+        summary = json.loads((d / "replay" / "summary.json").read_text())
+        assert summary["sent"] > 500, f"{policy}: only {summary['sent']} requests sent"
+        assert (d / "replay" / "requests.csv").stat().st_size > 0
+        assert (d / "replay" / "scenario.jsonl").read_text().count("\n") >= 2, "both scenario changes applied"
+        assert (d / "rbc.jsonl").read_text().strip(), "RBC timeline recorded"
+        assert (d / "topology.yaml").exists() and (d / "logs").is_dir()
+        result = json.loads((d / "result.json").read_text())
+        assert set(result["hit_ratio"]) == {"alpha", "beta"}
+        assert leftovers(str(d / "logs")) == [], "every process of the run was stopped"
+    for policy in ("robinhood", "static"):
+        ticks = (out / policy / "controller-app0.jsonl").read_text().splitlines()
+        assert len(ticks) >= 10, f"{policy}: controller timeline has {len(ticks)} ticks"
+    assert not list((out / "shared").glob("controller-*.jsonl")), "shared mode runs no controller"
+    for png in ("p99_over_time.png", "slo_violation_curves.png", "allocation.png", "rbc_share.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG", png
+    report = (out / "report.html").read_text()
+    for policy in ("robinhood", "static", "shared"):
+        assert f"<td>{policy}</td>" in report
+    assert "Policy comparison" in res.stdout and "report.html" in res.stdout
+
+
+def test_bad_experiment_exits_2_and_starts_nothing(tmp_path: Path) -> None:
+    exp = tmp_path / "bad.yaml"
+    exp.write_text(yaml.safe_dump({**TINY, "duration": "forever"}))
+    res = subprocess.run(cli_args("run", "--experiment", str(exp), "--policy", "robinhood", "--out", str(tmp_path / "o")),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "duration: 'forever' is not a duration" in res.stderr
+    assert not (tmp_path / "o").exists()
+    res = subprocess.run(cli_args("compare", "--experiment", str(tmp_path / "nope.yaml"), "--policies", "robinhood"),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "No such file" in res.stderr
+    exp.write_text(yaml.safe_dump(TINY))
+    res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,lru"),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "unknown policy 'lru'" in res.stderr
+
+
+def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
+    exp = tmp_path / "tiny.yaml"
+    exp.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / "out"
+    ready = tmp_path / "ready"
+    p = subprocess.Popen(cli_args("up", "--experiment", str(exp), "--policy", "robinhood", "--prometheus",
+                                 "--out", str(out), "--ready-file", str(ready)),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert p.poll() is None, p.stdout.read() if p.stdout else ""
+            assert time.monotonic() < deadline, "testbed up did not get ready"
+            time.sleep(0.2)
+        cfg = yaml.safe_load((out / "robinhood" / "prometheus" / "prometheus.yml").read_text())
+        addr = json.loads(ready.read_text())["prometheus"]
+        jobs = {j["job_name"] for j in cfg["scrape_configs"]}
+        assert jobs == {"rbcserver", "appserver", "backend", "controller"}
+        # Every target up, and the per-partition allocation and RBC series present.
+        deadline = time.monotonic() + 60
+        while True:
+            targets = prom.targets(addr) or []
+            up = [t for t in targets if t.get("health") == "up"]
+            alloc = prom.query(addr, "controller_partition_limit_bytes") or []
+            rbc = prom.query(addr, "controller_partition_rbc") or []
+            if targets and len(up) == len(targets) == 5 and len(alloc) == 2 and len(rbc) == 2:
+                break
+            assert time.monotonic() < deadline, (
+                f"targets {[(t['labels'].get('job'), t.get('health'), t.get('lastError')) for t in targets]}, "
+                f"allocation series {len(alloc)}, RBC series {len(rbc)}")
+            time.sleep(1)
+        assert {s["metric"]["partition"] for s in alloc} == {"alpha", "beta"}
+        assert sum(float(s["value"][1]) for s in alloc) == 40 * 2**20
+        assert prom.query(addr, "rbcserver_records_ingested_total") is not None
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    assert p.returncode == 130
+    assert leftovers(str(out / "robinhood" / "logs")) == []

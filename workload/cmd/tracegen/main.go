@@ -1,0 +1,530 @@
+// Command tracegen synthesizes OneRF-like request traces, prints their
+// structure, replays them open-loop against a topology's application servers
+// and checks capacity scenarios (docs/workloads.md):
+//
+//	tracegen synth   [--profile onerf] [--backends 20] (--requests N | --duration D) [--out FILE] …
+//	tracegen stats   FILE [--json] [--skip-bad]
+//	tracegen replay  --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [--scenario FILE] …
+//	tracegen scenario check FILE --topology FILE [--duration D] [--print]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/experiment/replay"
+	"github.com/robinhoodcache/robinhood/experiment/scenario"
+	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/workload/stats"
+	"github.com/robinhoodcache/robinhood/workload/synth"
+)
+
+const usage = `Usage: tracegen <command> [flags]
+
+Commands:
+  synth           write a synthetic trace (OneRF-like structure, Zipf keys, heavy-tailed sizes)
+  stats FILE      print a trace's structure: the columns of the paper's Table 1 and more
+  replay          replay a trace open-loop against a topology's application servers
+  scenario check  validate a capacity scenario against a topology
+
+Run 'tracegen <command> -h' for the flags of a command. docs/workloads.md has the details.
+`
+
+// errUsage marks a command line the flag package already explained.
+var errUsage = errors.New("usage")
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	cmd := args[0]
+	switch cmd {
+	case "synth":
+		err = cmdSynth(args[1:], stdout, stderr)
+	case "stats":
+		err = cmdStats(args[1:], stdout, stderr)
+	case "replay":
+		err = cmdReplay(args[1:], stdout, stderr)
+	case "scenario":
+		if len(args) < 2 || args[1] != "check" {
+			fmt.Fprintln(stderr, "Usage: tracegen scenario check FILE --topology FILE [--duration D] [--print]")
+			return 2
+		}
+		cmd = "scenario check"
+		err = cmdScenarioCheck(args[2:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "tracegen: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	}
+	fmt.Fprintf(stderr, "tracegen %s: %v\n", cmd, err)
+	return 1
+}
+
+// parse parses flags that may come before or after positional arguments
+// and returns the positional ones.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// perBackend parses "DEFAULT[,NAME=VALUE...]" (or only NAME=VALUE items).
+func perBackend[T any](flagName, spec string, def T, conv func(string) (T, error)) (synth.PerBackend[T], error) {
+	out := synth.PerBackend[T]{Default: def}
+	for _, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, val, named := strings.Cut(item, "=")
+		if !named {
+			val = name
+		}
+		v, err := conv(val)
+		if err != nil {
+			return out, fmt.Errorf("--%s: %q: %v", flagName, item, err)
+		}
+		if !named {
+			out.Default = v
+			continue
+		}
+		if out.By == nil {
+			out.By = map[string]T{}
+		}
+		if _, dup := out.By[name]; dup {
+			return out, fmt.Errorf("--%s: backend %q is given twice", flagName, name)
+		}
+		out.By[name] = v
+	}
+	return out, nil
+}
+
+func atoi(s string) (int, error) {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, errors.New("not an integer")
+	}
+	return v, nil
+}
+
+func atof(s string) (float64, error) {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, errors.New("not a number")
+	}
+	return v, nil
+}
+
+func cmdSynth(args []string, stdout, stderr io.Writer) error {
+	d := synth.DefaultOptions()
+	fs := newFlags("synth", "tracegen synth (--requests N | --duration D) [flags]", stderr)
+	profile := fs.String("profile", d.Profile, "workload profile: "+strings.Join(synth.ProfileNames(), ", "))
+	backends := fs.Int("backends", d.Backends, "number of backends (onerf: Table 1's ten, extended or cut as docs/workloads.md says)")
+	names := fs.String("backend-names", "", "comma-separated backend names, most queried first (default b1..bN)")
+	match := fs.String("match", string(d.Match), "Table 1 column to reproduce besides request % and fanout: query (query %, 50 queries/request) or batch (mean batch sizes)")
+	qpr := fs.Float64("queries-per-request", d.QueriesPerRequest, "mean queries per request with --match query")
+	types := fs.Int("types", d.Types, "number of request types to draw")
+	rate := fs.Float64("rate", d.Rate, "mean arrival rate, requests/s (Poisson); sets ts_ms")
+	requests := fs.Int64("requests", 0, "number of requests to write")
+	duration := fs.Duration("duration", 0, "trace length in arrival time (e.g. 30m)")
+	seed := fs.Uint64("seed", d.Seed, "random seed: the same seed and flags give a byte-identical trace")
+	keys := fs.String("keys", strconv.Itoa(d.Keys.Default), "key-space size per backend: N or N,NAME=N,...")
+	zipf := fs.String("zipf", strconv.FormatFloat(d.Zipf.Default, 'g', -1, 64), "Zipf exponent of key popularity: S or S,NAME=S,...")
+	meanSize := fs.String("mean-size", strconv.FormatFloat(d.MeanSize.Default, 'g', -1, 64), "mean object size in bytes: B or B,NAME=B,...")
+	sigma := fs.Float64("size-sigma", d.SizeSigma, "shape (σ) of the log-normal object sizes")
+	minSize := fs.Int64("min-size", d.MinSize, "smallest object size, bytes")
+	maxSize := fs.Int64("max-size", d.MaxSize, "largest object size, bytes (memcached's item limit is 1 MB)")
+	uncacheable := fs.Float64("uncacheable", d.Uncacheable, "fraction of keys that are not cacheable (C = 0)")
+	out := fs.String("out", "-", "output file (- for stdout)")
+	describe := fs.Bool("describe", false, "print the fitted request mix's expected Table 1 instead of a trace")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	o := d
+	o.Profile, o.Backends, o.Match, o.QueriesPerRequest, o.Types = *profile, *backends, synth.Match(*match), *qpr, *types
+	o.Rate, o.Seed, o.SizeSigma, o.MinSize, o.MaxSize, o.Uncacheable = *rate, *seed, *sigma, *minSize, *maxSize, *uncacheable
+	if *names != "" {
+		o.Names = strings.Split(*names, ",")
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "backends" })
+		if !set {
+			o.Backends = len(o.Names)
+		}
+	}
+	if o.Keys, err = perBackend("keys", *keys, d.Keys.Default, atoi); err != nil {
+		return err
+	}
+	if o.Zipf, err = perBackend("zipf", *zipf, d.Zipf.Default, atof); err != nil {
+		return err
+	}
+	if o.MeanSize, err = perBackend("mean-size", *meanSize, d.MeanSize.Default, atof); err != nil {
+		return err
+	}
+	if !*describe && *requests <= 0 && *duration <= 0 {
+		return errors.New("give --requests N or --duration D (or --describe)")
+	}
+	if *requests < 0 || *duration < 0 {
+		return errors.New("--requests and --duration must not be negative")
+	}
+	g, err := synth.New(o)
+	if err != nil {
+		return err
+	}
+	if *describe {
+		return writeDescription(stdout, g)
+	}
+	w := stdout
+	if *out != "-" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	start := time.Now()
+	n, err := g.Write(w, synth.Limit{Requests: *requests, Duration: *duration})
+	if err != nil {
+		return err
+	}
+	if f, ok := w.(*os.File); ok && f != os.Stdout {
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	el := time.Since(start)
+	slog.New(slog.NewTextHandler(stderr, nil)).Info("trace written", "requests", n, "out", *out,
+		"seconds", el.Round(time.Millisecond).Seconds(), "requests_per_s", int(float64(n)/el.Seconds()))
+	return nil
+}
+
+// writeDescription prints the expected structure of the fitted mix next to
+// the profile's targets.
+func writeDescription(w io.Writer, g *synth.Generator) error {
+	mix := g.Mix()
+	st := mix.Predict()
+	fmt.Fprintf(w, "%d request types, fitted in %d sweeps; expected %.2f queries per request, mean fanout %.3f\n",
+		len(mix.Types), mix.Sweeps, mix.QueriesPerRequest(), mix.MeanFanout())
+	if len(mix.Clamped) > 0 {
+		fmt.Fprintf(w, "batch sizes raised to 1 for backends %v\n", mix.Clamped)
+	}
+	ws := make([]float64, len(mix.Types))
+	for i, t := range mix.Types {
+		ws[i] = t.Weight
+	}
+	sort.Sort(sort.Reverse(sort.Float64Slice(ws)))
+	top := 0.0
+	for _, v := range ws[:min(10, len(ws))] {
+		top += v
+	}
+	fmt.Fprintf(w, "type popularity: the most popular type has %.1f%% of requests, the top ten %.1f%%\n\n", 100*ws[0], 100*top)
+	fmt.Fprintf(w, "%-10s %9s %9s %11s %9s %9s %9s %9s\n", "backend", "query %", "(target)", "req % pairs", "(target)", "batch", "fanout", "(target)")
+	for i, name := range g.Names() {
+		t := mix.Targets[i]
+		target := fmt.Sprintf("%.2f", 100*t.QueryShare)
+		fan := fmt.Sprintf("%.2f", t.Fanout)
+		if t.FreeFanout {
+			fan = "free"
+		}
+		fmt.Fprintf(w, "%-10s %9.2f %9s %11.2f %9.2f %9.2f %9.2f %9s\n", name, 100*st[i].QueryShare, target,
+			100*st[i].PairShare, 100*t.PairShare, st[i].Batch, st[i].Fanout, fan)
+	}
+	return nil
+}
+
+func cmdStats(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("stats", "tracegen stats FILE [--json] [--skip-bad]   (FILE - reads stdin)", stderr)
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	skipBad := fs.Bool("skip-bad", false, "count and skip malformed lines instead of stopping at the first")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	var r io.Reader = os.Stdin
+	if pos[0] != "-" {
+		f, err := os.Open(pos[0])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		r = f
+	}
+	const shown = 10
+	var bad int
+	res, err := stats.Read(r, stats.Options{SkipBad: *skipBad, OnBad: func(e *stats.LineError) {
+		if bad++; bad <= shown {
+			fmt.Fprintf(stderr, "tracegen stats: %s: skipping %v\n", pos[0], e)
+		}
+	}})
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	if bad > shown {
+		fmt.Fprintf(stderr, "tracegen stats: %s: %d malformed lines skipped in all\n", pos[0], bad)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return stats.WriteTable(stdout, res)
+}
+
+// warmupFlag is a duration or a percentage of the run ("25%").
+type warmupFlag struct {
+	d        time.Duration
+	fraction float64
+	isFrac   bool
+}
+
+func (w *warmupFlag) String() string {
+	if w.isFrac {
+		return strconv.FormatFloat(w.fraction*100, 'g', -1, 64) + "%"
+	}
+	return w.d.String()
+}
+
+func (w *warmupFlag) Set(s string) error {
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v < 0 || v >= 100 {
+			return fmt.Errorf("%q is not a percentage in [0, 100)", s)
+		}
+		w.fraction, w.isFrac = v/100, true
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q is neither a duration nor a percentage of the run", s)
+	}
+	w.d, w.isFrac = d, false
+	return nil
+}
+
+func cmdReplay(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("replay", "tracegen replay --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [flags]", stderr)
+	topoPath := fs.String("topology", "", "topology file: app servers' http addresses, backends' admin addresses (required)")
+	tracePath := fs.String("trace", "", "trace file (required)")
+	out := fs.String("out", "", "output folder for requests.csv, summary.json, scenario.jsonl (required)")
+	rate := fs.Float64("rate", 0, "send Poisson arrivals at this many requests/s instead of the trace's ts_ms")
+	duration := fs.Duration("duration", 0, "stop sending after this long (default: at the end of the trace)")
+	apps := fs.String("app-servers", "", "comma-separated app server ids to spread requests over (default: all)")
+	scPath := fs.String("scenario", "", "capacity scenario (YAML) to apply during the replay")
+	sloD := fs.Duration("slo", 150*time.Millisecond, "P99 latency objective")
+	step := fs.Duration("slo-step", 5*time.Second, "how often the SLO series observes the percentiles")
+	window := fs.Duration("slo-window", 60*time.Second, "how far back each observation looks (a multiple of --slo-step)")
+	warm := &warmupFlag{fraction: 0.25, isFrac: true}
+	fs.Var(warm, "warmup", "warm-up excluded from the violation count: a duration or a percentage of the run")
+	seed := fs.Uint64("seed", 1, "seed for arrivals, app server choice and the scenario's random walks (unless it has a seed)")
+	loop := fs.Bool("loop", false, "restart the trace at its end until --duration")
+	timeout := fs.Duration("timeout", replay.DefaultTimeout, "per-request timeout")
+	maxInFlight := fs.Int("max-in-flight", replay.DefaultMaxInFlight, "requests in flight at most; beyond it requests are dropped and counted")
+	maxConns := fs.Int("max-conns", replay.DefaultMaxConns, "HTTP connections per app server at most")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address during the run (e.g. 127.0.0.1:9300)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", *logLevel)
+	}
+	for flagName, v := range map[string]string{"topology": *topoPath, "trace": *tracePath, "out": *out} {
+		if v == "" {
+			return fmt.Errorf("--%s is required", flagName)
+		}
+	}
+	topo, err := config.LoadTopology(*topoPath)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg := replay.Config{
+		Topology: topo, TracePath: *tracePath, OutDir: *out, Rate: *rate, Duration: *duration,
+		SLO:  slo.Params{SLO: *sloD, Step: *step, Window: *window, Warmup: warm.d},
+		Seed: *seed, ScenarioSeed: *seed, Loop: *loop, Timeout: *timeout, MaxInFlight: *maxInFlight,
+		MaxConns: *maxConns, MetricsAddr: *metricsAddr, Log: log,
+	}
+	if warm.isFrac {
+		cfg.SLO.Warmup, cfg.WarmupFraction = -1, warm.fraction
+		if warm.fraction == 0 {
+			cfg.SLO.Warmup = 0
+		}
+	}
+	if *apps != "" {
+		cfg.AppServers = strings.Split(*apps, ",")
+	}
+	if *scPath != "" {
+		sc, warns, err := scenario.Load(*scPath, scenario.BackendNames(topo), *duration)
+		if err != nil {
+			return err
+		}
+		for _, w := range warns {
+			log.Warn("scenario", "warning", w)
+		}
+		cfg.Scenario = sc
+		if sc.Seed != nil {
+			cfg.ScenarioSeed = *sc.Seed
+		}
+	}
+	if os.Getenv("GOGC") == "" {
+		// The replayer's heap is small (tens of MB); fewer collections
+		// mean fewer GC assists stalling the scheduler goroutine.
+		debug.SetGCPercent(400)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := replay.Run(ctx, cfg)
+	if sum != nil {
+		p99 := "n/a"
+		if sum.Latency.P99 != nil {
+			p99 = strconv.FormatFloat(*sum.Latency.P99, 'f', 1, 64)
+		}
+		fmt.Fprintf(stdout, "sent %d, ok %d, errors %v, P99 %s ms, SLO violations %.1f%% of %d points, late sends %d (P99 %.1f ms, max %.1f ms); results in %s\n",
+			sum.Sent, sum.OK, nonZero(sum.Errors), p99, sum.SLO.ViolationPct, sum.SLO.PointsCounted,
+			sum.Lateness.LateSends, sum.Lateness.P99LateMs, sum.Lateness.MaxLateMs, *out)
+	}
+	return err
+}
+
+func nonZero(m map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("scenario check", "tracegen scenario check FILE --topology FILE [--duration D] [--print]", stderr)
+	topoPath := fs.String("topology", "", "topology file (required)")
+	duration := fs.Duration("duration", 0, "the run's duration: warns about events beyond it, needed by --print")
+	print := fs.Bool("print", false, "print the expanded timeline, one JSON change per line")
+	seed := fs.Uint64("seed", 1, "seed for random walks when the file has none")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	if *topoPath == "" {
+		return errors.New("--topology is required")
+	}
+	topo, err := config.LoadTopology(*topoPath)
+	if err != nil {
+		return err
+	}
+	sc, warns, err := scenario.Load(pos[0], scenario.BackendNames(topo), *duration)
+	if err != nil {
+		return err
+	}
+	if _, err := sc.Replicas(topo); err != nil {
+		return err
+	}
+	for _, w := range warns {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	kinds := map[scenario.Kind]int{}
+	for _, e := range sc.Events {
+		kinds[e.Kind]++
+	}
+	fmt.Fprintf(stdout, "%s: ok: %d events (%d set, %d ramp, %d random_walk)\n", pos[0], len(sc.Events),
+		kinds[scenario.KindSet], kinds[scenario.KindRamp], kinds[scenario.KindRandomWalk])
+	if !*print {
+		return nil
+	}
+	if *duration <= 0 {
+		return errors.New("--print needs --duration")
+	}
+	if need := sc.NeedsInitial(); len(need) > 0 {
+		return fmt.Errorf("--print: the random walk of %s.%s starts from the backend's current value; give it an initial value to print the timeline", need[0].Backend, need[0].Field)
+	}
+	s := *seed
+	if sc.Seed != nil {
+		s = *sc.Seed
+	}
+	changes, err := sc.Expand(*duration, s, nil)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	for _, c := range changes {
+		fields := map[string]float64{}
+		for _, fv := range c.Fields {
+			fields[fv.Field] = fv.Value
+		}
+		if err := enc.Encode(map[string]any{"at_s": c.At.Seconds(), "backend": c.Backend, "set": fields, "line": c.Line, "kind": c.Kind}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
