@@ -9,13 +9,13 @@ PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 TOOLS   := .tools/bin
 PROTOS  := $(wildcard proto/robinhood/v1/*.proto)
-PYPKGS  := proto/python controller experiment/testbed
+PYPKGS  := proto/python lib/python controller experiment/testbed
 GOTEST_FLAGS ?= -count=1 -timeout 15m
 PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 
-.PHONY: build test demo rbc-demo proto proto-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: build test demo rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 ## build: every Go binary into bin/
 build: deps
@@ -36,7 +36,7 @@ $(VENV)/.installed: requirements.txt $(addsuffix /pyproject.toml,$(PYPKGS))
 	touch $@
 
 ## test: Go and Python tests (unit, integration with real processes)
-test: build vet proto-check go-test py-test
+test: build vet proto-check schema-check go-test py-test
 
 vet:
 	$(GO) vet ./...
@@ -47,7 +47,7 @@ go-test:
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 py-test: venv
-	$(PY) -m pytest $(PYTEST_FLAGS) controller/tests experiment/testbed/tests tests
+	$(PY) -m pytest $(PYTEST_FLAGS) lib/python/tests controller/tests experiment/testbed/tests tests
 
 ## proto: regenerate the committed Go and Python code from proto/
 proto: venv
@@ -58,6 +58,14 @@ proto: venv
 proto-check: venv
 	@scripts/ensure-sysdeps.sh protoc
 	scripts/genproto.sh --check
+
+## schema: regenerate what comes from schema/ (the Python package's copy, the docs tables)
+schema: venv
+	$(PY) scripts/genschema.py
+
+## schema-check: fail when something generated from schema/ is stale
+schema-check: venv
+	$(PY) scripts/genschema.py --check
 
 ## bench: the Go benchmarks (numbers go to docs/benchmarks.md)
 bench: build

@@ -1,34 +1,28 @@
 // Package dispatch decides which replica of a backend serves a batch of
 // queries. The mechanism (a backend's replicas and their gRPC connections,
-// Replicas) is apart from the policy (Dispatcher): the application server
-// hands every cache-miss batch to its backend's Dispatcher. Only the
-// "random" policy exists now; later policies (join-shortest-queue, hedging,
-// SingleR, LÆDGE, DAS) are further Dispatchers built from the same Replicas.
+// Replicas) is apart from the policy (a Dispatcher): the application server
+// hands every cache-miss batch to its backend's Dispatcher.
+//
+// Policies are plug-ins: each lives in its own file and registers itself
+// from an init function with Register, under a name, with a parameter
+// struct and a constructor. The topology chooses one per app server
+// (`dispatch: {policy: NAME, <parameters>}`), and Build validates its
+// parameters strictly. `bin/appserver --list-dispatch-policies` prints the
+// registry. docs/architecture.md walks through adding one.
 package dispatch
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"strings"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
-
-// Policy names.
-const (
-	// Random sends each batch to one replica chosen uniformly at random.
-	Random = "random"
-)
-
-// Policies lists the policy names New accepts.
-func Policies() []string { return []string{Random} }
 
 // Dispatcher sends one batch of queries for a backend to its replicas.
 type Dispatcher interface {
@@ -95,24 +89,4 @@ func (rs *Replicas) Close() error {
 		errs = append(errs, r.conn.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// New returns the Dispatcher of the named policy over rs.
-func New(policy string, rs *Replicas) (Dispatcher, error) {
-	switch policy {
-	case Random:
-		return &random{rs: rs}, nil
-	default:
-		return nil, fmt.Errorf("dispatch policy %q is not one of %s", policy, strings.Join(Policies(), ", "))
-	}
-}
-
-type random struct{ rs *Replicas }
-
-func (d *random) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
-	i := 0
-	if n := d.rs.Len(); n > 1 {
-		i = rand.IntN(n)
-	}
-	return d.rs.Call(ctx, i, req, opts...)
 }

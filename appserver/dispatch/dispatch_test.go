@@ -7,8 +7,8 @@ import (
 
 	"github.com/robinhoodcache/robinhood/appserver/internal/testbackend"
 	"github.com/robinhoodcache/robinhood/backends/value"
-	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
 func TestRandomSpreadsOverReplicas(t *testing.T) {
@@ -19,7 +19,7 @@ func TestRandomSpreadsOverReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	d, err := New(Random, rs)
+	d, err := Build(config.Dispatch{Policy: Random}, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +44,8 @@ func TestRandomSpreadsOverReplicas(t *testing.T) {
 	}
 }
 
-func TestNewRejectsUnknownPolicy(t *testing.T) {
-	_, err := New("jsq", &Replicas{})
+func TestBuildRejectsUnknownPolicy(t *testing.T) {
+	_, err := Build(config.Dispatch{Policy: "jsq"}, &Replicas{})
 	if err == nil || !strings.Contains(err.Error(), `"jsq"`) || !strings.Contains(err.Error(), "random") {
 		t.Fatalf("got %v, want an error naming the policy and the known ones", err)
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/backends/value"
-	"github.com/robinhoodcache/robinhood/lib/testutil"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 

@@ -16,8 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
-	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+	"github.com/robinhoodcache/robinhood/lib/fanout"
 	"github.com/robinhoodcache/robinhood/lib/trace"
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
 // call is one backend's batch of queries within one layer of a request.
@@ -149,31 +150,20 @@ func (s *Server) execute(ctx context.Context, req *trace.Request, start time.Tim
 		wg.Wait()
 		out.calls = append(out.calls, calls)
 
-		// The blocking backend is the one whose batch finished last or,
-		// when calls failed, the failed one that finished last.
-		var blk *backend
-		var blkDone time.Time
-		failed := false
+		// The blocking backend (fanout.Blocking): the batch that finished
+		// last or, when batches failed, the failed one that finished last.
+		var small [16]fanout.Call[time.Duration]
+		fc := small[:0]
 		for i := range calls {
 			c := &calls[i]
-			if c.q.Len() == 0 {
-				continue
-			}
-			if c.done.After(end) {
+			fc = append(fc, fanout.Call[time.Duration]{Done: c.done.Sub(start), Failed: c.err != nil, Empty: c.q.Len() == 0})
+			if !fc[i].Empty && c.done.After(end) {
 				end = c.done
 			}
-			if c.err != nil && !failed {
-				failed, blk = true, nil
-			}
-			if failed && c.err == nil {
-				continue
-			}
-			if blk == nil || !c.done.Before(blkDone) {
-				blk, blkDone = c.be, c.done
-			}
 		}
-		if blk != nil {
-			out.blocking = blk
+		blk, failed := fanout.Blocking(fc)
+		if blk >= 0 {
+			out.blocking = calls[blk].be
 		}
 		if failed {
 			out.failed = true

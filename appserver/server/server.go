@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,8 +27,8 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 	"github.com/robinhoodcache/robinhood/appserver/report"
-	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
 // Defaults of Config.
@@ -109,9 +110,9 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 		return nil, fmt.Errorf("--id %q: no such application server in the topology (it has: %s)", cfg.AppServerID, strings.Join(ids, ", "))
 	}
-	policy, err := dispatchPolicy(app)
-	if err != nil {
-		return nil, err
+	where := "app_servers[" + strconv.Itoa(appIndex(cfg.Topology, app.ID)) + "].dispatch"
+	if _, err := dispatch.Params(app.Dispatch); err != nil {
+		return nil, fmt.Errorf("%s.%w", where, err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -136,12 +137,6 @@ func New(cfg Config) (_ *Server, err error) {
 		m:              newMetrics(),
 		reporterDone:   make(chan struct{}),
 	}
-	if s.requestTimeout <= 0 {
-		s.requestTimeout = config.DefaultRequestTimeout
-	}
-	if s.backendTimeout <= 0 {
-		s.backendTimeout = config.DefaultBackendTimeout
-	}
 	defer func() {
 		if err != nil {
 			s.closeResources()
@@ -163,8 +158,8 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 		be := &backend{name: tb.Name, id: tb.ID, replicas: rs, m: s.m.forBackend(tb.Name)}
 		s.backends[tb.Name] = be
-		if be.dispatcher, err = dispatch.New(policy, rs); err != nil {
-			return nil, fmt.Errorf("app_servers %s dispatch.policy: %w", app.ID, err)
+		if be.dispatcher, err = dispatch.Build(app.Dispatch, rs); err != nil {
+			return nil, fmt.Errorf("%s: backend %s: %w", where, tb.Name, err)
 		}
 		switch app.CacheMode {
 		case config.CachePartitioned:
@@ -221,22 +216,15 @@ func New(cfg Config) (_ *Server, err error) {
 	return s, nil
 }
 
-// dispatchPolicy reads app_servers[].dispatch.policy (default random).
-func dispatchPolicy(app *config.AppServer) (string, error) {
-	v, ok := app.Dispatch["policy"]
-	if !ok {
-		return dispatch.Random, nil
-	}
-	p, isString := v.(string)
-	if !isString {
-		return "", fmt.Errorf("app_servers %s dispatch.policy: %v is not a string (one of %s)", app.ID, v, strings.Join(dispatch.Policies(), ", "))
-	}
-	for _, known := range dispatch.Policies() {
-		if p == known {
-			return p, nil
+// appIndex is the position of app server id in the topology, for error
+// paths.
+func appIndex(t *config.Topology, id string) int {
+	for i, a := range t.AppServers {
+		if a.ID == id {
+			return i
 		}
 	}
-	return "", fmt.Errorf("app_servers %s dispatch.policy: %q is not one of %s", app.ID, p, strings.Join(dispatch.Policies(), ", "))
+	return -1
 }
 
 func (s *Server) registerFuncMetrics() {

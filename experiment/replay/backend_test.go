@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/lib/testutil"
-	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
 
 // A short replay with a scenario against a real bin/backend: every change

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
 // topo builds a topology with backends b1, b2 and one app server per

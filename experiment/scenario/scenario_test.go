@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/lib/testutil"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
 
 var twenty = func() []string {

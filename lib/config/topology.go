@@ -1,30 +1,22 @@
-// Package topology reads the one YAML file that describes a RobinHood
-// deployment: the RBC server, the backends and their replicas, and the
-// application servers with their cache partitions. Every component reads the
-// part it needs from the same file (docs/topology.md).
-//
-// The `controller:` block of an application server belongs to the Python
-// controller, which validates it; this package keeps it opaque.
+// Package config reads the configuration contract: the topology file every
+// component starts from and the experiment file of the testbed and the
+// simulator. Both are defined once, in schema/ (JSON Schema with CEL
+// rules); this package validates a document against it, fills in its
+// defaults, and decodes the result into typed values. The Python reader
+// (robinhood_common) does the same from the same files, with the same
+// errors (tests/config holds the cases both are tested on).
 package config
 
 import (
 	"bytes"
-	"errors"
+	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"regexp"
 	"sort"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/robinhoodcache/robinhood/schema"
 )
-
-// MaxBackends bounds backend ids: ids are 0 … MaxBackends-1 (SPEC §3).
-const MaxBackends = 1024
-
-// MinPartitionMB is the smallest limit memcached accepts for cache_memlimit.
-const MinPartitionMB = 8
 
 // Cache modes of an application server.
 const (
@@ -40,106 +32,177 @@ const (
 	TypeCompute = "compute"
 )
 
-// Topology is a whole deployment.
+// Topology is a whole deployment (docs/topology.md).
 type Topology struct {
-	RBCServer  RBCServer   `yaml:"rbc_server"`
-	Backends   []Backend   `yaml:"backends"`
-	AppServers []AppServer `yaml:"app_servers"`
+	RBCServer  RBCServer   `json:"rbc_server"`
+	Backends   []Backend   `json:"backends"`
+	AppServers []AppServer `json:"app_servers"`
 }
 
-// RBCServer holds the RBC server's addresses.
+// RBCServer is the RBC server: its addresses and the settings of its
+// window.
 type RBCServer struct {
-	GRPC string `yaml:"grpc"`
-	HTTP string `yaml:"http"`
+	GRPC     string   `json:"grpc"`
+	HTTP     string   `json:"http"`
+	Window   Duration `json:"window"`
+	RingSize int      `json:"ring_size"`
+	LowPct   float64  `json:"low_pct"`
+	HighPct  float64  `json:"high_pct"`
 }
 
 // Backend is one backend service with its replicas.
 type Backend struct {
-	ID       uint32    `yaml:"id"`
-	Name     string    `yaml:"name"`
-	Type     string    `yaml:"type"`
-	Replicas []Replica `yaml:"replicas"`
+	ID       uint32          `json:"id"`
+	Name     string          `json:"name"`
+	Type     string          `json:"type"`
+	Replicas []Replica       `json:"replicas"`
+	Limits   Limits          `json:"limits"`
+	Seed     uint64          `json:"seed"`
+	KV       *KVOptions      `json:"kv,omitempty"`
+	SQL      *SQLOptions     `json:"sql,omitempty"`
+	Compute  *ComputeOptions `json:"compute,omitempty"`
 }
 
 // Replica is one process serving a backend.
 type Replica struct {
 	// GRPC is the BackendService address.
-	GRPC string `yaml:"grpc"`
-	// HTTP serves /metrics and the admin API (/admin/limits).
-	HTTP string `yaml:"http"`
+	GRPC string `json:"grpc"`
+	// HTTP serves /metrics, /healthz and the admin API.
+	HTTP string `json:"http"`
+}
+
+// KVOptions are the options of a kv backend.
+type KVOptions struct {
+	Redis    string `json:"redis"`
+	MaxBytes int64  `json:"max_bytes"`
+}
+
+// SQLOptions are the options of a sql backend.
+type SQLOptions struct {
+	DB   string `json:"db"`
+	Rows int    `json:"rows"`
+}
+
+// ComputeOptions are the options of a compute backend.
+type ComputeOptions struct {
+	MatrixSize int `json:"matrix_size"`
 }
 
 // Partition is one backend's memcached instance on an application server.
-// In YAML it is either an address string or a mapping {addr, initial_mb}.
 type Partition struct {
-	Addr string `yaml:"addr"`
-	// InitialMB is the configured allocation (what the static policy keeps).
-	// Zero means an even share of the budget.
-	InitialMB int `yaml:"initial_mb"`
+	Addr string `json:"addr"`
+	// InitialMB is the configured allocation; 0 means an even share of the
+	// rest of the budget.
+	InitialMB int `json:"initial_mb"`
 }
 
-// UnmarshalYAML accepts both the short (address) and the long form.
-func (p *Partition) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		return n.Decode(&p.Addr)
-	}
-	type plain Partition
-	var v plain
-	if err := decodeStrict(n, &v); err != nil {
+// Dispatch is the dispatch policy of an app server and its parameters
+// (validated by the policy: appserver/dispatch).
+type Dispatch struct {
+	Policy string
+	// Params are the block's other fields.
+	Params map[string]any
+}
+
+// UnmarshalJSON splits the policy name from its parameters.
+func (d *Dispatch) UnmarshalJSON(b []byte) error {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	*p = Partition(v)
+	d.Policy, _ = m["policy"].(string)
+	delete(m, "policy")
+	d.Params = m
 	return nil
+}
+
+// AllocationPolicy is the controller's allocation policy and its
+// parameters (validated by the controller).
+type AllocationPolicy struct {
+	Name   string
+	Params map[string]any
+}
+
+// UnmarshalJSON splits the policy name from its parameters.
+func (p *AllocationPolicy) UnmarshalJSON(b []byte) error {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	p.Name, _ = m["name"].(string)
+	delete(m, "name")
+	p.Params = m
+	return nil
+}
+
+// Controller is an app server's controller block. The controller is
+// Python; Go components only carry it.
+type Controller struct {
+	Policy           AllocationPolicy `json:"policy"`
+	Interval         Duration         `json:"interval"`
+	MinPartitionMB   int              `json:"min_partition_mb"`
+	Metrics          string           `json:"metrics"`
+	DryRun           bool             `json:"dry_run"`
+	RBCTimeout       Duration         `json:"rbc_timeout"`
+	ShrinkBudget     Duration         `json:"shrink_budget"`
+	UsedSource       string           `json:"used_source"`
+	MemcachedTimeout Duration         `json:"memcached_timeout"`
+}
+
+// AppServer is one application server and its cache.
+type AppServer struct {
+	ID             string               `json:"id"`
+	HTTP           string               `json:"http"`
+	CacheMode      string               `json:"cache_mode"`
+	CacheBudgetMB  int                  `json:"cache_budget_mb"`
+	Partitions     map[string]Partition `json:"partitions"`
+	SharedCache    string               `json:"shared_cache"`
+	RequestTimeout Duration             `json:"request_timeout"`
+	BackendTimeout Duration             `json:"backend_timeout"`
+	Dispatch       Dispatch             `json:"dispatch"`
+	Controller     Controller           `json:"controller"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("250ms").
 type Duration time.Duration
 
-// UnmarshalYAML parses a duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+// UnmarshalJSON parses a duration string (already validated by the schema).
+func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
-	if err := n.Decode(&s); err != nil {
+	if err := json.Unmarshal(b, &s); err != nil {
 		return err
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (use e.g. 500ms, 2s)", n.Line, s)
+		return fmt.Errorf("%q is not a duration (%s)", s, DurationHint)
 	}
 	*d = Duration(v)
 	return nil
 }
 
-// MarshalYAML writes the duration string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
-// AppServer is one application server and its local cache.
-type AppServer struct {
-	ID            string               `yaml:"id"`
-	HTTP          string               `yaml:"http"`
-	CacheMode     string               `yaml:"cache_mode"`
-	CacheBudgetMB int                  `yaml:"cache_budget_mb"`
-	Partitions    map[string]Partition `yaml:"partitions"`
-	SharedCache   string               `yaml:"shared_cache"`
-	// RequestTimeout bounds a whole request (default 2s).
-	RequestTimeout Duration `yaml:"request_timeout"`
-	// BackendTimeout bounds one backend call (default 1s).
-	BackendTimeout Duration `yaml:"backend_timeout"`
-	// Controller is the controller's settings block; validated by the
-	// controller, opaque here.
-	Controller map[string]any `yaml:"controller"`
-	// Extra application-server settings owned by later features.
-	Dispatch map[string]any `yaml:"dispatch"`
+// D is the duration as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// decode turns a normalized document into a typed value; the field names
+// must match the schema's exactly (unknown fields are an error, so a
+// schema property missing from the Go type is caught by the tests).
+func decode(norm any, out any) error {
+	b, err := json.Marshal(norm)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("config: the schema and the Go types disagree: %w", err)
+	}
+	return nil
 }
 
-// Defaults for optional fields.
-const (
-	DefaultRequestTimeout = 2 * time.Second
-	DefaultBackendTimeout = time.Second
-)
-
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
-// Load reads and validates a topology file.
+// LoadTopology reads and validates a topology file.
 func LoadTopology(path string) (*Topology, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -152,138 +215,45 @@ func LoadTopology(path string) (*Topology, error) {
 	return t, nil
 }
 
-// Parse decodes and validates a topology document. Unknown fields are errors.
+// ParseTopology decodes and validates a topology document.
 func ParseTopology(b []byte) (*Topology, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	var t Topology
-	if err := dec.Decode(&t); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("empty document")
-		}
+	doc, err := ParseYAML(b, "topology")
+	if err != nil {
 		return nil, err
 	}
-	if err := t.Validate(); err != nil {
+	return TopologyFrom(doc)
+}
+
+// TopologyFrom validates a decoded document (for example one with flag
+// overrides applied) and returns the typed topology.
+func TopologyFrom(doc any) (*Topology, error) {
+	norm, err := Default().Read(schema.Topology, doc, "")
+	if err != nil {
+		return nil, err
+	}
+	var t Topology
+	if err := decode(norm, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil
 }
 
-func decodeStrict(n *yaml.Node, v any) error {
-	b, err := yaml.Marshal(n)
+// ReadTopologyDoc reads a topology file into its normalized document (for
+// components that apply flag overrides before validating again).
+func ReadTopologyDoc(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("topology: %w", err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+	doc, err := ParseYAML(b, "topology")
+	if err != nil {
+		return nil, fmt.Errorf("topology %s: %w", path, err)
 	}
-	return nil
-}
-
-// Validate checks the invariants every component relies on and fills in
-// defaults.
-func (t *Topology) Validate() error {
-	if len(t.Backends) == 0 {
-		return errors.New("backends: at least one backend is required")
+	norm, err := Default().Read(schema.Topology, doc, "")
+	if err != nil {
+		return nil, fmt.Errorf("topology %s: %w", path, err)
 	}
-	ids := map[uint32]string{}
-	names := map[string]bool{}
-	for i := range t.Backends {
-		b := &t.Backends[i]
-		where := fmt.Sprintf("backends[%d]", i)
-		if !nameRE.MatchString(b.Name) {
-			return fmt.Errorf("%s.name: %q must be 1-64 characters of letters, digits, '_', '.', '-'", where, b.Name)
-		}
-		if b.ID >= MaxBackends {
-			return fmt.Errorf("%s.id: %d is out of range (0..%d)", where, b.ID, MaxBackends-1)
-		}
-		if other, dup := ids[b.ID]; dup {
-			return fmt.Errorf("%s.id: %d is already used by backend %q", where, b.ID, other)
-		}
-		if names[b.Name] {
-			return fmt.Errorf("%s.name: %q is used twice", where, b.Name)
-		}
-		ids[b.ID] = b.Name
-		names[b.Name] = true
-		switch b.Type {
-		case TypeKV, TypeSQL, TypeCompute:
-		default:
-			return fmt.Errorf("%s.type: %q is not one of kv, sql, compute", where, b.Type)
-		}
-		if len(b.Replicas) == 0 {
-			return fmt.Errorf("%s.replicas: backend %q needs at least one replica", where, b.Name)
-		}
-		for j, r := range b.Replicas {
-			if r.GRPC == "" {
-				return fmt.Errorf("%s.replicas[%d].grpc: address is required", where, j)
-			}
-		}
-	}
-	seen := map[string]bool{}
-	for i := range t.AppServers {
-		a := &t.AppServers[i]
-		where := fmt.Sprintf("app_servers[%d]", i)
-		if !nameRE.MatchString(a.ID) {
-			return fmt.Errorf("%s.id: %q must be 1-64 characters of letters, digits, '_', '.', '-'", where, a.ID)
-		}
-		if seen[a.ID] {
-			return fmt.Errorf("%s.id: %q is used twice", where, a.ID)
-		}
-		seen[a.ID] = true
-		if a.HTTP == "" {
-			return fmt.Errorf("%s.http: address is required", where)
-		}
-		if a.RequestTimeout == 0 {
-			a.RequestTimeout = Duration(DefaultRequestTimeout)
-		}
-		if a.BackendTimeout == 0 {
-			a.BackendTimeout = Duration(DefaultBackendTimeout)
-		}
-		if a.RequestTimeout < 0 || a.BackendTimeout < 0 {
-			return fmt.Errorf("%s: timeouts must be positive", where)
-		}
-		switch a.CacheMode {
-		case CachePartitioned:
-			for _, b := range t.Backends {
-				if _, ok := a.Partitions[b.Name]; !ok {
-					return fmt.Errorf("%s.partitions: no partition for backend %q (partitioned mode needs one per backend)", where, b.Name)
-				}
-			}
-			sum := 0
-			for _, name := range a.PartitionNames() {
-				p := a.Partitions[name]
-				if !names[name] {
-					return fmt.Errorf("%s.partitions.%s: no backend is named %q", where, name, name)
-				}
-				if p.Addr == "" {
-					return fmt.Errorf("%s.partitions.%s: address is required", where, name)
-				}
-				if p.InitialMB != 0 && p.InitialMB < MinPartitionMB {
-					return fmt.Errorf("%s.partitions.%s.initial_mb: %d is below memcached's minimum of %d MB", where, name, p.InitialMB, MinPartitionMB)
-				}
-				sum += p.InitialMB
-			}
-			if a.CacheBudgetMB < MinPartitionMB*len(a.Partitions) {
-				return fmt.Errorf("%s.cache_budget_mb: %d is too small for %d partitions of at least %d MB", where, a.CacheBudgetMB, len(a.Partitions), MinPartitionMB)
-			}
-			if sum > a.CacheBudgetMB {
-				return fmt.Errorf("%s.partitions: initial_mb values sum to %d, more than cache_budget_mb %d", where, sum, a.CacheBudgetMB)
-			}
-		case CacheShared:
-			if a.SharedCache == "" {
-				return fmt.Errorf("%s.shared_cache: address is required in shared mode", where)
-			}
-			if a.CacheBudgetMB < MinPartitionMB {
-				return fmt.Errorf("%s.cache_budget_mb: %d is below memcached's minimum of %d MB", where, a.CacheBudgetMB, MinPartitionMB)
-			}
-		case CacheNone:
-		default:
-			return fmt.Errorf("%s.cache_mode: %q is not one of partitioned, shared, none", where, a.CacheMode)
-		}
-	}
-	return nil
+	return norm.(map[string]any), nil
 }
 
 // PartitionNames returns the partition (backend) names in sorted order.
@@ -324,4 +294,36 @@ func (t *Topology) AppServer(id string) (*AppServer, bool) {
 		}
 	}
 	return nil, false
+}
+
+// AppServerIDs lists the app server ids, for messages.
+func (t *Topology) AppServerIDs() []string {
+	out := make([]string, len(t.AppServers))
+	for i, a := range t.AppServers {
+		out[i] = a.ID
+	}
+	return out
+}
+
+// BackendNames lists the backend names, for messages.
+func (t *Topology) BackendNames() []string {
+	out := make([]string, len(t.Backends))
+	for i, b := range t.Backends {
+		out[i] = b.Name
+	}
+	return out
+}
+
+// RBCServerDef is the schema definition of the rbc_server block.
+const RBCServerDef = schema.Topology + "#/$defs/rbc_server"
+
+// ReadRBCSettings validates an rbc_server block (a subset of its fields;
+// the rest take the schema's defaults), with path as the error prefix.
+func ReadRBCSettings(doc map[string]any, path string) (RBCServer, error) {
+	norm, err := Default().Read(RBCServerDef, doc, path)
+	if err != nil {
+		return RBCServer{}, err
+	}
+	var r RBCServer
+	return r, decode(norm, &r)
 }

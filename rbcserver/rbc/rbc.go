@@ -13,15 +13,21 @@ import (
 	"math"
 )
 
-// Default percentiles of the band (paper §3.1: P98.5 to P99.5).
+// The paper's band (§3.1: P98.5 to P99.5). The RBC server's defaults come
+// from the topology schema (rbc_server.low_pct, high_pct), which has the same values.
 const (
 	DefaultLowPct  = 98.5
 	DefaultHighPct = 99.5
 )
 
-// MaxBackends bounds backend ids: every id must be below it. SPEC §3 uses
-// 0…1023; the bound keeps the per-backend tallies small.
+// MaxBackends bounds backend ids: every id must be below it. The topology
+// uses 0…1023 (DefaultMaxBackends, docs/topology.md); the bound keeps the
+// per-backend tallies small.
 const MaxBackends = 1 << 16
+
+// DefaultMaxBackends is the RBC server's default bound on backend ids: the
+// topology's ids are 0…1023.
+const DefaultMaxBackends = 1024
 
 // Params is the percentile band of one computation.
 type Params struct {

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/robinhoodcache/robinhood/lib/config"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 	"github.com/robinhoodcache/robinhood/rbcserver/ring"
@@ -34,9 +35,6 @@ const MaxMessageBytes = 16 << 20
 // flowWindowBytes is the HTTP/2 flow-control window per stream and per
 // connection: enough for tens of thousands of records in flight.
 const flowWindowBytes = 256 << 10
-
-// MaxRingSize bounds --ring-size: 16 bytes per record, 1.6 GB at the bound.
-const MaxRingSize = 100_000_000
 
 // Config holds the server's settings; the zero values of Clock and Logger
 // mean time.Now and slog.Default().
@@ -57,40 +55,35 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults of the rbcserver flags.
+// DefaultConfig returns the defaults: the topology schema's rbc_server
+// settings (schema/topology.schema.yaml) and a bound of 1024 backends.
 func DefaultConfig() Config {
+	s, err := config.ReadRBCSettings(map[string]any{}, "")
+	if err != nil {
+		panic(err)
+	}
 	return Config{
-		RingSize:    1_000_000,
-		Window:      5 * time.Second,
-		LowPct:      rbc.DefaultLowPct,
-		HighPct:     rbc.DefaultHighPct,
-		MaxBackends: 1024,
+		RingSize:    s.RingSize,
+		Window:      s.Window.D(),
+		LowPct:      s.LowPct,
+		HighPct:     s.HighPct,
+		MaxBackends: rbc.DefaultMaxBackends,
 	}
 }
 
-// Validate checks every setting and names the offending flag and value.
+// Validate checks every setting against the schema's rules for rbc_server
+// (the error names the field) and the backend bound.
 func (c Config) Validate() error {
-	var errs []error
-	if c.RingSize < 1 || c.RingSize > MaxRingSize {
-		errs = append(errs, fmt.Errorf("--ring-size %d is outside [1, %d]", c.RingSize, MaxRingSize))
+	doc := map[string]any{
+		"window": c.Window.String(), "ring_size": int64(c.RingSize), "low_pct": c.LowPct, "high_pct": c.HighPct,
 	}
-	if c.Window <= 0 {
-		errs = append(errs, fmt.Errorf("--window %v must be positive", c.Window))
-	}
-	lowOK, highOK := c.LowPct > 0 && c.LowPct <= 100, c.HighPct > 0 && c.HighPct <= 100
-	if !lowOK {
-		errs = append(errs, fmt.Errorf("--low-pct %v is outside (0, 100]", c.LowPct))
-	}
-	if !highOK {
-		errs = append(errs, fmt.Errorf("--high-pct %v is outside (0, 100]", c.HighPct))
-	}
-	if lowOK && highOK && c.LowPct > c.HighPct {
-		errs = append(errs, fmt.Errorf("--low-pct %v is above --high-pct %v", c.LowPct, c.HighPct))
+	if _, err := config.ReadRBCSettings(doc, ""); err != nil {
+		return err
 	}
 	if c.MaxBackends < 1 || c.MaxBackends > rbc.MaxBackends {
-		errs = append(errs, fmt.Errorf("--max-backends %d is outside [1, %d]", c.MaxBackends, rbc.MaxBackends))
+		return fmt.Errorf("max_backends: %d is out of range [1, %d]", c.MaxBackends, rbc.MaxBackends)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // Server is the RBC service. Create it with New and run it with Serve, or

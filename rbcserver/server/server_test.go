@@ -592,12 +592,12 @@ func TestConfigValidation(t *testing.T) {
 		mutate func(*Config)
 		msg    string
 	}{
-		{func(c *Config) { c.RingSize = 0 }, "--ring-size 0 is outside [1, 100000000]"},
-		{func(c *Config) { c.Window = 0 }, "--window 0s must be positive"},
-		{func(c *Config) { c.LowPct = 0 }, "--low-pct 0 is outside (0, 100]"},
-		{func(c *Config) { c.HighPct = 101 }, "--high-pct 101 is outside (0, 100]"},
-		{func(c *Config) { c.LowPct, c.HighPct = 99, 98 }, "--low-pct 99 is above --high-pct 98"},
-		{func(c *Config) { c.MaxBackends = 0 }, "--max-backends 0 is outside [1, 65536]"},
+		{func(c *Config) { c.RingSize = 0 }, "ring_size: 0 is out of range [1, 100000000]"},
+		{func(c *Config) { c.Window = 0 }, "window: must be positive"},
+		{func(c *Config) { c.LowPct = 0 }, "low_pct: 0.0 is out of range (0, 100]"},
+		{func(c *Config) { c.HighPct = 101 }, "high_pct: 101.0 is out of range (0, 100]"},
+		{func(c *Config) { c.LowPct, c.HighPct = 99, 98 }, "low_pct: 99.0 is above high_pct 98.0"},
+		{func(c *Config) { c.MaxBackends = 0 }, "max_backends: 0 is out of range [1, 65536]"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()

@@ -12,15 +12,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
+	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 	"github.com/robinhoodcache/robinhood/appserver/report"
 	"github.com/robinhoodcache/robinhood/appserver/server"
 	"github.com/robinhoodcache/robinhood/lib/config"
@@ -39,9 +42,10 @@ func run(args []string) int {
 	fillWorkers := fs.Int("fill-workers", cache.DefaultFillWorkers, "goroutines storing values, per backend")
 	rbcBuffer := fs.Int("rbc-buffer", report.DefaultBufferLen, "request records buffered for the next RBC batch; more are dropped and counted")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest accepted request body")
+	listDispatch := fs.Bool("list-dispatch-policies", false, "print every registered dispatch policy, one a line (name, parameters with defaults, summary), and exit")
 	listen := fs.String("http-addr", "", "listen address (default: the app server's http address in the topology; set it when that name is not local, e.g. 0.0.0.0:8080 behind a container service name)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: appserver --topology FILE --id ID [flags]\n\n")
+		fmt.Fprintf(fs.Output(), "usage: appserver --topology FILE --id ID [flags]\n       appserver --list-dispatch-policies\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -60,6 +64,10 @@ func run(args []string) int {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usage("--log-level %q is not one of debug, info, warn, error", *logLevel)
+	}
+	if *listDispatch {
+		printDispatchPolicies(os.Stdout)
+		return 0
 	}
 	if *topoPath == "" {
 		return usage("--topology is required")
@@ -139,4 +147,16 @@ func run(args []string) int {
 	}
 	<-errc
 	return 0
+}
+
+// printDispatchPolicies writes one line per registered dispatch policy: its
+// name, its parameters with their defaults, and what it does.
+func printDispatchPolicies(w io.Writer) {
+	for _, d := range dispatch.Describe() {
+		parts := []string{d.Name}
+		for _, p := range d.Params {
+			parts = append(parts, fmt.Sprintf("%s=%v", p.Name, p.Default))
+		}
+		fmt.Fprintf(w, "%s -- %s\n", strings.Join(parts, " "), d.Summary)
+	}
 }

@@ -3,9 +3,10 @@
 // answers blocking counts on demand over gRPC and HTTP. See
 // docs/rbcserver.md.
 //
-// Usage:
+// Usage (every setting of the topology's rbc_server block, which --topology
+// reads, can be given or overridden by its flag):
 //
-//	rbcserver [--grpc-addr 127.0.0.1:7070] [--http-addr 127.0.0.1:7071]
+//	rbcserver [--topology FILE] [--grpc-addr 127.0.0.1:7070] [--http-addr 127.0.0.1:7071]
 //	          [--ring-size 1000000] [--window 5s] [--low-pct 98.5] [--high-pct 99.5]
 //	          [--max-backends 1024] [--shutdown-timeout 10s] [--log-level info]
 //
@@ -31,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/rbcserver/server"
 )
 
@@ -51,14 +53,16 @@ var errReported = errors.New("invalid flags")
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{cfg: server.DefaultConfig()}
+	def := o.cfg
 	fs := flag.NewFlagSet("rbcserver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:7070", "gRPC listen address (RBCService, health, reflection)")
-	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:7071", "HTTP listen address (/v1/rbc, /metrics, /healthz)")
-	fs.IntVar(&o.cfg.RingSize, "ring-size", o.cfg.RingSize, "records kept (the newest ones), 16 bytes each")
-	fs.DurationVar(&o.cfg.Window, "window", o.cfg.Window, "default GetRBC window: records that arrived in the last `duration`")
-	fs.Float64Var(&o.cfg.LowPct, "low-pct", o.cfg.LowPct, "default lower percentile of the RBC band, in (0, 100]")
-	fs.Float64Var(&o.cfg.HighPct, "high-pct", o.cfg.HighPct, "default upper percentile of the RBC band, in (0, 100]")
+	topoPath := fs.String("topology", "", "topology `file`: start from its rbc_server block (addresses, window, ring size, band); flags override it")
+	grpcAddr := fs.String("grpc-addr", "", "gRPC listen address (RBCService, health, reflection) (default: rbc_server.grpc of the topology, else 127.0.0.1:7070)")
+	httpAddr := fs.String("http-addr", "", "HTTP listen address (/v1/rbc, /metrics, /healthz) (default: rbc_server.http of the topology, else 127.0.0.1:7071)")
+	ringSize := fs.Int("ring-size", def.RingSize, "records kept (the newest ones), 16 bytes each (rbc_server.ring_size)")
+	window := fs.String("window", def.Window.String(), "default GetRBC window: records that arrived in the last `duration` (rbc_server.window)")
+	lowPct := fs.Float64("low-pct", def.LowPct, "default lower percentile of the RBC band, in (0, 100] (rbc_server.low_pct)")
+	highPct := fs.Float64("high-pct", def.HighPct, "default upper percentile of the RBC band, in (0, 100] (rbc_server.high_pct)")
 	fs.IntVar(&o.cfg.MaxBackends, "max-backends", o.cfg.MaxBackends, "backend ids must be below this")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take before connections are closed")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
@@ -70,6 +74,41 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q: rbcserver takes flags only", fs.Args())
+	}
+	// The rbc_server block: from the topology, with the flags given on top,
+	// validated by the schema's rules (one set of rules for both sources).
+	block := map[string]any{}
+	if *topoPath != "" {
+		doc, err := config.ReadTopologyDoc(*topoPath)
+		if err != nil {
+			return o, err
+		}
+		block = doc["rbc_server"].(map[string]any)
+	}
+	set := config.SetFlags(fs)
+	var ov config.Overrides
+	for _, f := range []struct {
+		flag, field string
+		v           any
+	}{
+		{"grpc-addr", "grpc", *grpcAddr}, {"http-addr", "http", *httpAddr}, {"ring-size", "ring_size", int64(*ringSize)},
+		{"window", "window", *window}, {"low-pct", "low_pct", *lowPct}, {"high-pct", "high_pct", *highPct},
+	} {
+		if set[f.flag] {
+			ov.Set(block, "rbc_server", f.field, f.flag, f.v)
+		}
+	}
+	rs, err := config.ReadRBCSettings(block, "rbc_server")
+	if err != nil {
+		return o, ov.Annotate(err)
+	}
+	o.cfg.RingSize, o.cfg.Window, o.cfg.LowPct, o.cfg.HighPct = rs.RingSize, rs.Window.D(), rs.LowPct, rs.HighPct
+	o.grpcAddr, o.httpAddr = rs.GRPC, rs.HTTP
+	if o.grpcAddr == "" {
+		o.grpcAddr = "127.0.0.1:7070"
+	}
+	if o.httpAddr == "" {
+		o.httpAddr = "127.0.0.1:7071"
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return o, err

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -233,14 +234,16 @@ func TestBinaryRejectsBadFlags(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"--ring-size", "0"}, "rbcserver: --ring-size 0 is outside [1, 100000000]"},
-		{[]string{"--low-pct", "0"}, "rbcserver: --low-pct 0 is outside (0, 100]"},
-		{[]string{"--high-pct", "100.5"}, "rbcserver: --high-pct 100.5 is outside (0, 100]"},
-		{[]string{"--low-pct", "99.6"}, "rbcserver: --low-pct 99.6 is above --high-pct 99.5"},
-		{[]string{"--window", "-1s"}, "rbcserver: --window -1s must be positive"},
-		{[]string{"--max-backends", "0"}, "rbcserver: --max-backends 0 is outside [1, 65536]"},
+		{[]string{"--ring-size", "0"}, "rbcserver: rbc_server.ring_size (from --ring-size): 0 is out of range [1, 100000000]"},
+		{[]string{"--low-pct", "0"}, "rbcserver: rbc_server.low_pct (from --low-pct): 0.0 is out of range (0, 100]"},
+		{[]string{"--high-pct", "100.5"}, "rbcserver: rbc_server.high_pct (from --high-pct): 100.5 is out of range (0, 100]"},
+		{[]string{"--low-pct", "99.6"}, "rbcserver: rbc_server.low_pct (from --low-pct): 99.6 is above high_pct 99.5"},
+		{[]string{"--window", "-1s"}, "rbcserver: rbc_server.window (from --window): must be positive"},
+		{[]string{"--max-backends", "0"}, "rbcserver: max_backends: 0 is out of range [1, 65536]"},
 		{[]string{"--shutdown-timeout", "0s"}, "rbcserver: --shutdown-timeout 0s must be positive"},
-		{[]string{"--window", "soon"}, `invalid value "soon" for flag -window`},
+		{[]string{"--window", "soon"}, `rbcserver: rbc_server.window (from --window): "soon" is not a duration`},
+		{[]string{"--grpc-addr", "127.0.0.1:99999"}, `rbcserver: rbc_server.grpc (from --grpc-addr): "127.0.0.1:99999" is not a host:port address`},
+		{[]string{"--topology", "/nonexistent.yaml"}, "rbcserver: topology: open /nonexistent.yaml"},
 		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{[]string{"extra"}, `rbcserver: unexpected arguments ["extra"]`},
 	}
@@ -268,5 +271,26 @@ func TestBinaryFailsWhenThePortIsTaken(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "cannot listen for gRPC") {
 		t.Fatalf("rbcserver on a taken port: %v, want exit status 1 and a message\n%s", err, out)
+	}
+}
+
+// The RBC server starts from the topology's rbc_server block; a flag
+// overrides one setting.
+func TestBinaryStartsFromTheTopology(t *testing.T) {
+	bin := testutil.Binary(t, pkg)
+	g, h := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	topo := t.TempDir() + "/topology.yaml"
+	body := "rbc_server: {grpc: \"" + g + "\", http: \"" + h + "\", window: 1h, low_pct: 90, high_pct: 95}\n" +
+		"backends: [{id: 0, name: a, type: kv, replicas: [{grpc: 127.0.0.1:1}]}]\n"
+	if err := os.WriteFile(topo, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Start(t, bin, "--topology", topo, "--high-pct", "99")
+	testutil.WaitHTTP(t, "http://"+h+"/healthz")
+	_, out := httpGet(t, "http://"+h+"/v1/rbc")
+	for _, want := range []string{`"low_pct":90`, `"high_pct":99`, `"window_seconds":3600`} {
+		if !strings.Contains(strings.ReplaceAll(out, " ", ""), want) {
+			t.Fatalf("/v1/rbc = %s; want %s (topology settings with the flag on top)", out, want)
+		}
 	}
 }

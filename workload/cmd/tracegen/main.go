@@ -25,10 +25,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/workload/stats"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )

@@ -1,0 +1,33 @@
+package dispatch
+
+import (
+	"context"
+	"math/rand/v2"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+)
+
+// Random sends each batch to one replica chosen uniformly at random: the
+// default, and the paper's setting (one replica per backend there).
+const Random = "random"
+
+func init() {
+	Register(Random, Factory{
+		Summary: "each batch to one replica chosen uniformly at random",
+		New: func(_ any, rs *Replicas) (Dispatcher, error) {
+			return &random{rs: rs}, nil
+		},
+	})
+}
+
+type random struct{ rs *Replicas }
+
+func (d *random) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
+	i := 0
+	if n := d.rs.Len(); n > 1 {
+		i = rand.IntN(n)
+	}
+	return d.rs.Call(ctx, i, req, opts...)
+}

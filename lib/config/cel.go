@@ -1,0 +1,171 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+)
+
+// The CEL environment of x-rules: self, root, key, index, before, and the
+// functions sum, keys, q, num and dur (docs/architecture.md). The Python
+// reader declares the same.
+var (
+	celOnce sync.Once
+	celEnv  *cel.Env
+	celErr  error
+	progMu  sync.Mutex
+	progs   = map[string]cel.Program{}
+)
+
+func env() (*cel.Env, error) {
+	celOnce.Do(func() {
+		dyn := []*cel.Type{cel.DynType}
+		celEnv, celErr = cel.NewEnv(
+			cel.Variable("self", cel.DynType),
+			cel.Variable("root", cel.DynType),
+			cel.Variable("key", cel.StringType),
+			cel.Variable("index", cel.IntType),
+			cel.Variable("before", cel.ListType(cel.DynType)),
+			cel.Function("sum", cel.Overload("sum_dyn", dyn, cel.DynType, cel.UnaryBinding(celSum))),
+			cel.Function("keys", cel.Overload("keys_dyn", dyn, cel.ListType(cel.StringType), cel.UnaryBinding(celKeys))),
+			cel.Function("q", cel.Overload("q_dyn", dyn, cel.StringType, cel.UnaryBinding(func(v ref.Val) ref.Val {
+				s, ok := v.Value().(string)
+				if !ok {
+					s = fmt.Sprint(v.Value())
+				}
+				return types.String(Quote(s))
+			}))),
+			cel.Function("num", cel.Overload("num_dyn", dyn, cel.StringType, cel.UnaryBinding(func(v ref.Val) ref.Val {
+				switch x := v.(type) {
+				case types.Int:
+					return types.String(fmt.Sprint(int64(x)))
+				case types.Double:
+					return types.String(FormatNumber(float64(x)))
+				}
+				return types.NewErr("num: %v is not a number", v.Type())
+			}))),
+			cel.Function("dur", cel.Overload("dur_dyn", dyn, cel.StringType, cel.UnaryBinding(func(v ref.Val) ref.Val {
+				switch x := v.(type) {
+				case types.Double:
+					return types.String(SecondsDuration(float64(x)).String())
+				case types.Int:
+					return types.String(SecondsDuration(float64(x)).String())
+				}
+				return types.NewErr("dur: %v is not a number of seconds", v.Type())
+			}))),
+		)
+	})
+	return celEnv, celErr
+}
+
+func celSum(v ref.Val) ref.Val {
+	l, ok := v.(traits.Lister)
+	if !ok {
+		return types.NewErr("sum: %v is not a list", v.Type())
+	}
+	var ints int64
+	var dbl float64
+	isDouble := false
+	it := l.Iterator()
+	for it.HasNext() == types.True {
+		switch x := it.Next().(type) {
+		case types.Int:
+			ints += int64(x)
+			dbl += float64(x)
+		case types.Double:
+			isDouble = true
+			dbl += float64(x)
+		default:
+			return types.NewErr("sum: %v is not a number", x.Type())
+		}
+	}
+	if isDouble {
+		return types.Double(dbl)
+	}
+	return types.Int(ints)
+}
+
+func celKeys(v ref.Val) ref.Val {
+	m, ok := v.(traits.Mapper)
+	if !ok {
+		return types.NewErr("keys: %v is not a map", v.Type())
+	}
+	var ks []string
+	it := m.Iterator()
+	for it.HasNext() == types.True {
+		k, ok := it.Next().Value().(string)
+		if !ok {
+			return types.NewErr("keys: the map has a key that is not a string")
+		}
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return types.DefaultTypeAdapter.NativeToValue(ks)
+}
+
+var letCallRE = regexp.MustCompile(`\s*\(`)
+
+// substitute replaces the names of x-let with their parenthesised
+// expressions, as many times as lets use lets.
+func substitute(expr string, lets map[string]string) (string, error) {
+	names := make([]string, 0, len(lets))
+	for n := range lets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for range 8 {
+		out := expr
+		for _, n := range names {
+			re := regexp.MustCompile(`\b` + regexp.QuoteMeta(n) + `\b`)
+			out = replaceNotCall(re, out, "("+lets[n]+")")
+		}
+		if out == expr {
+			return out, nil
+		}
+		expr = out
+	}
+	return "", fmt.Errorf("x-let definitions nest too deeply in %q", expr)
+}
+
+// replaceNotCall replaces the matches of re that are not followed by "(".
+func replaceNotCall(re *regexp.Regexp, s, with string) string {
+	var b []byte
+	last := 0
+	for _, m := range re.FindAllStringIndex(s, -1) {
+		if loc := letCallRE.FindStringIndex(s[m[1]:]); loc != nil && loc[0] == 0 {
+			continue
+		}
+		b = append(b, s[last:m[0]]...)
+		b = append(b, with...)
+		last = m[1]
+	}
+	return string(append(b, s[last:]...))
+}
+
+func program(expr string) (cel.Program, error) {
+	progMu.Lock()
+	defer progMu.Unlock()
+	if p, ok := progs[expr]; ok {
+		return p, nil
+	}
+	e, err := env()
+	if err != nil {
+		return nil, err
+	}
+	ast, iss := e.Compile(expr)
+	if iss != nil && iss.Err() != nil {
+		return nil, fmt.Errorf("CEL expression %q does not compile: %w", expr, iss.Err())
+	}
+	p, err := e.Program(ast)
+	if err != nil {
+		return nil, fmt.Errorf("CEL expression %q: %w", expr, err)
+	}
+	progs[expr] = p
+	return p, nil
+}

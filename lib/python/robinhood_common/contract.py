@@ -1,0 +1,470 @@
+"""The reader of the configuration contract: ``schema/*.schema.yaml``.
+
+The topology and experiment files are defined once, as JSON Schema (draft 2020-12)
+written in YAML, in ``schema/`` at the top of the repository (this package carries a
+generated copy; ``make schema`` refreshes it). This module reads a document against a
+schema in two phases, exactly as the Go reader ``lib/config`` does, so both produce the
+same normalized document and the same first error:
+
+1. **Structure** (depth first; object properties in schema order, then map entries and
+   unknown fields in sorted key order, array items in order): ``x-shorthand`` expands
+   a scalar to ``{prop: scalar}``; absent (or null) properties get their ``default``;
+   ``type``, ``enum``, ``pattern``, ``minLength``, ``format`` (``duration``,
+   ``address``), numeric bounds, ``minItems``/``maxItems``, ``required`` and
+   ``additionalProperties`` are checked. Integral floats become integers where an
+   integer is asked for; numbers become floats.
+2. **Rules** (the same order, a node's rules before its children's): every
+   ``x-rules`` entry is a CEL expression that must be true. Its environment: ``self``
+   (the node, durations as seconds), ``root`` (the document), ``key`` (the map key of
+   the node, or ""), ``index`` (its array index, or -1), ``before`` (the array items
+   before it, or []), and the functions ``sum(list)``, ``keys(map)`` (sorted),
+   ``q(string)`` (quoted), ``num(number)`` and ``dur(seconds)``. ``x-let`` names
+   sub-expressions. A false rule is reported as ``PATH[.field]: message``, the
+   message itself a CEL expression.
+
+The first error ends the read; :class:`ConfigError` carries its path and message.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import celpy
+import yaml
+from celpy import celtypes
+
+from .units import DURATION_HINT, format_duration, format_number, format_value, parse_duration_ns
+
+#: Keywords the readers implement; a schema using any other is rejected at load time.
+KEYWORDS = frozenset({
+    "$schema", "$id", "$ref", "$defs", "$comment", "title", "description", "examples",
+    "type", "properties", "additionalProperties", "required", "items", "enum", "pattern",
+    "minLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "minItems", "maxItems", "default", "format",
+    "x-shorthand", "x-rules", "x-let", "x-messages", "x-unit",
+})
+FORMATS = ("duration", "address")
+_ADDR_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*):([0-9]{1,5})$")
+_ARTICLE = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+            "number": "a number", "boolean": "true or false"}
+
+
+class ConfigError(ValueError):
+    """An invalid document: ``path`` names the field ("" for the document itself)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path or '(document)'}: {message}")
+
+
+class SchemaError(Exception):
+    """The schema itself is wrong (a bug in schema/, not in the user's file)."""
+
+
+def is_address(v: str) -> bool:
+    """host:port, host possibly empty or a bracketed IPv6 address, port 0-65535."""
+    m = _ADDR_RE.match(v)
+    return m is not None and int(m.group(2)) <= 65535
+
+
+def join(path: str, key: str) -> str:
+    """The path of a property or map entry below ``path``."""
+    return f"{path}.{key}" if path else key
+
+
+# -- CEL ------------------------------------------------------------------------------
+
+def _cel_sum(xs: Any) -> Any:
+    vals = list(xs)
+    if any(isinstance(x, celtypes.DoubleType) for x in vals):
+        return celtypes.DoubleType(sum(float(x) for x in vals))
+    return celtypes.IntType(sum(int(x) for x in vals))
+
+
+def _cel_keys(m: Any) -> Any:
+    return celtypes.ListType(sorted(m.keys()))
+
+
+def _cel_q(s: Any) -> Any:
+    return celtypes.StringType(format_value(str(s)))
+
+
+def _cel_num(x: Any) -> Any:
+    if isinstance(x, celtypes.DoubleType):
+        return celtypes.StringType(format_number(float(x)))
+    return celtypes.StringType(format_number(int(x)))
+
+
+def _cel_dur(x: Any) -> Any:
+    return celtypes.StringType(format_duration(float(x)))
+
+
+_FUNCTIONS = {"sum": _cel_sum, "keys": _cel_keys, "q": _cel_q, "num": _cel_num, "dur": _cel_dur}
+_ENV = celpy.Environment()
+
+
+@lru_cache(maxsize=None)
+def _program(expr: str) -> Any:
+    try:
+        return _ENV.program(_ENV.compile(expr), functions=_FUNCTIONS)
+    except Exception as e:  # noqa: BLE001 - celpy raises several kinds
+        raise SchemaError(f"CEL expression {expr!r} does not compile: {e}") from None
+
+
+def _substitute(expr: str, lets: dict[str, str]) -> str:
+    for _ in range(8):
+        out = expr
+        for name, sub in lets.items():
+            out = re.sub(rf"\b{re.escape(name)}\b(?!\s*\()", f"({sub})", out)
+        if out == expr:
+            return out
+        expr = out
+    raise SchemaError(f"x-let definitions nest too deeply in {expr!r}")
+
+
+# -- the schema set -------------------------------------------------------------------
+
+class Contract:
+    """A set of schema files, by ``$id`` (their file names)."""
+
+    def __init__(self, docs: dict[str, dict[str, Any]]) -> None:
+        self.docs = docs
+        self._eff: dict[int, dict[str, Any]] = {}
+        for name, d in docs.items():
+            self._audit(d, name)
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> Contract:
+        """Every ``*.schema.yaml`` of a directory."""
+        docs = {}
+        for p in sorted(Path(path).glob("*.schema.yaml")):
+            docs[p.name] = yaml.safe_load(p.read_text())
+        return cls(docs)
+
+    @classmethod
+    def packaged(cls) -> Contract:
+        """The copy of ``schema/`` this package carries."""
+        return _packaged()
+
+    def _audit(self, node: Any, where: str) -> None:
+        if not isinstance(node, dict):
+            return
+        unknown = set(node) - KEYWORDS
+        if unknown:
+            raise SchemaError(f"{where}: keywords {sorted(unknown)} are not implemented by the readers")
+        if "format" in node and node["format"] not in FORMATS:
+            raise SchemaError(f"{where}: format {node['format']!r} is not one of {FORMATS}")
+        for k in ("properties", "$defs"):
+            for name, sub in (node.get(k) or {}).items():
+                self._audit(sub, f"{where}/{k}/{name}")
+        for k in ("items", "additionalProperties"):
+            if isinstance(node.get(k), dict):
+                self._audit(node[k], f"{where}/{k}")
+        for r in node.get("x-rules") or []:
+            lets = node.get("x-let") or {}
+            for field in ("rule", "message", "fieldExpression"):
+                if field in r:
+                    _program(_substitute(r[field], lets))
+
+    def resolve(self, ref: str, base: str) -> dict[str, Any]:
+        """The schema node a ``$ref`` names ("#/$defs/x" or "file#/$defs/x")."""
+        file, _, pointer = ref.partition("#")
+        doc_name = file or base
+        if doc_name not in self.docs:
+            raise SchemaError(f"$ref {ref!r}: no schema {doc_name!r}")
+        node: Any = self.docs[doc_name]
+        for part in [p for p in pointer.split("/") if p]:
+            if not isinstance(node, dict) or part not in node:
+                raise SchemaError(f"$ref {ref!r}: {part!r} not found")
+            node = node[part]
+        return node
+
+    def effective(self, node: dict[str, Any], base: str) -> tuple[dict[str, Any], str]:
+        """The node with its ``$ref`` chain merged in (the node's own keywords win;
+        rules and lets accumulate, the referenced ones first), and the file its
+        nested references are relative to."""
+        key = id(node)
+        if key in self._eff:
+            return self._eff[key], self._eff[key]["__base__"]
+        if "$ref" not in node:
+            out = dict(node)
+            out["__base__"] = base
+        else:
+            ref = node["$ref"]
+            file = ref.partition("#")[0] or base
+            target, tbase = self.effective(self.resolve(ref, base), file)
+            out = dict(target)
+            for k, v in node.items():
+                if k == "$ref":
+                    continue
+                if k == "x-rules":
+                    out[k] = list(target.get(k) or []) + list(v)
+                elif k == "x-let":
+                    out[k] = {**(target.get(k) or {}), **v}
+                else:
+                    out[k] = v
+            out["__base__"] = tbase
+            # Lets belong to the node that defines them: the rules of either side
+            # may use the lets of either side.
+        self._eff[key] = out
+        return out, out["__base__"]
+
+    def read(self, target: str, doc: Any, path: str = "") -> Any:
+        """Validate ``doc`` against ``target`` ("topology.schema.yaml" or
+        "topology.schema.yaml#/$defs/limits") and return it normalized (defaults
+        filled in, shorthands expanded). ConfigError names the first problem."""
+        file, _, pointer = target.partition("#")
+        node = self.resolve("#" + pointer, file) if pointer else self.docs[file]
+        r = _Reader(self, file)
+        norm, celv, walk = r.check(node, file, doc, path)
+        r.rules(walk, celv_root=celv)
+        return norm
+
+
+@lru_cache(maxsize=1)
+def _packaged() -> Contract:
+    base = resources.files("robinhood_common") / "schema"
+    docs = {}
+    for entry in sorted(base.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".schema.yaml"):
+            docs[entry.name] = yaml.safe_load(entry.read_text())
+    return Contract(docs)
+
+
+class _Node:
+    """What phase 1 saw at one node, for phase 2."""
+
+    __slots__ = ("schema", "path", "celv", "key", "index", "before", "children")
+
+    def __init__(self, schema: dict[str, Any], path: str, celv: Any) -> None:
+        self.schema = schema
+        self.path = path
+        self.celv = celv
+        self.key = ""
+        self.index = -1
+        self.before: list[Any] = []
+        self.children: list[_Node] = []
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _type_ok(t: str, v: Any) -> bool:
+    if t == "object":
+        return isinstance(v, dict)
+    if t == "array":
+        return isinstance(v, list)
+    if t == "string":
+        return isinstance(v, str)
+    if t == "integer":
+        return _is_int(v) or (isinstance(v, float) and v.is_integer())
+    if t == "number":
+        return _is_num(v)
+    if t == "boolean":
+        return isinstance(v, bool)
+    raise SchemaError(f"type {t!r} is not implemented")
+
+
+class _Reader:
+    def __init__(self, contract: Contract, base: str) -> None:
+        self.c = contract
+
+    def msg(self, s: dict[str, Any], kw: str, default: str) -> str:
+        return (s.get("x-messages") or {}).get(kw, default)
+
+    def check(self, node: dict[str, Any], base: str, v: Any, path: str) -> tuple[Any, Any, _Node]:
+        s, base = self.c.effective(node, base)
+        if "x-shorthand" in s and v is not None and not isinstance(v, (dict, list)):
+            v = {s["x-shorthand"]: v}
+        types = s.get("type")
+        if types is not None:
+            tl = types if isinstance(types, list) else [types]
+            matched = next((t for t in tl if _type_ok(t, v)), None)
+            if matched is None:
+                fmt = s.get("format")
+                if fmt == "duration":
+                    raise ConfigError(path, f"{format_value(v)} is not a duration ({DURATION_HINT})")
+                if fmt == "address":
+                    raise ConfigError(path, f"{format_value(v)} is not a host:port address (port 0-65535)")
+                want = " or ".join(_ARTICLE[t] for t in tl)
+                raise ConfigError(path, f"{format_value(v)} is not {want}")
+            if matched == "integer" and isinstance(v, float):
+                v = int(v)
+            elif matched == "number" and _is_int(v):
+                v = float(v)
+        if "enum" in s and v not in s["enum"]:
+            raise ConfigError(path, f"{format_value(v)} is not one of {', '.join(str(e) for e in s['enum'])}")
+        celv: Any = v
+        if isinstance(v, str):
+            if len(v) < s.get("minLength", 0):
+                raise ConfigError(path, self.msg(s, "minLength", "must not be empty" if s["minLength"] == 1
+                                                 else f"must be at least {s['minLength']} characters"))
+            if "pattern" in s and not re.search(s["pattern"], v):
+                raise ConfigError(path, f"{format_value(v)} {self.msg(s, 'pattern', 'does not match ' + s['pattern'])}")
+            fmt = s.get("format")
+            if fmt == "duration":
+                try:
+                    celv = parse_duration_ns(v) / 1e9
+                except ValueError:
+                    raise ConfigError(path, f"{format_value(v)} is not a duration ({DURATION_HINT})") from None
+            elif fmt == "address" and not is_address(v):
+                raise ConfigError(path, f"{format_value(v)} is not a host:port address (port 0-65535)")
+        if _is_num(v):
+            self.bounds(s, v, path)
+        out = _Node(s, path, None)
+        if isinstance(v, dict):
+            v, celv = self.check_object(s, base, v, path, out)
+        elif isinstance(v, list):
+            v, celv = self.check_array(s, base, v, path, out)
+        out.celv = celv
+        return v, celv, out
+
+    def bounds(self, s: dict[str, Any], v: float, path: str) -> None:
+        lo, lox = (s["exclusiveMinimum"], True) if "exclusiveMinimum" in s else (s.get("minimum"), False)
+        hi, hix = (s["exclusiveMaximum"], True) if "exclusiveMaximum" in s else (s.get("maximum"), False)
+        below = lo is not None and (v <= lo if lox else v < lo)
+        above = hi is not None and (v >= hi if hix else v > hi)
+        if not (below or above):
+            return
+        unit = f" {s['x-unit']}" if "x-unit" in s else ""
+        val = format_number(v)
+        if below and "exclusiveMinimum" in s and "exclusiveMinimum" in (s.get("x-messages") or {}):
+            raise ConfigError(path, f"{val} {s['x-messages']['exclusiveMinimum']}")
+        if below and "minimum" in (s.get("x-messages") or {}):
+            raise ConfigError(path, f"{val} {s['x-messages']['minimum']}")
+        if above and "maximum" in (s.get("x-messages") or {}):
+            raise ConfigError(path, f"{val} {s['x-messages']['maximum']}")
+        if lo is not None and hi is not None:
+            interval = f"{'(' if lox else '['}{format_number(lo)}, {format_number(hi)}{')' if hix else ']'}"
+            raise ConfigError(path, f"{val} is out of range {interval}{unit}")
+        if below:
+            raise ConfigError(path, f"{val} must be above {format_number(lo)}{unit}" if lox
+                              else f"{val} is below the minimum of {format_number(lo)}{unit}")
+        raise ConfigError(path, f"{val} must be below {format_number(hi)}{unit}" if hix
+                          else f"{val} is above the maximum of {format_number(hi)}{unit}")
+
+    def check_object(self, s: dict[str, Any], base: str, v: dict[str, Any], path: str,
+                     out: _Node) -> tuple[dict[str, Any], dict[str, Any]]:
+        props: dict[str, Any] = s.get("properties") or {}
+        extra = s.get("additionalProperties", True)
+        for k in v:
+            if not isinstance(k, str):
+                raise ConfigError(join(path, str(k)), f"key {format_value(k)} is not a string")
+        if extra is False:
+            for k in sorted(v):
+                if k not in props:
+                    known = ", ".join(props) or "none"
+                    raise ConfigError(join(path, k), f"unknown field (known: {known})")
+        for k in s.get("required") or []:
+            if v.get(k) is None and "default" not in self.c.effective(props.get(k, {}), base)[0]:
+                raise ConfigError(join(path, k), "is required")
+        norm: dict[str, Any] = {}
+        celv: dict[str, Any] = {}
+        for k, sub in props.items():
+            val = v.get(k)
+            if val is None:
+                eff, _ = self.c.effective(sub, base)
+                if "default" not in eff:
+                    continue
+                val = copy.deepcopy(eff["default"])
+            n, c, child = self.check(sub, base, val, join(path, k))
+            norm[k], celv[k] = n, c
+            out.children.append(child)
+        if isinstance(extra, dict):
+            for k in sorted(v):
+                if k in props:
+                    continue
+                val = v[k]
+                if val is None:
+                    raise ConfigError(join(path, k), "is empty")
+                n, c, child = self.check(extra, base, val, join(path, k))
+                child.key = k
+                norm[k], celv[k] = n, c
+                out.children.append(child)
+        elif extra is True:
+            for k in v:
+                if k not in props:
+                    norm[k] = celv[k] = v[k]
+        return norm, celv
+
+    def check_array(self, s: dict[str, Any], base: str, v: list[Any], path: str,
+                    out: _Node) -> tuple[list[Any], list[Any]]:
+        if "minItems" in s and len(v) < s["minItems"]:
+            n = s["minItems"]
+            raise ConfigError(path, self.msg(s, "minItems", f"needs at least {n} item{'s' if n != 1 else ''}"))
+        if "maxItems" in s and len(v) > s["maxItems"]:
+            n = s["maxItems"]
+            raise ConfigError(path, self.msg(s, "maxItems", f"takes at most {n} item{'s' if n != 1 else ''}"))
+        items = s.get("items")
+        if items is None:
+            return list(v), list(v)
+        norm: list[Any] = []
+        celv: list[Any] = []
+        for i, val in enumerate(v):
+            n, c, child = self.check(items, base, val, f"{path}[{i}]")
+            child.index = i
+            child.before = list(celv)
+            norm.append(n)
+            celv.append(c)
+            out.children.append(child)
+        return norm, celv
+
+    def rules(self, node: _Node, celv_root: Any) -> None:
+        root = celpy.json_to_cel(celv_root)
+        self._rules(node, root)
+
+    def _rules(self, node: _Node, root: Any) -> None:
+        s = node.schema
+        lets = s.get("x-let") or {}
+        rules = s.get("x-rules") or []
+        if rules:
+            act = {
+                "self": celpy.json_to_cel(node.celv),
+                "root": root,
+                "key": celtypes.StringType(node.key),
+                "index": celtypes.IntType(node.index),
+                "before": celpy.json_to_cel(node.before),
+            }
+            for r in rules:
+                ok = self._eval(r["rule"], lets, act, node.path)
+                if ok is True or (isinstance(ok, celtypes.BoolType) and bool(ok)):
+                    continue
+                if "fieldExpression" in r:
+                    field = str(self._eval(r["fieldExpression"], lets, act, node.path))
+                else:
+                    field = r.get("field", "")
+                message = str(self._eval(r["message"], lets, act, node.path))
+                raise ConfigError(join(node.path, field) if field else node.path, message)
+        for child in node.children:
+            self._rules(child, root)
+
+    def _eval(self, expr: str, lets: dict[str, str], act: dict[str, Any], path: str) -> Any:
+        prog = _program(_substitute(expr, lets))
+        try:
+            result = prog.evaluate(act)
+        except Exception as e:  # noqa: BLE001
+            raise SchemaError(f"{path or '(document)'}: CEL {expr!r} failed: {e}") from None
+        if isinstance(result, celpy.CELEvalError):
+            raise SchemaError(f"{path or '(document)'}: CEL {expr!r} failed: {result}")
+        return result
+
+
+def read_yaml(text: str, what: str = "document") -> Any:
+    """Parse YAML text; ConfigError when it is not YAML or empty."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError("", f"not valid YAML: {e}") from None
+    if doc is None:
+        raise ConfigError("", f"empty {what}")
+    return doc

@@ -1,0 +1,91 @@
+"""The Python reader of the configuration contract against the shared cases in
+tests/config (the Go reader, lib/config, is tested on the same files and must give the
+same errors and the same normalized documents), plus properties of the schema itself."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from robinhood_common.contract import ConfigError, Contract, read_yaml
+
+REPO = Path(__file__).resolve().parents[3]
+CASES = REPO / "tests" / "config"
+
+
+def cases(kind: str, which: str) -> list[Path]:
+    return sorted((CASES / kind / which).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", cases("topology", "invalid") + cases("experiment", "invalid"), ids=lambda p: p.stem)
+def test_invalid_cases(path: Path) -> None:
+    kind = path.parents[1].name
+    first = path.read_text().split("\n", 1)[0]
+    assert first.startswith("# expect: ")
+    with pytest.raises(ConfigError) as e:
+        Contract.packaged().read(f"{kind}.schema.yaml", read_yaml(path.read_text()))
+    assert str(e.value) == first.removeprefix("# expect: ")
+
+
+@pytest.mark.parametrize("path", cases("topology", "valid") + cases("experiment", "valid"), ids=lambda p: p.stem)
+def test_valid_cases_normalize(path: Path) -> None:
+    kind = path.parents[1].name
+    got = Contract.packaged().read(f"{kind}.schema.yaml", read_yaml(path.read_text()))
+    want = json.loads(path.with_suffix(".normalized.json").read_text())
+    assert json.loads(json.dumps(got)) == want
+    # Integers stay integers and floats floats, as the Go reader checks.
+    assert json.dumps(got, indent=1, sort_keys=True) + "\n" == path.with_suffix(".normalized.json").read_text()
+
+
+def test_packaged_copy_is_current() -> None:
+    """The package carries a copy of schema/ (make schema writes it)."""
+    for src in (REPO / "schema").glob("*.schema.yaml"):
+        copy = REPO / "lib" / "python" / "robinhood_common" / "schema" / src.name
+        assert copy.read_text() == src.read_text(), f"{copy} is stale: run make schema"
+
+
+@pytest.mark.parametrize("name", ["topology.schema.yaml", "experiment.schema.yaml"])
+def test_schema_is_json_schema(name: str) -> None:
+    """Our dialect is real JSON Schema 2020-12: the standard validator accepts the schema
+    and the valid cases (it ignores the x- extensions and our formats)."""
+    docs = {p.name: yaml.safe_load(p.read_text()) for p in (REPO / "schema").glob("*.schema.yaml")}
+    jsonschema.Draft202012Validator.check_schema(docs[name])
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+    registry = Registry().with_resources(
+        (n, Resource.from_contents(d, default_specification=DRAFT202012)) for n, d in docs.items())
+    validator = jsonschema.Draft202012Validator(docs[name], registry=registry)
+    kind = name.split(".")[0]
+    for path in cases(kind, "valid"):
+        normalized = json.loads(path.with_suffix(".normalized.json").read_text())
+        errors = list(validator.iter_errors(normalized))
+        assert not errors, f"{path.name}: {errors[0].message}"
+
+
+def test_unknown_keyword_is_refused() -> None:
+    from robinhood_common.contract import SchemaError
+    with pytest.raises(SchemaError, match="not implemented"):
+        Contract({"t.schema.yaml": {"type": "object", "oneOf": []}})
+
+
+def test_rule_that_does_not_compile_is_refused() -> None:
+    from robinhood_common.contract import SchemaError
+    with pytest.raises(SchemaError, match="does not compile"):
+        Contract({"t.schema.yaml": {"type": "object", "x-rules": [{"rule": "self.(", "message": "'x'"}]}})
+
+
+def test_read_changes_nothing_in_the_input() -> None:
+    doc = read_yaml((CASES / "topology" / "valid" / "shorthands.yaml").read_text())
+    before = json.dumps(doc, sort_keys=True)
+    Contract.packaged().read("topology.schema.yaml", doc)
+    assert json.dumps(doc, sort_keys=True) == before
+
+
+def test_error_names_path_and_message() -> None:
+    with pytest.raises(ConfigError) as e:
+        Contract.packaged().read("topology.schema.yaml#/$defs/limits", {"workers": 0}, path="limits")
+    assert e.value.path == "limits.workers"
+    assert e.value.message == "0 is out of range [1, 1000000]"

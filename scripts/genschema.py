@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Everything generated from schema/ (the configuration contract):
+
+- lib/python/robinhood_common/schema/*.schema.yaml, the copy the Python package carries;
+- the reference tables in docs/topology.md and docs/testbed.md, between the markers
+  "<!-- BEGIN GENERATED FROM schema/... -->" and "<!-- END GENERATED -->".
+
+  scripts/genschema.py           write them
+  scripts/genschema.py --check   fail (exit 1) when a committed copy is stale
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "schema"
+COPY = REPO / "lib" / "python" / "robinhood_common" / "schema"
+DOCS = {"topology.schema.yaml": REPO / "docs" / "topology.md",
+        "experiment.schema.yaml": REPO / "docs" / "testbed.md"}
+
+
+def load() -> dict[str, dict[str, Any]]:
+    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(SCHEMA.glob("*.schema.yaml"))}
+
+
+def resolve(docs: dict[str, Any], ref: str, base: str) -> tuple[dict[str, Any], str, str]:
+    file, _, pointer = ref.partition("#")
+    file = file or base
+    node: Any = docs[file]
+    for part in [p for p in pointer.split("/") if p]:
+        node = node[part]
+    return node, file, pointer.split("/")[-1]
+
+
+def effective(docs: dict[str, Any], node: dict[str, Any], base: str) -> dict[str, Any]:
+    if "$ref" not in node:
+        return node
+    target, file, _ = resolve(docs, node["$ref"], base)
+    out = dict(effective(docs, target, file))
+    out.update({k: v for k, v in node.items() if k != "$ref"})
+    return out
+
+
+def anchor(title: str) -> str:
+    return "".join(c for c in title.lower().replace(" ", "-") if c.isalnum() or c in "-_")
+
+
+def type_text(docs: dict[str, Any], node: dict[str, Any], base: str, titles: dict[str, str]) -> str:
+    if "$ref" in node:
+        target, file, name = resolve(docs, node["$ref"], base)
+        if (file, name) in titles:
+            t = titles[(file, name)]
+            return f"[{t}](#{anchor(t)})" if file == base else f"{t} (topology)"
+        node = effective(docs, node, base)
+    if "enum" in node:
+        return " \\| ".join(f"`{e}`" for e in node["enum"])
+    fmt = node.get("format")
+    if fmt == "duration":
+        return "duration"
+    if fmt == "address":
+        return "host:port"
+    t = node.get("type", "any")
+    if node.get("x-shorthand"):
+        return f"mapping (or its `{node['x-shorthand']}`)"
+    if t == "array":
+        items = node.get("items") or {}
+        return f"list of {type_text(docs, items, base, titles)}"
+    if t == "object" and isinstance(node.get("additionalProperties"), dict):
+        return f"map of {type_text(docs, node['additionalProperties'], base, titles)}"
+    if isinstance(t, list):
+        return " or ".join(t)
+    return {"object": "mapping"}.get(t, t)
+
+
+def bounds_text(node: dict[str, Any]) -> str:
+    lo = node.get("exclusiveMinimum", node.get("minimum"))
+    hi = node.get("exclusiveMaximum", node.get("maximum"))
+    unit = f" {node['x-unit']}" if "x-unit" in node else ""
+    if lo is not None and hi is not None:
+        o = "(" if "exclusiveMinimum" in node else "["
+        c = ")" if "exclusiveMaximum" in node else "]"
+        return f"{o}{lo}, {hi}{c}{unit}"
+    if lo is not None:
+        return f"{'>' if 'exclusiveMinimum' in node else '≥'} {lo}{unit}"
+    if hi is not None:
+        return f"{'<' if 'exclusiveMaximum' in node else '≤'} {hi}{unit}"
+    return ""
+
+
+def default_text(node: dict[str, Any]) -> str:
+    if "default" not in node:
+        return ""
+    d = node["default"]
+    if isinstance(d, str):
+        return f"`{d}`" if d else '`""`'
+    if d == {} or d == []:
+        return ""
+    return f"`{json.dumps(d, separators=(', ', ': '))}`"
+
+
+def section(docs: dict[str, Any], node: dict[str, Any], base: str, title: str, titles: dict[str, str]) -> str:
+    out = [f"### {title}", ""]
+    if node.get("description"):
+        out += [" ".join(str(node["description"]).split()), ""]
+    props = node.get("properties") or {}
+    if props:
+        out += ["| field | type | default | meaning |", "|---|---|---|---|"]
+        required = set(node.get("required") or [])
+        for name, sub in props.items():
+            eff = effective(docs, sub, base)
+            desc = " ".join(str(sub.get("description") or eff.get("description") or "").split())
+            b = bounds_text(eff)
+            if b:
+                desc = f"{desc} ({b})" if desc else b
+            field = f"`{name}`" + (" (required)" if name in required else "")
+            out.append(f"| {field} | {type_text(docs, sub, base, titles)} | {default_text(eff)} | {desc} |")
+        out.append("")
+    extra = node.get("additionalProperties")
+    if props and extra is True:
+        out += ["Other fields are passed on as parameters (validated by the policy).", ""]
+    return "\n".join(out)
+
+
+def reference(docs: dict[str, Any], name: str) -> str:
+    doc = docs[name]
+    titles: dict[tuple[str, str], str] = {}
+    for dname, d in docs.items():
+        for key, sub in (d.get("$defs") or {}).items():
+            if sub.get("type") == "object" and sub.get("properties"):
+                titles[(dname, key)] = sub.get("title", key)
+    parts = [section(docs, doc, name, doc.get("title", name) + " (top level)", titles)]
+    for key, sub in (doc.get("$defs") or {}).items():
+        if (name, key) in titles:
+            parts.append(section(docs, sub, name, titles[(name, key)], titles))
+    return "\n".join(parts)
+
+
+def render_docs(docs: dict[str, Any]) -> dict[Path, str]:
+    out = {}
+    for name, path in DOCS.items():
+        text = path.read_text()
+        begin = f"<!-- BEGIN GENERATED FROM schema/{name} (make schema); do not edit -->"
+        end = "<!-- END GENERATED -->"
+        if begin not in text or end not in text:
+            raise SystemExit(f"{path}: the markers {begin!r} ... {end!r} are missing")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        out[path] = f"{head}{begin}\n\n{reference(docs, name)}\n{end}{tail}"
+    return out
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    docs = load()
+    wanted: dict[Path, str] = {COPY / n: (SCHEMA / n).read_text() for n in docs}
+    wanted.update(render_docs(docs))
+    stale = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
+    extra = [p for p in COPY.glob("*.schema.yaml") if p.name not in docs]
+    if check:
+        for p in stale + extra:
+            print(f"stale: {p.relative_to(REPO)} (run make schema)", file=sys.stderr)
+        return 1 if stale or extra else 0
+    COPY.mkdir(parents=True, exist_ok=True)
+    for p in extra:
+        p.unlink()
+    for p in stale:
+        p.write_text(wanted[p])
+        print(f"wrote {p.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
