@@ -40,7 +40,7 @@ func TestParsePatchRejects(t *testing.T) {
 		{`{"workers": 2.5}`, []string{"workers", "2.5", "integer"}},
 		{`{"workers": 0}`, []string{"workers", "0"}},
 		{`{"workers": -1}`, []string{"workers", "-1"}},
-		{`{"workers": 1e12}`, []string{"workers", "1e12"}},
+		{`{"workers": 1e12}`, []string{"workers", "1000000000000"}},
 		{`{"rate": -10}`, []string{"rate", "-10"}},
 		{`{"rate": true}`, []string{"rate", "true"}},
 		{`{"extra_latency_ms": -1}`, []string{"extra_latency_ms", "-1"}},

@@ -107,6 +107,7 @@ type Model struct {
 // operations. A nil clock means SystemClock.
 func New(l Limits, seed uint64, clock Clock) (*Model, error) {
 	if err := l.Validate(); err != nil {
+		err = fieldError(err)
 		return nil, err
 	}
 	if clock == nil {
@@ -145,7 +146,7 @@ func (m *Model) Update(p Patch) (old, cur Limits, err error) {
 	old = m.lim
 	next := p.Apply(old)
 	if err := next.Validate(); err != nil {
-		return old, old, err
+		return old, old, fieldError(err)
 	}
 	now := m.clock.Now()
 	m.refillLocked(now) // tokens earned at the old rate are kept

@@ -197,7 +197,7 @@ func TestTokenBucketPacingProperty(t *testing.T) {
 			rate = 0.1
 		}
 		clk := newFakeClock()
-		m := mustNew(t, Limits{Workers: MaxWorkers, Rate: rate}, clk)
+		m := mustNew(t, Limits{Workers: 1_000_000, Rate: rate}, clk)
 		backlog := int(Burst(rate) + rate*2 + 10)
 		ts := mustJoin(t, m, backlog)
 		var elapsed time.Duration
@@ -488,7 +488,7 @@ func TestInvalidLimitsRejected(t *testing.T) {
 	}{
 		{"zero workers", Patch{Workers: ptrI(0)}, FieldWorkers},
 		{"negative workers", Patch{Workers: ptrI(-3)}, FieldWorkers},
-		{"too many workers", Patch{Workers: ptrI(MaxWorkers + 1)}, FieldWorkers},
+		{"too many workers", Patch{Workers: ptrI(1_000_000 + 1)}, FieldWorkers},
 		{"negative rate", Patch{Rate: ptrF(-1)}, FieldRate},
 		{"NaN rate", Patch{Rate: ptrF(math.NaN())}, FieldRate},
 		{"infinite rate", Patch{Rate: ptrF(math.Inf(1))}, FieldRate},
@@ -496,7 +496,7 @@ func TestInvalidLimitsRejected(t *testing.T) {
 		{"probability above 1", Patch{HiccupProb: ptrF(1.01)}, FieldHiccupProb},
 		{"negative probability", Patch{HiccupProb: ptrF(-0.1)}, FieldHiccupProb},
 		{"negative hiccup", Patch{HiccupMs: ptrF(-1)}, FieldHiccupMs},
-		{"hiccup beyond an hour", Patch{HiccupMs: ptrF(MaxDelayMs + 1)}, FieldHiccupMs},
+		{"hiccup beyond an hour", Patch{HiccupMs: ptrF(3_600_000 + 1)}, FieldHiccupMs},
 		{"negative queue limit", Patch{QueueLimit: ptrI(-1)}, FieldQueueLimit},
 		// One bad field spoils the whole patch.
 		{"good and bad together", Patch{Workers: ptrI(4), Rate: ptrF(-5)}, FieldRate},

@@ -338,7 +338,7 @@ func (p *parser) checkValue(n *yaml.Node, field string, v float64) error {
 	if _, err := capacity.ParsePatch([]byte(body)); err != nil {
 		var fe *capacity.FieldError
 		if errors.As(err, &fe) {
-			return p.errf(n, "%s: %s, got %s", field, fe.Reason, fe.Value)
+			return p.errf(n, "%s", fe.Error())
 		}
 		return p.errf(n, "%s: %v", field, err)
 	}

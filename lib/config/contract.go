@@ -489,9 +489,11 @@ func typeOK(t string, v any) (bool, error) {
 		}
 		return false, nil
 	case "number":
-		switch v.(type) {
-		case int64, float64:
+		switch x := v.(type) {
+		case int64:
 			return true, nil
+		case float64:
+			return !math.IsNaN(x) && !math.IsInf(x, 0), nil
 		}
 		return false, nil
 	case "boolean":

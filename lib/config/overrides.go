@@ -34,7 +34,7 @@ func (o *Overrides) Annotate(err error) error {
 		return err
 	}
 	for p, f := range o.byPath {
-		if ce.Path == p || strings.HasPrefix(ce.Path, p+".") || strings.HasPrefix(ce.Path, p+"[") {
+		if ce.Path == p || strings.HasPrefix(ce.Path, p+".") || strings.HasPrefix(ce.Path, p+"[") || strings.HasPrefix(p, ce.Path+".") {
 			return &Error{Path: ce.Path + " (from --" + f + ")", Message: ce.Message}
 		}
 	}

@@ -1,33 +1,77 @@
-// Command topocheck validates topology files the way every component will read
-// them, and prints a one-line summary of each.
+// Command topocheck validates topology and experiment files the way every
+// component reads them (lib/config, against schema/), and prints a
+// one-line summary of each; --normalized prints the document with every
+// default filled in, as JSON.
 //
-//	topocheck FILE...
+//	topocheck [--experiment] [--normalized] FILE...
 //
 // Exit status 0 when every file is valid, 2 otherwise (the error names the
 // field and value).
 package main
 
 import (
+	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/schema"
 )
 
-func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" {
-		fmt.Fprintln(os.Stderr, "usage: topocheck FILE...")
-		os.Exit(2)
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("topocheck", flag.ContinueOnError)
+	experiment := fs.Bool("experiment", false, "the files are experiment files, not topologies")
+	normalized := fs.Bool("normalized", false, "print each file normalized (defaults filled in) as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: topocheck [--experiment] [--normalized] FILE...")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
 	}
 	status := 0
-	for _, path := range os.Args[1:] {
-		t, err := config.LoadTopology(path)
+	for _, path := range fs.Args() {
+		kind, target := "topology", schema.Topology
+		if *experiment {
+			kind, target = "experiment", schema.Experiment
+		}
+		b, err := os.ReadFile(path)
+		var norm any
+		if err == nil {
+			var doc any
+			if doc, err = config.ParseYAML(b, kind); err == nil {
+				norm, err = config.Default().Read(target, doc, "")
+			}
+			if err == nil && *experiment {
+				_, err = config.ExperimentFrom(doc, filepath.Dir(path))
+			} else if err == nil {
+				_, err = config.TopologyFrom(doc)
+			}
+		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
+			fmt.Fprintf(os.Stderr, "%s %s: %v\n", kind, path, err)
 			status = 2
 			continue
 		}
-		fmt.Printf("%s: %d backends, %d app servers\n", path, len(t.Backends), len(t.AppServers))
+		if *normalized {
+			out, _ := json.MarshalIndent(norm, "", " ")
+			fmt.Println(string(out))
+			continue
+		}
+		m := norm.(map[string]any)
+		if *experiment {
+			fmt.Printf("%s: experiment %s, %d backends\n", path, m["name"], len(m["backends"].([]any)))
+		} else {
+			fmt.Printf("%s: %d backends, %d app servers\n", path, len(m["backends"].([]any)), len(m["app_servers"].([]any)))
+		}
 	}
-	os.Exit(status)
+	return status
 }

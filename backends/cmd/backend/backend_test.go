@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -27,7 +28,7 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
-	ok := func(args ...string) config {
+	ok := func(args ...string) settings {
 		t.Helper()
 		c, err := parseConfig(args, io.Discard)
 		if err != nil {
@@ -47,18 +48,18 @@ func TestParseConfig(t *testing.T) {
 		want string
 	}{
 		{[]string{"--name", "x"}, "--type is required"},
-		{[]string{"--type", "nosql", "--name", "x"}, `--type: "nosql"`},
+		{[]string{"--type", "nosql", "--name", "x"}, `backend.type (from --type): "nosql" is not one of kv, sql, compute`},
 		{[]string{"--type", "kv"}, "--name is required"},
-		{[]string{"--type", "kv", "--name", "a/b"}, `--name: "a/b"`},
+		{[]string{"--type", "kv", "--name", "a/b"}, `backend.name (from --name): "a/b" must be`},
 		{[]string{"--type", "kv", "--name", "x", "--workers", "0"}, "--workers"},
 		{[]string{"--type", "kv", "--name", "x", "--rate", "-1"}, "--rate"},
 		{[]string{"--type", "kv", "--name", "x", "--extra-latency-ms", "-1"}, "--extra-latency-ms"},
 		{[]string{"--type", "kv", "--name", "x", "--hiccup-prob", "1.5"}, "--hiccup-prob"},
 		{[]string{"--type", "kv", "--name", "x", "--hiccup-ms", "-3"}, "--hiccup-ms"},
 		{[]string{"--type", "kv", "--name", "x", "--queue-limit", "-3"}, "--queue-limit"},
-		{[]string{"--type", "kv", "--name", "x", "--rows", "5"}, "--rows applies only to --type sql"},
-		{[]string{"--type", "sql", "--name", "x", "--redis", "127.0.0.1:6379"}, "--redis applies only to --type kv"},
-		{[]string{"--type", "sql", "--name", "x", "--matrix-size", "8"}, "--matrix-size applies only"},
+		{[]string{"--type", "kv", "--name", "x", "--rows", "5"}, `backend.sql (from --rows): options of a sql backend, but type is "kv"`},
+		{[]string{"--type", "sql", "--name", "x", "--redis", "127.0.0.1:6379"}, `backend.kv (from --redis): options of a kv backend, but type is "sql"`},
+		{[]string{"--type", "sql", "--name", "x", "--matrix-size", "8"}, `backend.compute (from --matrix-size): options of a compute backend`},
 		{[]string{"--type", "sql", "--name", "x", "--rows", "0"}, "--rows"},
 		{[]string{"--type", "compute", "--name", "x", "--matrix-size", "5000"}, "--matrix-size"},
 		{[]string{"--type", "kv", "--name", "x", "--max-bytes", "-1"}, "--max-bytes"},
@@ -67,6 +68,9 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--type", "kv", "--name", "x", "--grpc-addr", ":1", "--http-addr", ":1"}, "different ports"},
 		{[]string{"--type", "kv", "--name", "x", "--log-level", "loud"}, "--log-level"},
 		{[]string{"--type", "kv", "--name", "x", "extra"}, "unexpected argument"},
+		{[]string{"--type", "kv", "--name", "x", "--workers", "0"}, "backend.limits.workers (from --workers): 0 is out of range [1, 1000000]"},
+		{[]string{"--id", "x"}, "--id and --replica need --topology"},
+		{[]string{"--topology", "/nonexistent.yaml", "--id", "x"}, "topology: open /nonexistent.yaml"},
 	}
 	for _, b := range bad {
 		_, err := parseConfig(b.args, io.Discard)
@@ -281,4 +285,43 @@ func waitMetric(t *testing.T, p *proc, line string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("metric %q not seen within 10 s", line)
+}
+
+// A backend starts from the topology: its type, limits and options from
+// its block, its addresses from the replica, flags on top.
+func TestParseConfigFromTopology(t *testing.T) {
+	topo := filepath.Join(t.TempDir(), "topology.yaml")
+	body := `backends:
+  - {id: 0, name: db, type: sql, seed: 5, limits: {workers: 3, rate: 100}, sql: {rows: 50},
+     replicas: [{grpc: "127.0.0.1:7301", http: "127.0.0.1:7302"}, {grpc: "127.0.0.1:7303", http: "127.0.0.1:7304"}]}
+  - {id: 1, name: mem, type: kv, replicas: [{grpc: "127.0.0.1:7305"}]}
+`
+	if err := os.WriteFile(topo, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseConfig([]string{"--topology", topo, "--id", "db", "--replica", "1", "--rate", "200"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Type != "sql" || c.Name != "db" || c.Limits.Workers != 3 || c.Limits.Rate != 200 || c.Rows != 50 ||
+		c.GRPCAddr != "127.0.0.1:7303" || c.HTTPAddr != "127.0.0.1:7304" || c.Seed != 6 {
+		t.Fatalf("parsed %+v", c)
+	}
+	c, err = parseConfig([]string{"--topology", topo, "--id", "mem"}, io.Discard)
+	if err != nil || c.MaxBytes != 256<<20 || c.Limits.Workers != 8 || c.HTTPAddr != "127.0.0.1:7200" {
+		t.Fatalf("defaults from the schema: %+v %v", c, err)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--topology", topo, "--id", "nope"}, `--id: "nope" is not a backend`},
+		{[]string{"--topology", topo, "--id", "db", "--replica", "2"}, "--replica: 2 is not a replica of backend db (it has 2)"},
+		{[]string{"--topology", topo, "--id", "db", "--workers", "0"}, "backends[0].limits.workers (from --workers): 0 is out of range"},
+		{[]string{"--topology", topo}, "--id is required with --topology"},
+	} {
+		if _, err := parseConfig(bad.args, io.Discard); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want %q", bad.args, err, bad.want)
+		}
+	}
 }

@@ -6,29 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/backends/capacity"
-	"github.com/robinhoodcache/robinhood/backends/compute"
 	"github.com/robinhoodcache/robinhood/backends/sqldb"
+	"github.com/robinhoodcache/robinhood/lib/config"
 )
-
-// Backend types.
-const (
-	typeKV      = "kv"
-	typeSQL     = "sql"
-	typeCompute = "compute"
-)
-
-// DefaultMaxBytes bounds the in-memory kv store.
-const DefaultMaxBytes = 256 << 20
 
 // config is the validated command line.
-type config struct {
+type settings struct {
 	Type, Name         string
 	GRPCAddr, HTTPAddr string
 	Limits             capacity.Limits
@@ -42,51 +29,50 @@ type config struct {
 	ShutdownTimeout    time.Duration
 }
 
-// Same rule as topology backend names: they end up in metric labels and in
-// the default database path.
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
-// Flags that only make sense for one type.
-var typeFlags = map[string]string{
-	"redis":       typeKV,
-	"max-bytes":   typeKV,
-	"db":          typeSQL,
-	"rows":        typeSQL,
-	"matrix-size": typeCompute,
-}
-
 // errFlagSyntax reports a command line the flag package rejected (and
 // explained) itself.
 var errFlagSyntax = errors.New("invalid command line")
 
-// parseConfig parses and validates args. Errors name the flag and the value.
-func parseConfig(args []string, out io.Writer) (config, error) {
-	var c config
+// backendDef is the schema definition of a topology backend.
+const backendDef = "topology.schema.yaml#/$defs/backend"
+
+// parseConfig parses and validates args. Every setting of a topology
+// backend (its type, limits, seed and type options) comes from the
+// topology with --topology/--id, or from the flags of the same name; a
+// flag overrides the file. Both are validated by the schema's rules, and
+// errors name the field (and the flag, when one set it).
+func parseConfig(args []string, out io.Writer) (settings, error) {
+	var c settings
 	fs := flag.NewFlagSet("backend", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: backend --type kv|sql|compute --name NAME [flags]\n\n"+
+		fmt.Fprintf(out, "Usage: backend --topology FILE --id NAME [--replica I] [flags]\n"+
+			"       backend --type kv|sql|compute --name NAME [flags]\n\n"+
 			"A backend service: gRPC robinhood.v1.BackendService with a capacity model\n"+
-			"(workers, rate, injected latency) and an admin API (docs/backends.md).\n\nFlags:\n")
+			"(workers, rate, injected latency) and an admin API (docs/backends.md).\n"+
+			"Defaults are the topology schema's (docs/topology.md).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	def := capacity.DefaultLimits()
-	fs.StringVar(&c.Type, "type", "", "backend type: kv, sql or compute (required)")
-	fs.StringVar(&c.Name, "name", "", "backend name, as in the topology and traces (required; 1-64 of A-Z a-z 0-9 _ . -)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:7100", "gRPC listen address")
-	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:7200", "HTTP listen address (admin API, /healthz, /metrics)")
-	fs.IntVar(&c.Limits.Workers, "workers", def.Workers, "initial workers: queries in service at once (≥ 1)")
-	fs.Float64Var(&c.Limits.Rate, "rate", def.Rate, "initial rate limit in queries/s (token bucket; 0 = unlimited)")
-	fs.Float64Var(&c.Limits.ExtraLatencyMs, "extra-latency-ms", def.ExtraLatencyMs, "initial extra service time per query, ms")
-	fs.Float64Var(&c.Limits.HiccupProb, "hiccup-prob", def.HiccupProb, "initial probability that a query hiccups, [0, 1]")
-	fs.Float64Var(&c.Limits.HiccupMs, "hiccup-ms", def.HiccupMs, "initial length of a hiccup, ms")
-	fs.IntVar(&c.Limits.QueueLimit, "queue-limit", def.QueueLimit, "initial queue bound: batches arriving while this many queries wait are rejected (0 = unbounded)")
-	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the hiccup draws")
-	fs.StringVar(&c.Redis, "redis", "", "kv: keep values in this Redis (host:port) instead of in memory")
-	fs.Int64Var(&c.MaxBytes, "max-bytes", DefaultMaxBytes, "kv (in memory): bound on stored bytes; least recently used keys are evicted")
-	fs.StringVar(&c.DB, "db", "", "sql: database file (default: $TMPDIR/robinhood-backend-<name>/backend.db); built on first start, reused while valid")
-	fs.IntVar(&c.Rows, "rows", sqldb.DefaultRows, "sql: number of items in the database")
-	fs.IntVar(&c.MatrixSize, "matrix-size", compute.DefaultMatrixSize, "compute: n of the n×n matrix multiply per query")
+	def := config.DefaultLimits()
+	topoPath := fs.String("topology", "", "topology `file`: start as backend --id of it (type, limits, options, addresses of replica --replica); flags override")
+	id := fs.String("id", "", "with --topology: the backend's name")
+	replica := fs.Int("replica", 0, "with --topology: which replica of the backend this process is (its addresses and seed + replica)")
+	typ := fs.String("type", "", "backend type: kv, sql or compute (backends[].type)")
+	name := fs.String("name", "", "backend name, as in the topology and traces (backends[].name)")
+	grpcAddr := fs.String("grpc-addr", "", "gRPC listen address (default: the replica's grpc address in the topology, else 127.0.0.1:7100)")
+	httpAddr := fs.String("http-addr", "", "HTTP listen address: admin API, /healthz, /metrics (default: the replica's http address, else 127.0.0.1:7200)")
+	workers := fs.Int("workers", def.Workers, "initial workers: queries in service at once (limits.workers)")
+	rate := fs.Float64("rate", def.Rate, "initial rate limit in queries/s, token bucket, 0 = unlimited (limits.rate)")
+	extra := fs.Float64("extra-latency-ms", def.ExtraLatencyMs, "initial extra service time per query, ms (limits.extra_latency_ms)")
+	hprob := fs.Float64("hiccup-prob", def.HiccupProb, "initial probability that a query hiccups (limits.hiccup_prob)")
+	hms := fs.Float64("hiccup-ms", def.HiccupMs, "initial length of a hiccup, ms (limits.hiccup_ms)")
+	qlimit := fs.Int("queue-limit", def.QueueLimit, "initial queue bound: batches arriving while this many queries wait are rejected, 0 = unbounded (limits.queue_limit)")
+	seed := fs.Uint64("seed", 1, "seed of the hiccup draws (seed)")
+	redis := fs.String("redis", "", "kv: keep values in this Redis (host:port) instead of in memory (kv.redis)")
+	maxBytes := fs.Int64("max-bytes", 0, "kv, in memory: bound on stored bytes; least recently used keys are evicted (kv.max_bytes; default 256 MiB)")
+	db := fs.String("db", "", "sql: database file, built on first start, reused while valid (sql.db; default $TMPDIR/robinhood-backend-NAME/backend.db)")
+	rows := fs.Int("rows", 0, "sql: number of items in the database (sql.rows; default 100000)")
+	matrix := fs.Int("matrix-size", 0, "compute: n of the n×n matrix multiply per query (compute.matrix_size; default 96)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long queued and in-service queries may finish")
 
@@ -99,56 +85,157 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (all settings are flags)", fs.Arg(0))
 	}
+	set := config.SetFlags(fs)
+
+	// The backend's block: from the topology, or made from the flags.
+	var block map[string]any
+	where := "backend"
+	var rep map[string]any
+	if *topoPath != "" {
+		if *id == "" {
+			return c, errors.New("--id is required with --topology: the backend's name")
+		}
+		doc, err := config.ReadTopologyDoc(*topoPath)
+		if err != nil {
+			return c, err
+		}
+		var names []string
+		for i, b := range doc["backends"].([]any) {
+			bm := b.(map[string]any)
+			names = append(names, bm["name"].(string))
+			if bm["name"] == *id {
+				block, where = bm, "backends["+strconv.Itoa(i)+"]"
+			}
+		}
+		if block == nil {
+			return c, fmt.Errorf("--id: %s is not a backend of %s (it has: %v)", config.Quote(*id), *topoPath, names)
+		}
+		reps := block["replicas"].([]any)
+		if *replica < 0 || *replica >= len(reps) {
+			return c, fmt.Errorf("--replica: %d is not a replica of backend %s (it has %d)", *replica, *id, len(reps))
+		}
+		rep = reps[*replica].(map[string]any)
+	} else {
+		if set["id"] || set["replica"] {
+			return c, errors.New("--id and --replica need --topology")
+		}
+		if *typ == "" {
+			return c, errors.New("--type is required (kv, sql or compute), or --topology FILE --id NAME")
+		}
+		if *name == "" {
+			return c, errors.New("--name is required, or --topology FILE --id NAME")
+		}
+		block = map[string]any{"id": int64(0), "replicas": []any{map[string]any{"grpc": "127.0.0.1:0"}}}
+	}
+	var ov config.Overrides
+	limits, _ := block["limits"].(map[string]any)
+	if limits == nil {
+		limits = map[string]any{}
+		block["limits"] = limits
+	}
+	opts := func(kind string) map[string]any {
+		m, _ := block[kind].(map[string]any)
+		if m == nil {
+			m = map[string]any{}
+			block[kind] = m
+		}
+		return m
+	}
+	for _, f := range []struct {
+		flag, field string
+		v           any
+		into        func() map[string]any
+		prefix      string
+	}{
+		{"type", "type", *typ, nil, ""},
+		{"name", "name", *name, nil, ""},
+		{"seed", "seed", int64(*seed), nil, ""},
+		{"workers", "workers", int64(*workers), func() map[string]any { return limits }, ".limits"},
+		{"rate", "rate", *rate, func() map[string]any { return limits }, ".limits"},
+		{"extra-latency-ms", "extra_latency_ms", *extra, func() map[string]any { return limits }, ".limits"},
+		{"hiccup-prob", "hiccup_prob", *hprob, func() map[string]any { return limits }, ".limits"},
+		{"hiccup-ms", "hiccup_ms", *hms, func() map[string]any { return limits }, ".limits"},
+		{"queue-limit", "queue_limit", int64(*qlimit), func() map[string]any { return limits }, ".limits"},
+		{"redis", "redis", *redis, func() map[string]any { return opts("kv") }, ".kv"},
+		{"max-bytes", "max_bytes", *maxBytes, func() map[string]any { return opts("kv") }, ".kv"},
+		{"db", "db", *db, func() map[string]any { return opts("sql") }, ".sql"},
+		{"rows", "rows", int64(*rows), func() map[string]any { return opts("sql") }, ".sql"},
+		{"matrix-size", "matrix_size", int64(*matrix), func() map[string]any { return opts("compute") }, ".compute"},
+	} {
+		if !set[f.flag] {
+			continue
+		}
+		if f.into == nil {
+			ov.Set(block, where, f.field, f.flag, f.v)
+		} else {
+			ov.Set(f.into(), where+f.prefix, f.field, f.flag, f.v)
+		}
+	}
+	for _, kind := range []string{"kv", "sql", "compute"} {
+		if m, ok := block[kind].(map[string]any); ok && len(m) == 0 {
+			delete(block, kind)
+		}
+	}
+	norm, err := config.Default().Read(backendDef, block, where)
+	if err != nil {
+		return c, ov.Annotate(err)
+	}
+	b := norm.(map[string]any)
+	c.Type, c.Name = b["type"].(string), b["name"].(string)
+	if c.Limits, err = config.ReadLimits(b["limits"].(map[string]any), where+".limits"); err != nil {
+		return c, err
+	}
+	c.Seed = uint64(b["seed"].(int64)) + uint64(*replica)
+	// The type's options with their schema defaults.
+	optsOf := func(kind string) map[string]any {
+		m, _ := b[kind].(map[string]any)
+		if m == nil {
+			n, err := config.Default().Read("topology.schema.yaml#/$defs/"+kind+"_options", map[string]any{}, where+"."+kind)
+			if err != nil {
+				panic(err)
+			}
+			m = n.(map[string]any)
+		}
+		return m
+	}
 	switch c.Type {
-	case typeKV, typeSQL, typeCompute:
-	case "":
-		return c, errors.New("--type is required: kv, sql or compute")
-	default:
-		return c, fmt.Errorf("--type: %q is not a backend type (want kv, sql or compute)", c.Type)
-	}
-	if !nameRE.MatchString(c.Name) {
-		if c.Name == "" {
-			return c, errors.New("--name is required")
+	case config.TypeKV:
+		o := optsOf("kv")
+		c.Redis, _ = o["redis"].(string)
+		c.MaxBytes = o["max_bytes"].(int64)
+	case config.TypeSQL:
+		o := optsOf("sql")
+		c.DB, _ = o["db"].(string)
+		c.Rows = int(o["rows"].(int64))
+		if c.DB == "" {
+			c.DB = sqldb.DefaultPath(c.Name)
 		}
-		return c, fmt.Errorf("--name: %q must be 1-64 characters of letters, digits, '_', '.', '-'", c.Name)
+	case config.TypeCompute:
+		c.MatrixSize = int(optsOf("compute")["matrix_size"].(int64))
 	}
-	var typeErr error
-	fs.Visit(func(f *flag.Flag) {
-		if want, ok := typeFlags[f.Name]; ok && want != c.Type && typeErr == nil {
-			typeErr = fmt.Errorf("--%s applies only to --type %s, not %s", f.Name, want, c.Type)
+
+	// Listen addresses: the flag, else the replica's addresses, else the
+	// defaults of a single local backend.
+	c.GRPCAddr, c.HTTPAddr = "127.0.0.1:7100", "127.0.0.1:7200"
+	if rep != nil {
+		c.GRPCAddr, _ = rep["grpc"].(string)
+		if h, _ := rep["http"].(string); h != "" {
+			c.HTTPAddr = h
 		}
-	})
-	if typeErr != nil {
-		return c, typeErr
+	}
+	if set["grpc-addr"] {
+		c.GRPCAddr = *grpcAddr
+	}
+	if set["http-addr"] {
+		c.HTTPAddr = *httpAddr
 	}
 	for _, a := range []struct{ flag, v string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
-		if err := checkAddr(a.v); err != nil {
-			return c, fmt.Errorf("--%s: %q: %v", a.flag, a.v, err)
+		if !config.IsAddress(a.v) {
+			return c, fmt.Errorf("--%s: %s is not a host:port address (port 0-65535)", a.flag, config.Quote(a.v))
 		}
 	}
 	if c.GRPCAddr == c.HTTPAddr {
 		return c, fmt.Errorf("--grpc-addr and --http-addr are both %q; they need different ports", c.GRPCAddr)
-	}
-	if err := c.Limits.Validate(); err != nil {
-		var fe *capacity.FieldError
-		if errors.As(err, &fe) {
-			return c, fmt.Errorf("--%s: %s, got %s", strings.ReplaceAll(fe.Field, "_", "-"), fe.Reason, fe.Value)
-		}
-		return c, err
-	}
-	if c.Redis != "" {
-		if err := checkAddr(c.Redis); err != nil {
-			return c, fmt.Errorf("--redis: %q: %v", c.Redis, err)
-		}
-	}
-	if c.MaxBytes < 0 {
-		return c, fmt.Errorf("--max-bytes: must be ≥ 0, got %d", c.MaxBytes)
-	}
-	if c.Rows < 1 || c.Rows > sqldb.MaxRows {
-		return c, fmt.Errorf("--rows: must be in [1, %d], got %d", sqldb.MaxRows, c.Rows)
-	}
-	if c.MatrixSize < 1 || c.MatrixSize > compute.MaxMatrixSize {
-		return c, fmt.Errorf("--matrix-size: must be in [1, %d], got %d", compute.MaxMatrixSize, c.MatrixSize)
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return c, fmt.Errorf("--log-level: %q is not debug, info, warn or error", *logLevel)
@@ -156,20 +243,5 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	if c.ShutdownTimeout <= 0 {
 		return c, fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
 	}
-	if c.Type == typeSQL && c.DB == "" {
-		c.DB = sqldb.DefaultPath(c.Name)
-	}
 	return c, nil
-}
-
-func checkAddr(a string) error {
-	_, port, err := net.SplitHostPort(a)
-	if err != nil {
-		return errors.New("want host:port")
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("port %q is not a number in [0, 65535]", port)
-	}
-	return nil
 }

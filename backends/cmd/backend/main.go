@@ -36,6 +36,7 @@ import (
 	"github.com/robinhoodcache/robinhood/backends/kv"
 	"github.com/robinhoodcache/robinhood/backends/server"
 	"github.com/robinhoodcache/robinhood/backends/sqldb"
+	"github.com/robinhoodcache/robinhood/lib/config"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -67,9 +68,9 @@ func run(args []string, stderr io.Writer) int {
 }
 
 // openStore opens the data path of cfg.Type and registers its own metrics.
-func openStore(ctx context.Context, cfg config, reg prometheus.Registerer, log *slog.Logger) (server.Store, error) {
+func openStore(ctx context.Context, cfg settings, reg prometheus.Registerer, log *slog.Logger) (server.Store, error) {
 	switch cfg.Type {
-	case typeKV:
+	case config.TypeKV:
 		if cfg.Redis != "" {
 			kv.SetRedisLogger(log)
 			// Connections open on demand; the pool must not become a second
@@ -90,15 +91,15 @@ func openStore(ctx context.Context, cfg config, reg prometheus.Registerer, log *
 				func() float64 { return float64(m.Stats().Evictions) }),
 		)
 		return m, nil
-	case typeSQL:
+	case config.TypeSQL:
 		return sqldb.Open(ctx, sqldb.Options{Name: cfg.Name, Path: cfg.DB, Rows: cfg.Rows, Conns: cfg.Limits.Workers, Logger: log})
-	case typeCompute:
+	case config.TypeCompute:
 		return compute.New(cfg.Name, cfg.MatrixSize)
 	}
 	return nil, fmt.Errorf("unknown type %q", cfg.Type)
 }
 
-func serve(ctx context.Context, cfg config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg settings, log *slog.Logger) error {
 	model, err := capacity.New(cfg.Limits, cfg.Seed, nil)
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ The first error ends the read; :class:`ConfigError` carries its path and message
 from __future__ import annotations
 
 import copy
+import math
 import re
 from functools import lru_cache
 from importlib import resources
@@ -269,7 +270,7 @@ def _type_ok(t: str, v: Any) -> bool:
     if t == "integer":
         return _is_int(v) or (isinstance(v, float) and v.is_integer())
     if t == "number":
-        return _is_num(v)
+        return _is_num(v) and math.isfinite(v)
     if t == "boolean":
         return isinstance(v, bool)
     raise SchemaError(f"type {t!r} is not implemented")
