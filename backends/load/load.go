@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/robinhoodcache/robinhood/lib/percentile"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -88,10 +89,7 @@ func Summarize(d []time.Duration) Percentiles {
 		return Percentiles{}
 	}
 	slices.Sort(d)
-	rank := func(p float64) time.Duration {
-		i := int(math.Ceil(p*float64(len(d)))) - 1
-		return d[max(i, 0)]
-	}
+	rank := func(q float64) time.Duration { return percentile.Of(d, q) }
 	var sum time.Duration
 	for _, x := range d {
 		sum += x

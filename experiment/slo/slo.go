@@ -13,32 +13,9 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
+	"github.com/robinhoodcache/robinhood/lib/percentile"
 	"time"
 )
-
-// rankTolerance absorbs floating-point error in p·n, relative to it, so
-// that decimal percentiles get their exact rank (0.985·1000 evaluates to
-// 985.0000000000001, whose plain ceiling is 986). The RBC server uses the
-// same rule (docs/algorithms.md).
-const rankTolerance = 1e-12
-
-// Rank returns the 1-based nearest rank of percentile p (0 < p ≤ 1) among n
-// values: ⌈p·n⌉, at least 1 and at most n. It is the convention of SPEC §4.
-func Rank(n int, p float64) int {
-	if n <= 0 {
-		return 0
-	}
-	x := p * float64(n)
-	r := int(math.Ceil(x - x*rankTolerance))
-	if r < 1 {
-		r = 1
-	}
-	if r > n {
-		r = n
-	}
-	return r
-}
 
 // Select reorders xs so that xs[k] is the value a full ascending sort would
 // put there, with no larger value before it and no smaller one after it, and
@@ -111,7 +88,7 @@ func Percentiles[T cmp.Ordered](xs []T, ps ...float64) []T {
 	}
 	end := len(xs)
 	for _, i := range order {
-		k := Rank(len(xs), ps[i]) - 1
+		k := percentile.Rank(len(xs), ps[i]) - 1
 		if k < end {
 			out[i] = Select(xs[:end], k)
 			end = k + 1

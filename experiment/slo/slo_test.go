@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"github.com/robinhoodcache/robinhood/lib/percentile"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -19,8 +20,8 @@ func TestRank(t *testing.T) {
 		{3, 0.01, 1}, {7, 1, 7}, {0, 0.99, 0}, {1000, 0.985, 985}, {1000, 0.995, 995},
 	}
 	for _, c := range cases {
-		if got := Rank(c.n, c.p); got != c.want {
-			t.Errorf("Rank(%d, %v) = %d, want %d", c.n, c.p, got, c.want)
+		if got := percentile.Rank(c.n, c.p); got != c.want {
+			t.Errorf("percentile.Rank(%d, %v) = %d, want %d", c.n, c.p, got, c.want)
 		}
 	}
 }
@@ -33,8 +34,8 @@ func TestRankExact(t *testing.T) {
 	for n := 1; n <= 1200; n += 7 {
 		for milli := 1; milli <= 1000; milli++ {
 			want := (milli*n + 999) / 1000 // ⌈milli·n/1000⌉
-			if got := Rank(n, float64(milli)/1000); got != want {
-				t.Fatalf("Rank(%d, %v) = %d, want %d", n, float64(milli)/1000, got, want)
+			if got := percentile.Rank(n, float64(milli)/1000); got != want {
+				t.Fatalf("percentile.Rank(%d, %v) = %d, want %d", n, float64(milli)/1000, got, want)
 			}
 		}
 	}
@@ -70,7 +71,7 @@ func TestSelectMatchesSort(t *testing.T) {
 		ps := []float64{0.5, 0.999, 0.9, 0.99, 0.5}
 		got := Percentiles(slices.Clone(xs), ps...)
 		for i, p := range ps {
-			if got[i] != sorted[Rank(len(xs), p)-1] {
+			if got[i] != sorted[percentile.Rank(len(xs), p)-1] {
 				return false
 			}
 		}
@@ -90,7 +91,7 @@ func TestSelectMatchesSort(t *testing.T) {
 		slices.Sort(sorted)
 		got := Percentiles(xs, 0.5, 0.9, 0.99, 0.999)
 		for i, p := range []float64{0.5, 0.9, 0.99, 0.999} {
-			if want := sorted[Rank(len(sorted), p)-1]; got[i] != want {
+			if want := sorted[percentile.Rank(len(sorted), p)-1]; got[i] != want {
 				t.Fatalf("trial %d n=%d: P%v = %d, want %d", trial, len(sorted), p*100, got[i], want)
 			}
 		}

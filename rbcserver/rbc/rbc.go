@@ -10,7 +10,7 @@ package rbc
 
 import (
 	"fmt"
-	"math"
+	"github.com/robinhoodcache/robinhood/lib/percentile"
 )
 
 // The paper's band (§3.1: P98.5 to P99.5). The RBC server's defaults come
@@ -51,24 +51,6 @@ func (p Params) Validate() error {
 		return fmt.Errorf("low_pct = %v is above high_pct = %v", p.LowPct, p.HighPct)
 	}
 	return nil
-}
-
-// rankEpsilon absorbs the binary representation error of decimal
-// percentiles: 98.5/100·1000 evaluates to 985.0000000000001 in float64, and
-// the intended rank is 985, not 986. The product's error is a few ulps
-// (relative ~1e-16); 1e-12 leaves a wide margin while no realistic
-// percentile (fewer than 10 decimals) has a true fractional part that small.
-const rankEpsilon = 1e-12
-
-// Rank returns the 1-based nearest rank ceil(pct/100·n) of a window of n
-// records, clamped to [1, n]; 0 when n is 0.
-func Rank(pct float64, n int) int {
-	if n <= 0 {
-		return 0
-	}
-	x := pct / 100 * float64(n)
-	r := int(math.Ceil(x - x*rankEpsilon))
-	return min(max(r, 1), n)
 }
 
 // Count is one backend's share of a window.
@@ -128,7 +110,7 @@ func (c *Calculator) Compute(lat, backend []uint32, p Params) (Result, error) {
 		return Result{}, fmt.Errorf("backend id %d is not below %d", maxB, MaxBackends)
 	}
 	c.sel = append(c.sel[:0], lat...)
-	ranks := [4]int{Rank(p.LowPct, n), Rank(p.HighPct, n), Rank(50, n), Rank(99, n)}
+	ranks := [4]int{percentile.Rank(n, p.LowPct/100), percentile.Rank(n, p.HighPct/100), percentile.Rank(n, 0.5), percentile.Rank(n, 0.99)}
 	var vals [4]uint32
 	selectRanks(c.sel, ranks[:], vals[:])
 	res := Result{N: n, Low: vals[0], High: vals[1], P50: vals[2], P99: vals[3]}

@@ -2,6 +2,7 @@ package rbc
 
 import (
 	"fmt"
+	"github.com/robinhoodcache/robinhood/lib/percentile"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -40,8 +41,8 @@ func TestRankByHand(t *testing.T) {
 		{70, 10, 7},    // 0.7·10 is 7.000000000000001 in float64
 	}
 	for _, c := range cases {
-		if got := Rank(c.pct, c.n); got != c.want {
-			t.Errorf("Rank(%v, %d) = %d, want %d", c.pct, c.n, got, c.want)
+		if got := percentile.Rank(c.n, (c.pct)/100); got != c.want {
+			t.Errorf("percentile.Rank(%d, %v/100) = %d, want %d", c.n, c.pct, got, c.want)
 		}
 	}
 }
@@ -52,8 +53,8 @@ func TestRankIsExactForDecimalPercentiles(t *testing.T) {
 	for n := 1; n <= 2000; n += 7 {
 		for hp := 1; hp <= 10000; hp += 13 {
 			want := (hp*n + 9999) / 10000
-			if got := Rank(float64(hp)/100, n); got != want {
-				t.Fatalf("Rank(%v, %d) = %d, want %d", float64(hp)/100, n, got, want)
+			if got := percentile.Rank(n, (float64(hp)/100)/100); got != want {
+				t.Fatalf("percentile.Rank(%d, %v/100) = %d, want %d", n, float64(hp)/100, got, want)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package rbc
 
 import (
 	"cmp"
+	"github.com/robinhoodcache/robinhood/lib/percentile"
 	"slices"
 )
 
@@ -17,7 +18,7 @@ func BruteForce(lat, backend []uint32, p Params) Result {
 	}
 	sorted := slices.Clone(lat)
 	slices.Sort(sorted)
-	at := func(pct float64) uint32 { return sorted[Rank(pct, n)-1] }
+	at := func(pct float64) uint32 { return sorted[percentile.Rank(n, pct/100)-1] }
 	res := Result{N: n, Low: at(p.LowPct), High: at(p.HighPct), P50: at(50), P99: at(99)}
 	window := map[uint32]uint64{}
 	band := map[uint32]uint64{}

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/robinhoodcache/robinhood/lib/percentile"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -308,7 +309,7 @@ func printQueries(w io.Writer, took []time.Duration, last *robinhoodv1.GetRBCRes
 		return
 	}
 	sorted := slices.Sorted(slices.Values(took))
-	at := func(pct float64) float64 { return sorted[rbc.Rank(pct, len(sorted))-1].Seconds() * 1000 }
+	at := func(pct float64) float64 { return percentile.Of(sorted, pct/100).Seconds() * 1000 }
 	fmt.Fprintf(w, "GetRBC: %d calls, median %.2f ms, p95 %.2f ms, max %.2f ms\n",
 		len(sorted), at(50), at(95), at(100))
 	if last == nil {
