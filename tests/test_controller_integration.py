@@ -173,13 +173,9 @@ def test_controller_moves_space_to_the_blamed_backend(procs, gobin, free_address
     mcs = {n: procs.memcached(START_MB) for n in IDS}
     addrs = {n: a for n, (_, a) in mcs.items()}
     rbc_grpc, rbc_http = free_address(), free_address()
-    rbc = procs.start([gobin("rbcserver"), "--grpc-addr", rbc_grpc, "--http-addr", rbc_http, "--window", "1s"],
-                      name="rbcserver")
-    wait_tcp(rbc_grpc, proc=rbc)
-
     topo = tmp_path / "topology.yaml"
     topo.write_text(f"""
-rbc_server: {{grpc: {rbc_grpc}, http: {rbc_http}}}
+rbc_server: {{grpc: {rbc_grpc}, http: {rbc_http}, window: 1s}}
 backends:
   - {{id: 0, name: a, type: kv, replicas: [{{grpc: 127.0.0.1:1}}]}}
   - {{id: 1, name: b, type: kv, replicas: [{{grpc: 127.0.0.1:1}}]}}
@@ -192,11 +188,14 @@ app_servers:
     partitions: {{a: {addrs['a']}, b: {addrs['b']}, c: {addrs['c']}}}
     controller:
       interval: 500ms
-      tax: 0.1
+      policy: {{name: robinhood, tax: 0.1}}
       min_partition_mb: {FLOOR_MB}
       shrink_budget: 400ms
       rbc_timeout: 300ms
 """)
+    # The RBC server starts from the same topology (its rbc_server block).
+    rbc = procs.start([gobin("rbcserver"), "--topology", str(topo)], name="rbcserver")
+    wait_tcp(rbc_grpc, proc=rbc)
     writer = Writer(addrs)
     writer.fill(START_MB + 8)
     for a in addrs.values():

@@ -12,7 +12,7 @@ import statistics
 import time
 
 from robinhood_controller.plan import MIB, round_limits
-from robinhood_controller.policies import PlanInput, PolicyParams, make_policy
+from robinhood_controller.policies import PlanInput, PolicyContext, build
 
 
 def main() -> None:
@@ -26,8 +26,8 @@ def main() -> None:
     budget_mb = 1638 * a.partitions  # 32 GB over 20 partitions, as in the paper
     targets = {n: budget_mb * MIB // a.partitions for n in names}
     targets[names[0]] += budget_mb * MIB - sum(targets.values())
-    policy = make_policy("robinhood", PolicyParams(budget_bytes=budget_mb * MIB, configured=targets,
-                                                   floor_bytes=48 * MIB))
+    policy = build("robinhood", {}, PolicyContext(budget_bytes=budget_mb * MIB, configured=targets,
+                                                  floor_bytes=48 * MIB))
     times = []
     for _ in range(a.iterations):
         used = {n: int(t * rnd.uniform(0.7, 1.0)) for n, t in targets.items()}

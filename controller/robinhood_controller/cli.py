@@ -1,4 +1,5 @@
-"""`robinhood-controller run|plan|status --topology FILE --app-server ID [overrides]`.
+"""`robinhood-controller run|plan|status --topology FILE --id ID [overrides]` and
+`robinhood-controller policies`.
 
 Exit status: 0 done, 1 the controller could not start (a partition is unreachable or
 cannot be resized), 2 invalid configuration or usage (nothing was contacted).
@@ -14,13 +15,13 @@ import threading
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from .config import ConfigError, ControllerConfig, resolve
+from . import policies
+from .config import ConfigError, ControllerConfig, Overrides, load, parse_param
 from .controller import Controller, StartupError, TickReport
 from .memcached import MemcachedPartition, PartitionError, PartitionStats
 from .metrics import Metrics
 from .plan import MIB
 from .timeline import TimelineWriter
-from .topology import TopologyError, load
 
 log = logging.getLogger("robinhood_controller")
 
@@ -28,14 +29,10 @@ EXIT_OK, EXIT_FAIL, EXIT_CONFIG = 0, 1, 2
 
 # Flag → setting; every setting of the controller: block can be overridden.
 _OVERRIDES: list[tuple[str, str, Any, str]] = [
-    ("--policy", "policy", str, "allocation policy: robinhood | static"),
     ("--interval", "interval", str, "time between ticks, e.g. 5s"),
-    ("--tax", "tax", float, "fraction of every allocation pooled per tick (0.01)"),
-    ("--unused-gap", "unused_gap", float, "ineligible when limit - used > gap * used (0.30)"),
     ("--min-partition-mb", "min_partition_mb", int, "floor of every partition's limit, MB (48)"),
     ("--metrics", "metrics", str, "host:port serving /metrics ('' disables)"),
     ("--rbc-timeout", "rbc_timeout", str, "deadline of a GetRBC call (1s)"),
-    ("--rbc-window", "rbc_window", str, "RBC window (default: the interval)"),
     ("--shrink-budget", "shrink_budget", str, "time per tick for moving pages (default: interval/2)"),
     ("--used-source", "used_source", str, "u_i: malloced (total_malloced) | bytes"),
     ("--memcached-timeout", "memcached_timeout", str, "socket timeout of a memcached command (1s)"),
@@ -63,7 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--topology", required=True, metavar="FILE", help="the topology YAML file")
-    common.add_argument("--app-server", required=True, metavar="ID", help="the app server this controller manages")
+    common.add_argument("--id", "--app-server", dest="app_server", required=True, metavar="ID",
+                        help="the app server this controller manages")
+    common.add_argument("--policy", default=None, metavar="NAME",
+                        help="allocation policy (replaces controller.policy; see `robinhood-controller policies`)")
+    common.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a parameter of the policy (repeatable), e.g. --policy-param tax=0.02")
     for flag, dest, typ, helptext in _OVERRIDES:
         common.add_argument(flag, dest=dest, type=typ, default=None, help=helptext)
     common.add_argument("--dry-run", dest="dry_run", action=argparse.BooleanOptionalAction, default=None,
@@ -81,22 +83,34 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status = sub.add_parser("status", parents=[common], help="per-partition limit, used, malloced, hit ratio")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    pol = sub.add_parser("policies", help="list the allocation policies, one a line: name, parameters with defaults")
+    pol.add_argument("--json", action="store_true", help="print JSON (with descriptions) instead")
     return p
 
 
-def _overrides(ns: argparse.Namespace) -> dict[str, Any]:
-    out = {dest: getattr(ns, dest) for _, dest, _, _ in _OVERRIDES}
-    out["dry_run"] = ns.dry_run
-    return out
+def _overrides(ns: argparse.Namespace) -> Overrides:
+    settings = {dest: getattr(ns, dest) for _, dest, _, _ in _OVERRIDES}
+    settings["dry_run"] = ns.dry_run
+    params = dict(parse_param(t) for t in ns.policy_param) if ns.policy_param else None
+    return Overrides(settings=settings, policy=ns.policy, policy_params=params)
 
 
 def load_config(ns: argparse.Namespace) -> ControllerConfig:
     """Topology + app server + overrides → ControllerConfig (ConfigError when invalid)."""
-    try:
-        top = load(ns.topology)
-    except TopologyError as e:
-        raise ConfigError(str(e)) from None
-    return resolve(top, ns.app_server, _overrides(ns))
+    return load(ns.topology, ns.app_server, _overrides(ns))
+
+
+def cmd_policies(as_json: bool, out: TextIO) -> int:
+    """Every registered allocation policy, one a line: its name, its parameters with
+    their defaults, and what it does."""
+    desc = policies.describe()
+    if as_json:
+        out.write(json.dumps(desc, indent=1) + "\n")
+        return EXIT_OK
+    for d in desc:
+        params = " ".join(f"{p['name']}={p['default']}" for p in d["params"])
+        out.write(" ".join(x for x in (d["name"], params) if x) + f" -- {d['summary']}\n")
+    return EXIT_OK
 
 
 def _mb(v: int | None) -> str:
@@ -212,16 +226,19 @@ def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
         ctl.close()
     rows = plan_rows(ctl, r)
     if as_json:
-        out.write(json.dumps({"app_server": cfg.app_server, "policy": cfg.settings.policy,
+        out.write(json.dumps({"app_server": cfg.app_server, "policy": cfg.policy,
+                              "policy_params": cfg.policy_params.model_dump(),
                               "budget_bytes": cfg.budget_bytes, "rbc_error": r.rbc_error,
                               "window_requests": r.rbc.window_requests if r.rbc else None,
                               "notes": r.notes, "partitions": rows}, indent=1) + "\n")
         return EXIT_OK
     s = cfg.settings
-    out.write(f"app server {cfg.app_server}: policy {s.policy}, budget {cfg.budget_mb} MB, tax {s.tax:g}, "
-              f"unused_gap {s.unused_gap:g}, min_partition_mb {s.min_partition_mb}, used_source {s.used_source}\n")
+    params = "".join(f", {k} {v:g}" if isinstance(v, float) else f", {k} {v}"
+                     for k, v in cfg.policy_params.model_dump().items())
+    out.write(f"app server {cfg.app_server}: policy {cfg.policy}{params}, budget {cfg.budget_mb} MB, "
+              f"min_partition_mb {s.min_partition_mb}, used_source {s.used_source}\n")
     if r.rbc is not None:
-        out.write(f"RBC: {r.rbc.window_requests} requests in the last {s.effective_rbc_window:g}s, "
+        out.write(f"RBC: {r.rbc.window_requests} requests in the last {cfg.rbc_window:g}s, "
                   f"{r.rbc.band_requests} in the P{r.rbc.low_pct:g}-P{r.rbc.high_pct:g} band\n")
     else:
         out.write(f"RBC: unavailable ({r.rbc_error}); the plan keeps the current allocation\n")
@@ -258,7 +275,7 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    metrics = Metrics(cfg.app_server, s.policy, [p.name for p in cfg.partitions])
+    metrics = Metrics(cfg.app_server, cfg.policy, [p.name for p in cfg.partitions])
     timeline = TimelineWriter(ns.timeline) if ns.timeline else None
     ctl: Controller | None = None
     try:
@@ -271,11 +288,11 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
                 return EXIT_FAIL
             log.info("event=metrics addr=%s port=%d", s.metrics, port)
         ctl = Controller(cfg, metrics=metrics, timeline=timeline)
-        log.info("event=start app_server=%s policy=%s budget_mb=%d partitions=%s interval=%gs tax=%g "
-                 "unused_gap=%g min_partition_mb=%d dry_run=%s rbc=%s",
-                 cfg.app_server, s.policy, cfg.budget_mb,
-                 ",".join(f"{p.name}@{p.addr}" for p in cfg.partitions), s.interval, s.tax, s.unused_gap,
-                 s.min_partition_mb, s.dry_run, cfg.rbc_addr or "-")
+        log.info("event=start app_server=%s policy=%s params=%s budget_mb=%d partitions=%s interval=%gs "
+                 "min_partition_mb=%d dry_run=%s rbc=%s rbc_window=%gs",
+                 cfg.app_server, cfg.policy, json.dumps(cfg.policy_params.model_dump(), separators=(",", ":")),
+                 cfg.budget_mb, ",".join(f"{p.name}@{p.addr}" for p in cfg.partitions), s.interval,
+                 s.min_partition_mb, s.dry_run, cfg.rbc_addr or "-", cfg.rbc_window)
         try:
             ctl.start(wait=ns.wait, stop=stop)
         except StartupError as e:
@@ -298,6 +315,8 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the robinhood-controller console script."""
     ns = build_parser().parse_args(argv)
+    if ns.command == "policies":
+        return cmd_policies(ns.json, sys.stdout)
     logging.basicConfig(level=getattr(logging, ns.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s level=%(levelname)s %(message)s")
     try:

@@ -1,6 +1,6 @@
 """The controller loop: every interval, read the actual state, plan, reconcile.
 
-Each tick (SPEC §5):
+Each tick (docs/controller.md, paper §4.2):
   1. read every partition (`stats`, `stats slabs`); a partition that does not answer
      is left alone this tick and counted (`partition_unreachable`); one that restarted
      (new pid) is attached again (`slabs automove 0`);
@@ -26,8 +26,8 @@ from typing import Any
 from .config import ControllerConfig
 from .memcached import MemcachedPartition, PartitionError, PartitionStats, Unreachable, Unsupported
 from .metrics import Metrics
-from .plan import MIB, adopt, is_eligible, round_limits
-from .policies import PartitionSample, PlanInput, PolicyParams, make_policy
+from .plan import MIB, adopt, round_limits
+from .policies import PartitionSample, PlanInput, build
 from .rbc import RBCClient, RBCError, RBCSnapshot
 from .resize import Outcome, Target, reconcile
 from .timeline import TimelineWriter
@@ -80,11 +80,8 @@ class Controller:
         self.clock = clock
         self.names = [p.name for p in cfg.partitions]
         self.drivers = {p.name: MemcachedPartition(p.name, p.addr, s.memcached_timeout) for p in cfg.partitions}
-        configured = {n: mb * MIB for n, mb in cfg.initial_mb().items()}
-        self.policy = make_policy(s.policy, PolicyParams(
-            budget_bytes=cfg.budget_bytes, configured=configured, tax=s.tax,
-            unused_gap=s.unused_gap, floor_bytes=s.min_partition_mb * MIB))
-        self.rbc = RBCClient(cfg.rbc_addr, s.rbc_timeout, s.effective_rbc_window) if cfg.rbc_addr else None
+        self.policy = build(s.policy.name, s.policy.params(), cfg.context())
+        self.rbc = RBCClient(cfg.rbc_addr, s.rbc_timeout, cfg.rbc_window) if cfg.rbc_addr else None
         self.names_by_id = cfg.backend_names()
         self.targets: dict[str, int] | None = None
         self.ticks = 0
@@ -242,9 +239,7 @@ class Controller:
                     samples=samples,
                 ))
                 self.targets.update(decision.targets)
-                eligible.update(decision.eligible)
-            for n in live:
-                eligible.setdefault(n, is_eligible(self.targets[n], used[n], self.cfg.settings.unused_gap))
+                eligible.update(decision.eligible or {})
             planned = round_limits(self.targets, self.cfg.budget_mb)
             if not self.read_only:
                 rt0 = self.clock()
@@ -253,7 +248,7 @@ class Controller:
                             last_limit_mb=self._last[n].limit_bytes // MIB if n in self._last else 0)
                      for n in self.names],
                     self.cfg.budget_mb,
-                    self.cfg.settings.effective_shrink_budget,
+                    self.cfg.shrink_budget,
                 )
                 self._account(outcome, rt0)
 

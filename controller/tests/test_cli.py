@@ -25,7 +25,7 @@ def _write(tmp_path: Path, addrs: dict[str, str], rbc: str = "127.0.0.1:1", cont
         f"  - {{id: {i}, name: {n}, type: kv, replicas: [{{grpc: 127.0.0.1:1}}]}}" for i, n in enumerate(addrs))
     p = tmp_path / "topology.yaml"
     p.write_text(f"""
-rbc_server: {{grpc: {rbc}}}
+rbc_server: {{grpc: {rbc}, window: 1m}}
 backends:
 {backends}
 app_servers:
@@ -47,19 +47,22 @@ def test_invalid_config_exits_2_and_touches_nothing(procs, tmp_path: Path) -> No
     _, a = procs.memcached(32)
     fill(a, 40)
     before = malloced(a)
-    topo = _write(tmp_path, {"a": a}, controller="{min_partition_mb: 16, unused_gap: -1}")
+    topo = _write(tmp_path, {"a": a}, controller="{min_partition_mb: 16, policy: {name: robinhood, unused_gap: -1}}")
     for cmd in ("run", "plan", "status"):
         r = _run(cmd, "--topology", topo, "--app-server", "app0")
         assert r.returncode == 2, r.stderr
         assert r.stderr.strip().splitlines() == [
-            "robinhood-controller: invalid configuration: app_servers[0].controller.unused_gap: -1.0 must be between 0 and 100"
+            f"robinhood-controller: invalid configuration: topology {topo}: "
+            "app_servers[0].controller.policy.unused_gap: -1 is below the minimum of 0"
         ]
-    r = _run("run", "--topology", _write(tmp_path, {"a": a}), "--app-server", "app0", "--tax", "0.9")
-    assert r.returncode == 2 and "controller.tax: 0.9 must be between 0 and 0.5 (from --tax)" in r.stderr
+    r = _run("run", "--topology", _write(tmp_path, {"a": a}), "--id", "app0", "--policy-param", "tax=0.9")
+    assert r.returncode == 2 and "controller.policy.tax (from --policy-param): 0.9 is above the maximum of 0.5" in r.stderr
     r = _run("run", "--topology", tmp_path / "missing.yaml", "--app-server", "app0")
     assert r.returncode == 2 and "cannot read" in r.stderr and "missing.yaml" in r.stderr
-    r = _run("run", "--topology", _write(tmp_path, {"a": a}), "--app-server", "app0", "--tax", "lots")
-    assert r.returncode == 2 and "argument --tax: invalid float value: 'lots'" in r.stderr
+    r = _run("run", "--topology", _write(tmp_path, {"a": a}), "--id", "app0", "--policy-param", "tax=lots")
+    assert r.returncode == 2 and 'controller.policy.tax (from --policy-param): "lots" is not a number' in r.stderr
+    r = _run("run", "--topology", _write(tmp_path, {"a": a}), "--id", "app0", "--policy-param", "tax")
+    assert r.returncode == 2 and "--policy-param: 'tax' is not KEY=VALUE" in r.stderr
     # Nothing was touched: limit, memory and memcached's own page mover are as before.
     assert limit_mb(a) == 32 and malloced(a) == before
     assert stats(a, "settings")["slab_automove"] is True
@@ -90,7 +93,7 @@ def test_plan_prints_current_and_planned_and_changes_nothing(procs, gobin, free_
     topo = _write(tmp_path, addrs, rbc=rbc_grpc, controller="{min_partition_mb: 16, interval: 1m}")
     before = {n: (limit_mb(a), malloced(a)) for n, a in addrs.items()}
 
-    assert main(["plan", "--topology", str(topo), "--app-server", "app0", "--tax", "0.05"]) == 0
+    assert main(["plan", "--topology", str(topo), "--id", "app0", "--policy-param", "tax=0.05"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert "RBC: 1000 requests in the last 60s" in out

@@ -8,12 +8,12 @@ from pathlib import Path
 from conftest import wait_tcp
 from mcdata import client, fill, limit_mb, malloced, stats
 
-from robinhood_controller.config import resolve
+from robinhood_common.contract import read_yaml
+from robinhood_controller.config import resolve_document
 from robinhood_controller.controller import Controller
 from robinhood_controller.metrics import Metrics
 from robinhood_controller.plan import MIB
 from robinhood_controller.timeline import TimelineWriter, read_timeline
-from robinhood_controller.topology import parse
 
 
 def _topology(addrs: dict[str, str], budget: int, rbc: str, controller: str, initial: dict[str, int] | None = None) -> str:
@@ -39,7 +39,7 @@ app_servers:
 
 
 def _controller(text: str, **kw) -> Controller:  # type: ignore[no-untyped-def]
-    return Controller(resolve(parse(text), "app0"), **kw)
+    return Controller(resolve_document(read_yaml(text), "app0"), **kw)
 
 
 def test_rbc_down_keeps_allocation_and_level_triggered_repair(procs, free_address) -> None:

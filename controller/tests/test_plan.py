@@ -1,19 +1,14 @@
-"""Properties and cases of the pure allocation plan (SPEC §5)."""
+"""Properties and cases of the pure RobinHood plan (paper §3.1-3.2) and of the byte-to-MB
+mechanics around every policy (round_limits, adopt)."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from robinhood_controller.plan import (
-    MIB,
-    RobinHoodParams,
-    adopt,
-    is_eligible,
-    plan_robinhood,
-    round_limits,
-    split_even,
-)
+from robinhood_common.split import split_even
+from robinhood_controller.plan import MIB, adopt, round_limits
+from robinhood_controller.policies.robinhood import RobinHoodParams, is_eligible, plan_robinhood
 
 NAMES = [f"p{i:02d}" for i in range(20)]
 
@@ -123,9 +118,9 @@ def test_gain_is_ordered_by_rbc_among_equal_partitions(inp) -> None:
 
 def test_input_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match=r"allocations.a: -1 is negative"):
-        plan_robinhood({"a": -1}, {}, {}, RobinHoodParams())
+        plan_robinhood({"a": -1}, {}, {}, RobinHoodParams(tax=0.01, unused_gap=0.3, floor_bytes=48 * MIB))
     with pytest.raises(ValueError, match=r"rbc.a: -3"):
-        plan_robinhood({"a": 64 * MIB}, {}, {"a": -3}, RobinHoodParams())
+        plan_robinhood({"a": 64 * MIB}, {}, {"a": -3}, RobinHoodParams(tax=0.01, unused_gap=0.3, floor_bytes=48 * MIB))
     with pytest.raises(ValueError, match="not the budget"):
         round_limits({"a": 64 * MIB + 1}, 64)
 

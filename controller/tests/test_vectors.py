@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from robinhood_controller.plan import MIB, RobinHoodParams, adopt, plan_robinhood, round_limits
+from robinhood_controller.plan import MIB, adopt, round_limits
+from robinhood_controller.policies.robinhood import RobinHoodParams, plan_robinhood
 
 VECTORS = Path(__file__).resolve().parents[2] / "tests" / "vectors"
 

@@ -219,12 +219,30 @@ class Contract:
         """Validate ``doc`` against ``target`` ("topology.schema.yaml" or
         "topology.schema.yaml#/$defs/limits") and return it normalized (defaults
         filled in, shorthands expanded). ConfigError names the first problem."""
+        return self.read_typed(target, doc, path)[0]
+
+    def read_typed(self, target: str, doc: Any, path: str = "") -> tuple[Any, Any]:
+        """:meth:`read`, and the same document with every duration in seconds
+        (a float): what the typed models are built from."""
         file, _, pointer = target.partition("#")
+        if file not in self.docs:
+            raise SchemaError(f"no schema {file!r}")
         node = self.resolve("#" + pointer, file) if pointer else self.docs[file]
         r = _Reader(self, file)
         norm, celv, walk = r.check(node, file, doc, path)
         r.rules(walk, celv_root=celv)
-        return norm
+        return norm, celv
+
+    def properties(self, target: str) -> list[str]:
+        """The property names of an object definition, in schema order."""
+        file, _, pointer = target.partition("#")
+        node = self.resolve("#" + pointer, file) if pointer else self.docs[file]
+        eff, _ = self.effective(node, file)
+        return list(eff.get("properties") or {})
+
+    def defaults(self, target: str) -> dict[str, Any]:
+        """The defaults of an object definition: what it normalizes ``{}`` to."""
+        return self.read(target, {})
 
 
 @lru_cache(maxsize=1)

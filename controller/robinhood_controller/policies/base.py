@@ -1,0 +1,106 @@
+"""The interface every allocation policy implements, and what it is given."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class PolicyError(ValueError):
+    """A policy or its parameters are invalid; the message names the field."""
+
+
+class Params(BaseModel):
+    """A policy's parameters: subclass it with fields that have defaults and a
+    description (``Field(0.01, ge=0, le=0.5, description=...)``). Unknown fields are
+    errors. A policy without parameters uses this class as is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy is built with, besides its parameters."""
+
+    budget_bytes: int
+    """The app server's cache budget; the targets always sum to it."""
+    configured: Mapping[str, int]
+    """The configured allocation per partition, bytes (initial_mb / the even share)."""
+    floor_bytes: int
+    """No partition may be planned below this (controller.min_partition_mb)."""
+
+
+@dataclass(frozen=True)
+class PartitionSample:
+    """What a policy may know about one partition at a tick (memcached's stats)."""
+
+    limit_bytes: int
+    malloced_bytes: int
+    item_bytes: int
+    items: int = 0
+    evictions: int = 0
+    get_hits: int = 0
+    get_misses: int = 0
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """One tick's view of the partitions being planned (the reachable ones)."""
+
+    targets: Mapping[str, int]
+    """Current targets, bytes; the new targets must have the same sum."""
+    used: Mapping[str, int]
+    """u_i per partition, bytes (total_malloced or bytes, per used_source)."""
+    rbc: Mapping[str, int]
+    """Last RBC per partition (0 when the backend blocked nothing, or no snapshot)."""
+    samples: Mapping[str, PartitionSample] = field(default_factory=dict)
+
+    def applied(self) -> dict[str, int]:
+        """The limits memcached actually has, bytes, where known."""
+        return {n: s.limit_bytes for n, s in self.samples.items()}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's answer for one tick."""
+
+    targets: dict[str, int]
+    """New targets, bytes: the same partitions and the same sum as the input's."""
+    moved: bool
+    """False when the policy kept every target unchanged."""
+    eligible: dict[str, bool] | None = None
+    """Per partition, whether it could receive space (policies with such a rule;
+    exported as controller_partition_eligible)."""
+
+
+class AllocationPolicy(ABC):
+    """An allocation policy. Subclasses set ``name`` and ``summary``, declare their
+    ``Params`` model, and register themselves with :func:`register`."""
+
+    name: ClassVar[str]
+    """The name the topology uses (controller.policy.name)."""
+    summary: ClassVar[str]
+    """One line on what it does (listed by robinhood-controller policies)."""
+    Params: ClassVar[type[Params]] = Params
+    """Its parameter model."""
+    needs_rbc: ClassVar[bool] = False
+    """When True, the controller needs rbc_server.grpc, and a tick without an RBC
+    snapshot keeps the targets."""
+    color: ClassVar[str | None] = None
+    """The color of its curves in the testbed's plots (None: one from the palette)."""
+
+    def __init__(self, params: Params, ctx: PolicyContext) -> None:
+        self.params = params
+        self.ctx = ctx
+
+    def initial_targets(self, adopted: Mapping[str, int]) -> dict[str, int]:
+        """Targets to start from, given those adopted from memcached's actual limits
+        (by default, the adopted ones: a restarted controller continues)."""
+        return dict(adopted)
+
+    @abstractmethod
+    def plan(self, inp: PlanInput) -> Decision:
+        """New targets for the partitions in inp (same keys, same sum)."""

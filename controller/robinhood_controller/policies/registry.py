@@ -1,0 +1,114 @@
+"""The registry of allocation policies: discovery, lookup, parameter validation."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from importlib.metadata import entry_points
+from typing import Any
+
+from pydantic import ValidationError
+from robinhood_common.units import format_value
+
+from .base import AllocationPolicy, PolicyContext, PolicyError
+
+ENTRY_POINT_GROUP = "robinhood_controller.policies"
+_REGISTRY: dict[str, type[AllocationPolicy]] = {}
+_loaded = False
+_NOT_POLICIES = {"base", "registry"}
+
+
+def register(cls: type[AllocationPolicy]) -> type[AllocationPolicy]:
+    """Class decorator adding a policy to the registry under ``cls.name``."""
+    name = getattr(cls, "name", "")
+    if not name or not isinstance(name, str):
+        raise TypeError(f"{cls.__qualname__}: an allocation policy needs a name")
+    if not getattr(cls, "summary", ""):
+        raise TypeError(f"{cls.__qualname__}: an allocation policy needs a summary")
+    other = _REGISTRY.get(name)
+    if other is not None and other is not cls and (other.__module__, other.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise TypeError(f"allocation policy {name!r} is registered twice ({other.__module__} and {cls.__module__})")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    pkg = importlib.import_module(__package__ or "robinhood_controller.policies")
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name not in _NOT_POLICIES and not mod.name.startswith("_"):
+            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        ep.load()
+
+
+def names() -> list[str]:
+    """Every registered policy name, sorted."""
+    _load()
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> type[AllocationPolicy]:
+    """The policy class registered as name; PolicyError naming the known ones."""
+    _load()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise PolicyError(f"name: {format_value(name)} is not one of {', '.join(names())}") from None
+
+
+def _param_error(cls: type[AllocationPolicy], e: ValidationError) -> PolicyError:
+    err = e.errors(include_url=False)[0]
+    field = ".".join(str(x) for x in err["loc"])
+    value = format_value(err.get("input"))
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        known = ", ".join(cls.Params.model_fields) or "none"
+        return PolicyError(f"{field}: unknown parameter of policy {cls.name} (known: {known})")
+    def bound(k: str) -> str:
+        v = ctx.get(k)
+        return f"{v:g}" if isinstance(v, (int, float)) else str(v)
+
+    texts = {
+        "greater_than_equal": f"is below the minimum of {bound('ge')}",
+        "greater_than": f"must be above {bound('gt')}",
+        "less_than_equal": f"is above the maximum of {bound('le')}",
+        "less_than": f"must be below {bound('lt')}",
+        "float_parsing": "is not a number", "float_type": "is not a number",
+        "int_parsing": "is not an integer", "int_type": "is not an integer", "int_from_float": "is not an integer",
+        "bool_parsing": "is not true or false", "bool_type": "is not true or false",
+        "string_type": "is not a string",
+    }
+    msg = texts.get(kind, str(err["msg"]).removeprefix("Value error, "))
+    return PolicyError(f"{field}: {value} {msg}")
+
+
+def validate_params(name: str, params: dict[str, Any]) -> Any:
+    """The policy's validated parameter model; PolicyError naming the field."""
+    cls = get(name)
+    try:
+        return cls.Params.model_validate(params)
+    except ValidationError as e:
+        raise _param_error(cls, e) from None
+
+
+def build(name: str, params: dict[str, Any], ctx: PolicyContext) -> AllocationPolicy:
+    """The policy registered as name, built with validated parameters."""
+    cls = get(name)
+    return cls(validate_params(name, params), ctx)
+
+
+def describe() -> list[dict[str, Any]]:
+    """Every policy: name, summary, whether it needs the RBC, and its parameters
+    (name, default, description)."""
+    out = []
+    for n in names():
+        cls = _REGISTRY[n]
+        params = [{"name": f, "default": info.default, "description": info.description or ""}
+                  for f, info in cls.Params.model_fields.items()]
+        out.append({"name": n, "summary": cls.summary, "needs_rbc": cls.needs_rbc, "color": cls.color,
+                    "params": params})
+    return out

@@ -1,0 +1,194 @@
+"""The topology file as typed values (docs/topology.md).
+
+:func:`load` and :func:`parse` read a topology through the contract reader
+(:mod:`robinhood_common.contract`), so every rule and default comes from
+``schema/topology.schema.yaml``; the models below only give the normalized document
+types. Durations are seconds (floats). The models have no defaults of their own: a
+test checks that their fields are exactly the schema's properties.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .contract import ConfigError, Contract, read_yaml
+from .split import fill_rest
+
+SCHEMA = "topology.schema.yaml"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RBCServer(_Model):
+    """The RBC server's addresses and window settings."""
+
+    grpc: str | None = None
+    http: str | None = None
+    window: float
+    ring_size: int
+    low_pct: float
+    high_pct: float
+
+
+class Replica(_Model):
+    """One process serving a backend."""
+
+    grpc: str
+    http: str | None = None
+
+
+class Limits(_Model):
+    """A backend's capacity model."""
+
+    workers: int
+    rate: float
+    extra_latency_ms: float
+    hiccup_prob: float
+    hiccup_ms: float
+    queue_limit: int
+
+
+class KVOptions(_Model):
+    redis: str | None = None
+    max_bytes: int
+
+
+class SQLOptions(_Model):
+    db: str | None = None
+    rows: int
+
+
+class ComputeOptions(_Model):
+    matrix_size: int
+
+
+class Backend(_Model):
+    """One backend service."""
+
+    id: int
+    name: str
+    type: str
+    replicas: list[Replica]
+    limits: Limits
+    seed: int
+    kv: KVOptions | None = None
+    sql: SQLOptions | None = None
+    compute: ComputeOptions | None = None
+
+
+class Partition(_Model):
+    """One backend's memcached instance on an application server."""
+
+    addr: str
+    initial_mb: int | None = None
+
+
+class Named(_Model):
+    """A policy: its name and its parameters (validated by the policy)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    def params(self) -> dict[str, Any]:
+        """The parameters: every field but the name."""
+        return dict(self.model_extra or {})
+
+
+class AllocationPolicy(Named):
+    name: str
+
+
+class Dispatch(Named):
+    policy: str
+
+
+class Controller(_Model):
+    """An app server's controller block."""
+
+    policy: AllocationPolicy
+    interval: float
+    min_partition_mb: int
+    metrics: str | None = None
+    dry_run: bool
+    rbc_timeout: float
+    shrink_budget: float | None = None
+    used_source: str
+    memcached_timeout: float
+
+
+class AppServer(_Model):
+    """One application server and its cache."""
+
+    id: str
+    http: str
+    cache_mode: str
+    cache_budget_mb: int
+    partitions: dict[str, Partition]
+    shared_cache: str | None = None
+    request_timeout: float
+    backend_timeout: float
+    dispatch: Dispatch
+    controller: Controller
+
+    def partition_names(self) -> list[str]:
+        """Partition (backend) names in sorted order."""
+        return sorted(self.partitions)
+
+    def initial_allocation_mb(self) -> dict[str, int]:
+        """The configured allocation in MB: ``initial_mb`` where given, the partitions
+        without it share the rest of the budget evenly (largest remainder, ties to the
+        name sorting first). The schema's rules make it sum to the budget."""
+        fixed = {n: p.initial_mb for n, p in self.partitions.items() if p.initial_mb is not None}
+        return fill_rest(fixed, self.partition_names(), self.cache_budget_mb)
+
+
+class Topology(_Model):
+    """A whole deployment."""
+
+    rbc_server: RBCServer
+    backends: list[Backend]
+    app_servers: list[AppServer]
+
+    def app_server(self, app_id: str) -> tuple[int, AppServer]:
+        """The index and the app server with this id; ConfigError naming the known
+        ids otherwise."""
+        for i, a in enumerate(self.app_servers):
+            if a.id == app_id:
+                return i, a
+        known = ", ".join(a.id for a in self.app_servers) or "none"
+        raise ConfigError("", f"no app server {app_id!r} (the topology has: {known})")
+
+    def backend_ids(self) -> dict[int, str]:
+        """Backend id → name."""
+        return {b.id: b.name for b in self.backends}
+
+
+def from_document(doc: Any) -> Topology:
+    """Validate a topology document (a mapping) and return it typed."""
+    _, typed = Contract.packaged().read_typed(SCHEMA, doc)
+    return Topology.model_validate(typed)
+
+
+def parse(text: str) -> Topology:
+    """Parse and validate a topology document (YAML text)."""
+    return from_document(read_yaml(text, "topology"))
+
+
+class TopologyError(ValueError):
+    """A topology that cannot be read: the message names the file and the field."""
+
+
+def load(path: str | Path) -> Topology:
+    """Read and validate a topology file; TopologyError names the file and field."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise TopologyError(f"topology: cannot read {p}: {e.strerror}") from None
+    try:
+        return parse(text)
+    except ConfigError as e:
+        raise TopologyError(f"topology {p}: {e}") from None
