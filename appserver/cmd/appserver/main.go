@@ -42,6 +42,7 @@ func run(args []string) int {
 	fillWorkers := fs.Int("fill-workers", cache.DefaultFillWorkers, "goroutines storing values, per backend")
 	rbcBuffer := fs.Int("rbc-buffer", report.DefaultBufferLen, "request records buffered for the next RBC batch; more are dropped and counted")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest accepted request body")
+	check := fs.Bool("check", false, "validate the topology and this app server's settings (dispatch policy parameters among them), print what would run, and exit")
 	listDispatch := fs.Bool("list-dispatch-policies", false, "print every registered dispatch policy, one a line (name, parameters with defaults, summary), and exit")
 	listen := fs.String("http-addr", "", "listen address (default: the app server's http address in the topology; set it when that name is not local, e.g. 0.0.0.0:8080 behind a container service name)")
 	fs.Usage = func() {
@@ -109,6 +110,10 @@ func run(args []string) int {
 	}
 	defer srv.Close()
 	app := srv.AppServer()
+	if *check {
+		fmt.Printf("app server %s: valid (cache_mode %s, dispatch %s, %d backends)\n", app.ID, app.CacheMode, app.Dispatch.Policy, len(topo.Backends))
+		return 0
+	}
 
 	addr := app.HTTP
 	if *listen != "" {

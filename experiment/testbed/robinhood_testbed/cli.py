@@ -1,8 +1,17 @@
 """robinhood-testbed: run the whole RobinHood topology on this machine.
 
-  robinhood-testbed up      --experiment FILE [--policy P] [--prometheus]
-  robinhood-testbed run     --experiment FILE --policy P
-  robinhood-testbed compare --experiment FILE --policies robinhood,static,shared
+  robinhood-testbed compare --experiment FILE [--cache-modes partitioned,shared]
+                            [--policies robinhood,static] [--dispatch random]
+  robinhood-testbed run     --experiment FILE [--cache-mode M] [--policy P] [--dispatch D]
+  robinhood-testbed up      --experiment FILE [--cache-mode M] [--policy P] [--dispatch D] [--prometheus]
+  robinhood-testbed up      --topology FILE [--id ID ...] [--prometheus]
+  robinhood-testbed compose --experiment FILE [--policy P] --out DIR
+
+A comparison runs one arm per cache mode × allocation policy × dispatch policy (the
+experiment's compare block, or the flags), each on a fresh topology with the same
+trace, scenario and seed. Allocation policies are the controller's
+(`robinhood-controller policies`), dispatch policies the app server's
+(`bin/appserver --list-dispatch-policies`).
 """
 from __future__ import annotations
 
@@ -18,16 +27,19 @@ from pathlib import Path
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from robinhood_common.contract import ConfigError, read_yaml
+from robinhood_common.units import parse_duration
+from robinhood_controller import policies as allocation
 
-from . import analysis, plots, report
-from .deploy import REPO, Deployment
-from .experiment import Experiment, ExperimentError, load
+from . import analysis, compose, plots, report
+from .deploy import REPO, Deployment, go_bin
+from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
-from .run import prepare_inputs, run_policy
+from .run import deployment, prepare_inputs, run_arm
 
 log = logging.getLogger("robinhood_testbed")
-KNOWN_POLICIES = ("robinhood", "static", "shared", "none")
+CACHE_MODES = ("partitioned", "shared", "none")
 
 
 def _sigterm(signum: int, frame: object) -> None:
@@ -40,31 +52,63 @@ def _out_dir(args: argparse.Namespace, exp: Experiment) -> Path:
     return REPO / "runs" / f"{exp.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def _policies(text: str) -> list[str]:
+def _names(text: str, flag: str) -> list[str]:
     out = [p.strip() for p in text.split(",") if p.strip()]
     if not out:
-        raise ExperimentError("--policies: give at least one policy")
-    for p in out:
-        if p not in KNOWN_POLICIES:
-            raise ExperimentError(f"--policies: unknown policy {p!r} (known: {', '.join(KNOWN_POLICIES)})")
+        raise ExperimentError(f"{flag}: give at least one name")
     if len(set(out)) != len(out):
-        raise ExperimentError(f"--policies: {text!r} names a policy twice")
+        raise ExperimentError(f"{flag}: {text!r} names one twice")
     return out
+
+
+def _arms(args: argparse.Namespace, exp: Experiment, single: bool = False) -> list[Arm]:
+    """The arms the command line asks for (the experiment's compare block where a flag
+    is not given)."""
+    if single:
+        modes = [args.cache_mode] if args.cache_mode else None
+        pols = [args.policy] if args.policy else None
+        disp = [args.dispatch] if args.dispatch else None
+    else:
+        modes = _names(args.cache_modes, "--cache-modes") if args.cache_modes else None
+        pols = _names(args.policies, "--policies") if args.policies else None
+        disp = _names(args.dispatch, "--dispatch") if args.dispatch else None
+    for m in modes or []:
+        if m not in CACHE_MODES:
+            raise ExperimentError(f"--cache-modes: {m!r} is not one of {', '.join(CACHE_MODES)}")
+    for p in pols or []:
+        if p in CACHE_MODES:
+            raise ExperimentError(f"--policies: {p!r} is a cache mode, not an allocation policy: "
+                                  f"use --cache-modes partitioned,{p} (allocation policies: {', '.join(allocation.names())})")
+        if p not in allocation.names():
+            raise ExperimentError(f"--policies: {p!r} is not one of {', '.join(allocation.names())}")
+    if single:
+        if modes is None:
+            modes = ["partitioned"] if pols else [exp.compare.cache_modes[0]]
+        pols = pols or [exp.compare.policies[0].name]
+        disp = disp or [exp.compare.dispatch[0].policy]
+    by_name = {p.name: p.model_dump() for p in exp.compare.policies}
+    pol_specs = [by_name.get(p, {"name": p}) for p in pols] if pols else None
+    disp_by = {d.policy: d.model_dump() for d in exp.compare.dispatch}
+    disp_specs = [disp_by.get(d, {"policy": d}) for d in disp] if disp else None
+    return arms(exp, modes, pol_specs, disp_specs, known_dispatch=dispatch_policies(str(go_bin("appserver"))))
 
 
 def _load(args: argparse.Namespace) -> Experiment:
     exp = load(args.experiment)
     if getattr(args, "duration", None):
-        from .experiment import parse_duration
+        from robinhood_common.experiment import from_document
         try:
             d = parse_duration(args.duration)
         except ValueError as e:
             raise ExperimentError(f"--duration: {e}") from None
-        data = exp.model_dump()
-        data["duration"] = d
+        doc = dict(exp.document)
+        doc["duration"] = args.duration
         if exp.slo.warmup >= d:
-            data["slo"] = {**data["slo"], "warmup": d / 4}
-        exp = Experiment.model_validate(data)
+            doc["slo"] = {**doc["slo"], "warmup": f"{d / 4:g}s"}
+        try:
+            exp = from_document(doc, exp.base_dir)
+        except ConfigError as e:
+            raise ExperimentError(f"--duration: {e}") from None
     return exp
 
 
@@ -83,8 +127,8 @@ def print_table(console: Console, rows: list[dict]) -> None:
     console.print(t)
 
 
-def finish(exp: Experiment, out: Path, policies: list[str], console: Console) -> list[dict]:
-    runs = [analysis.PolicyRun.load(out / p) for p in policies]
+def finish(exp: Experiment, out: Path, arms: list[str], console: Console) -> list[dict]:
+    runs = [analysis.PolicyRun.load(out / p) for p in arms]
     rows = analysis.comparison_rows(runs)
     figs = plots.all_plots(runs, out)
     rep = report.write_report(exp, runs, rows, figs, out / "report.html")
@@ -94,43 +138,72 @@ def finish(exp: Experiment, out: Path, policies: list[str], console: Console) ->
     return rows
 
 
-def cmd_compare(args: argparse.Namespace, policies: list[str]) -> int:
+def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
     console = Console()
     exp = _load(args)
+    todo = _arms(args, exp, single=single)
     out = _out_dir(args, exp)
     if out.exists() and any(out.iterdir()):
         raise ExperimentError(f"--out: {out} exists and is not empty")
-    console.print(f"Experiment [bold]{exp.name}[/]: {', '.join(policies)}; {exp.duration:g} s each; results in {out}")
+    names = [a.name for a in todo]
+    console.print(f"Experiment [bold]{exp.name}[/]: {', '.join(names)}; {exp.duration:g} s each; results in {out}")
     trace, scenario = prepare_inputs(exp, out)
-    for policy in policies:
+    for arm in todo:
         with LiveView([b.name for b in exp.backends]) as view:
-            res = run_policy(exp, policy, out, trace, scenario, out / "data",
-                             view=None if args.quiet else view, prometheus=args.prometheus)
+            res = run_arm(exp, arm, out, trace, scenario, out / "data",
+                          view=None if args.quiet else view, prometheus=args.prometheus)
         viol = analysis.PolicyRun.load(res.run_dir).violation_pct()
-        console.print(f"[bold]{policy}[/] done: P99 SLO violations "
+        console.print(f"[bold]{arm.name}[/] done: P99 SLO violations "
                       f"{analysis.fmt(viol, '{:.1f}')} % (results in {res.run_dir})")
-    finish(exp, out, policies, console)
+    finish(exp, out, names, console)
     return 0
+
+
+def _print_endpoints(console: Console, dep: Deployment) -> None:
+    ep = dep.ep
+    console.print(f"topology file: {dep.topology_path}")
+    if ep.rbc_http:
+        console.print(f"RBC server:    grpc {ep.rbc_grpc}  http http://{ep.rbc_http}/v1/rbc")
+    for app, http in ep.app_http.items():
+        console.print(f"app server {app}: POST http://{http}/v1/request   metrics http://{http}/metrics")
+        if app in ep.controller_metrics:
+            console.print(f"  controller metrics http://{ep.controller_metrics[app]}/metrics")
+    for name, reps in ep.backends.items():
+        for i, (g, h) in enumerate(reps):
+            console.print(f"backend {name}[{i}]: grpc {g}  admin http://{h}/admin/limits")
+    if ep.prometheus:
+        console.print(f"Prometheus:    http://{ep.prometheus}/")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     console = Console()
-    exp = _load(args)
-    out = _out_dir(args, exp)
-    console.print(f"Starting {exp.name} with policy {args.policy} (logs in {out / args.policy / 'logs'})")
-    with Deployment(exp, args.policy, out / args.policy, out / "data", prometheus=args.prometheus) as dep:
+    if args.topology:
+        if args.experiment:
+            raise ExperimentError("give --experiment or --topology, not both")
+        path = Path(args.topology)
+        try:
+            doc = read_yaml(path.read_text(), "topology")
+        except OSError as e:
+            raise ExperimentError(f"--topology: cannot read {path}: {e.strerror}") from None
+        except ConfigError as e:
+            raise ExperimentError(f"topology {path}: {e}") from None
+        out = Path(args.out) if args.out else REPO / "runs" / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        dep = Deployment(doc, out, out / "data", only=set(args.id) if args.id else None, prometheus=args.prometheus)
+        what = f"{path}" + (f" ({', '.join(args.id)})" if args.id else "")
+    else:
+        if not args.experiment:
+            raise ExperimentError("give --experiment FILE or --topology FILE")
+        if args.id:
+            raise ExperimentError("--id selects components of --topology")
+        exp = _load(args)
+        arm = _arms(args, exp, single=True)[0]
+        out = _out_dir(args, exp)
+        dep = deployment(exp, arm, out / arm.name, out / "data", prometheus=args.prometheus)
+        what = f"{exp.name} with {arm.name}"
+    console.print(f"Starting {what} (logs in {dep.run_dir / 'logs'})")
+    with dep:
+        _print_endpoints(console, dep)
         ep = dep.ep
-        console.print(f"topology file: {dep.topology_path}")
-        console.print(f"RBC server:    grpc {ep.rbc_grpc}  http http://{ep.rbc_http}/v1/rbc")
-        for app, http in ep.app_http.items():
-            console.print(f"app server {app}: POST http://{http}/v1/request   metrics http://{http}/metrics")
-            if app in ep.controller_metrics:
-                console.print(f"  controller metrics http://{ep.controller_metrics[app]}/metrics")
-        for name, reps in ep.backends.items():
-            for i, (g, h) in enumerate(reps):
-                console.print(f"backend {name}[{i}]: grpc {g}  admin http://{h}/admin/limits")
-        if ep.prometheus:
-            console.print(f"Prometheus:    http://{ep.prometheus}/")
         if args.ready_file:
             info = {"topology": str(dep.topology_path), "rbc_http": ep.rbc_http, "app_http": ep.app_http,
                     "controller_metrics": ep.controller_metrics, "prometheus": ep.prometheus}
@@ -143,39 +216,73 @@ def cmd_up(args: argparse.Namespace) -> int:
             time.sleep(1)
 
 
+def cmd_compose(args: argparse.Namespace) -> int:
+    exp = _load(args)
+    arm = _arms(args, exp, single=True)[0]
+    files = compose.generate(exp, arm, Path(args.experiment))
+    out = Path(args.out)
+    for rel, text in files.items():
+        p = out / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        print(f"wrote {p}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="robinhood-testbed", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--experiment", required=True, help="experiment file (examples/*.yaml)")
+    def common(p: argparse.ArgumentParser, experiment_required: bool = True) -> None:
+        p.add_argument("--experiment", required=experiment_required, help="experiment file (examples/*.yaml)")
         p.add_argument("--out", help="results folder (default runs/<name>-<time>)")
         p.add_argument("--prometheus", action="store_true", help="also run a Prometheus server scraping every component")
         p.add_argument("--duration", help="override the experiment's duration (e.g. 60s)")
         p.add_argument("--log-level", default="warning")
 
-    up = sub.add_parser("up", help="start the topology and keep it running until Ctrl-C")
-    common(up)
-    up.add_argument("--policy", default="robinhood", choices=KNOWN_POLICIES)
+    def one_arm(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--cache-mode", choices=CACHE_MODES, help="cache mode (default: partitioned when --policy is "
+                       "given, else the experiment's first)")
+        p.add_argument("--policy", help="allocation policy (default: the experiment's first)")
+        p.add_argument("--dispatch", help="dispatch policy (default: the experiment's first)")
+
+    up = sub.add_parser("up", help="start a topology and keep it running until Ctrl-C")
+    common(up, experiment_required=False)
+    one_arm(up)
+    up.add_argument("--topology", help="start this topology file instead of an experiment's")
+    up.add_argument("--id", action="append", metavar="ID",
+                    help="with --topology: start only this component (app server id, backend name or rbc_server); "
+                         "repeatable")
     up.add_argument("--ready-file", help="once everything is up, write the endpoints here (JSON)")
-    run = sub.add_parser("run", help="run one experiment with one policy")
+    run = sub.add_parser("run", help="run one arm of an experiment")
     common(run)
-    run.add_argument("--policy", required=True, choices=KNOWN_POLICIES)
+    one_arm(run)
     run.add_argument("--quiet", action="store_true", help="no live view")
-    cmp = sub.add_parser("compare", help="run the same trace, scenario and seed once per policy")
+    cmp = sub.add_parser("compare", help="run the same trace, scenario and seed once per arm")
     common(cmp)
-    cmp.add_argument("--policies", default="robinhood,static,shared")
+    cmp.add_argument("--cache-modes", help="comma-separated cache modes (default: the experiment's compare.cache_modes)")
+    cmp.add_argument("--policies", help="comma-separated allocation policies (default: compare.policies)")
+    cmp.add_argument("--dispatch", help="comma-separated dispatch policies (default: compare.dispatch)")
     cmp.add_argument("--quiet", action="store_true", help="no live view")
+    cmps = sub.add_parser("compose", help="write docker-compose.yml and its configuration for one arm")
+    cmps.add_argument("--experiment", required=True, help="experiment file")
+    one_arm(cmps)
+    cmps.add_argument("--out", required=True, help="the repository root to write into (docker-compose.yml, deploy/compose/)")
+    cmps.add_argument("--log-level", default="warning")
     args = ap.parse_args(argv)
+    if not hasattr(args, "duration"):
+        args.duration = None
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _sigterm)
     try:
         if args.cmd == "up":
             return cmd_up(args)
         if args.cmd == "run":
-            return cmd_compare(args, [args.policy])
-        return cmd_compare(args, _policies(args.policies))
+            return cmd_compare(args, single=True)
+        if args.cmd == "compose":
+            return cmd_compose(args)
+        return cmd_compare(args)
     except ExperimentError as e:
         print(f"robinhood-testbed: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,8 @@
 """Start a whole topology as local processes: memcached partitions, backend replicas,
-the RBC server, app servers and one controller per app server (plus Prometheus on
-request). The topology file every component reads is generated here."""
+the RBC server, app servers and one controller per partitioned app server (plus
+Prometheus on request). Every component starts from the same topology file
+(``--topology FILE --id ID``); the testbed writes that file from an experiment arm
+(:func:`build_topology`, validated by the shared reader) or takes an existing one."""
 from __future__ import annotations
 
 import logging
@@ -12,13 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from robinhood_common import topology as topo
+from robinhood_common.contract import ConfigError
 
-from .experiment import CACHE_MODE_POLICIES, Experiment, format_duration
+from .experiment import Arm, Experiment, ExperimentError
 from .procs import PortAllocator, Proc, StartError, Supervisor, wait_http, wait_tcp
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[3]
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "", "[::1]")
 
 
 def bin_dir() -> Path:
@@ -40,13 +45,66 @@ def controller_cmd() -> list[str]:
     return [sys.executable, "-m", "robinhood_controller.cli"]
 
 
-def cache_mode(policy: str) -> str:
-    return CACHE_MODE_POLICIES.get(policy, "partitioned")
+def app_ids(exp: Experiment) -> list[str]:
+    return [f"app{i}" for i in range(exp.cache.app_servers)]
+
+
+def build_topology(exp: Experiment, arm: Arm, ports: PortAllocator | None = None,
+                   service_names: bool = False) -> dict[str, Any]:
+    """The topology document of one arm of an experiment, validated by the shared
+    reader: every address a free loopback port, or with ``service_names`` a
+    ``component:fixed-port`` name (for containers, where each component is a host).
+    ExperimentError names what is wrong with the arm's topology."""
+    doc = exp.document
+    ports = ports or PortAllocator()
+
+    def addr(component: str, port: int) -> str:
+        return f"{component}:{port}" if service_names else ports.addr()
+
+    rbc = {k: v for k, v in doc["rbc_server"].items() if k not in ("grpc", "http")}
+    topology: dict[str, Any] = {"rbc_server": {"grpc": addr("rbcserver", 7070), "http": addr("rbcserver", 7071), **rbc}}
+    backends = []
+    for i, b in enumerate(doc["backends"]):
+        entry: dict[str, Any] = {
+            "id": i, "name": b["name"], "type": b["type"], "seed": exp.seed,
+            "replicas": [{"grpc": addr(f"{b['name']}-{r}", 7100), "http": addr(f"{b['name']}-{r}", 7200)}
+                         for r in range(b["replicas"])],
+            "limits": b["limits"],
+        }
+        for kind in ("kv", "sql", "compute"):
+            if b.get(kind) is not None:
+                entry[kind] = b[kind]
+        backends.append(entry)
+    topology["backends"] = backends
+    alloc = exp.initial_allocation()
+    apps = []
+    for app in app_ids(exp):
+        entry = {
+            "id": app, "http": addr(app, 8080), "cache_mode": arm.cache_mode, "cache_budget_mb": exp.cache.budget_mb,
+            "request_timeout": doc["request_timeout"], "backend_timeout": doc["backend_timeout"],
+            "dispatch": dict(arm.dispatch),
+        }
+        if arm.cache_mode == "partitioned":
+            entry["partitions"] = {b["name"]: {"addr": addr(f"mc-{app}-{b['name']}", 11211), "initial_mb": alloc[b["name"]]}
+                                   for b in doc["backends"]}
+            ctl = {k: v for k, v in doc["controller"].items() if k != "metrics"}
+            ctl["policy"] = dict(arm.policy or {"name": "static"})
+            ctl["metrics"] = "0.0.0.0:9100" if service_names else addr(f"controller-{app}", 9100)
+            entry["controller"] = ctl
+        elif arm.cache_mode == "shared":
+            entry["shared_cache"] = addr(f"mc-{app}-shared", 11211)
+        apps.append(entry)
+    topology["app_servers"] = apps
+    try:
+        topo.from_document(topology)
+    except ConfigError as e:
+        raise ExperimentError(f"arm {arm.name}: the topology it makes is invalid: {e}") from None
+    return topology
 
 
 @dataclass
 class Endpoints:
-    """Every address of one deployment."""
+    """Every address of one deployment, from its topology."""
 
     rbc_grpc: str = ""
     rbc_http: str = ""
@@ -61,12 +119,27 @@ class Endpoints:
     replay_metrics: str = ""
     prometheus: str = ""
 
+    @classmethod
+    def of(cls, t: topo.Topology) -> Endpoints:
+        ep = cls(rbc_grpc=t.rbc_server.grpc or "", rbc_http=t.rbc_server.http or "")
+        for b in t.backends:
+            ep.backends[b.name] = [(r.grpc, r.http or "") for r in b.replicas]
+        for a in t.app_servers:
+            ep.app_http[a.id] = a.http
+            if a.cache_mode == "partitioned":
+                ep.caches[a.id] = {n: p.addr for n, p in a.partitions.items()}
+                if a.controller.metrics:
+                    ep.controller_metrics[a.id] = a.controller.metrics
+            elif a.cache_mode == "shared" and a.shared_cache:
+                ep.caches[a.id] = {"*shared*": a.shared_cache}
+        return ep
+
     def scrape_targets(self) -> dict[str, list[str]]:
         """Prometheus jobs -> HTTP addresses serving /metrics."""
         jobs: dict[str, list[str]] = {
-            "rbcserver": [self.rbc_http],
+            "rbcserver": [self.rbc_http] if self.rbc_http else [],
             "appserver": list(self.app_http.values()),
-            "backend": [h for reps in self.backends.values() for _, h in reps],
+            "backend": [h for reps in self.backends.values() for _, h in reps if h],
         }
         if self.controller_metrics:
             jobs["controller"] = list(self.controller_metrics.values())
@@ -75,81 +148,59 @@ class Endpoints:
         return jobs
 
 
-def app_ids(exp: Experiment) -> list[str]:
-    return [f"app{i}" for i in range(exp.cache.app_servers)]
-
-
-def build_topology(exp: Experiment, policy: str, ports: PortAllocator) -> tuple[dict[str, Any], Endpoints]:
-    """The topology document for `policy` and the addresses it uses."""
-    ep = Endpoints(rbc_grpc=ports.addr(), rbc_http=ports.addr())
-    mode = cache_mode(policy)
-    backends = []
-    for i, b in enumerate(exp.backends):
-        reps = [(ports.addr(), ports.addr()) for _ in range(b.replicas)]
-        ep.backends[b.name] = reps
-        backends.append({"id": i, "name": b.name, "type": b.type,
-                         "replicas": [{"grpc": g, "http": h} for g, h in reps]})
-    alloc = exp.initial_allocation()
-    apps = []
-    for app in app_ids(exp):
-        http = ports.addr()
-        ep.app_http[app] = http
-        entry: dict[str, Any] = {
-            "id": app, "http": http, "cache_mode": mode, "cache_budget_mb": exp.cache.budget_mb,
-            "request_timeout": format_duration(exp.request_timeout),
-            "backend_timeout": format_duration(exp.backend_timeout),
-        }
-        if mode == "partitioned":
-            parts = {b.name: ports.addr() for b in exp.backends}
-            ep.caches[app] = parts
-            entry["partitions"] = {n: {"addr": a, "initial_mb": alloc[n]} for n, a in parts.items()}
-            metrics = ports.addr()
-            ep.controller_metrics[app] = metrics
-            ctl: dict[str, Any] = {
-                "policy": policy, "interval": format_duration(exp.controller.interval),
-                "tax": exp.controller.tax, "unused_gap": exp.controller.unused_gap, "metrics": metrics,
-            }
-            if exp.controller.min_partition_mb is not None:
-                ctl["min_partition_mb"] = exp.controller.min_partition_mb
-            ctl.update(exp.controller.extra)
-            entry["controller"] = ctl
-        elif mode == "shared":
-            shared = ports.addr()
-            ep.caches[app] = {"*shared*": shared}
-            entry["shared_cache"] = shared
-        apps.append(entry)
-    topo = {"rbc_server": {"grpc": ep.rbc_grpc, "http": ep.rbc_http}, "backends": backends, "app_servers": apps}
-    return topo, ep
+def _local_port(addr: str, what: str) -> str:
+    host, _, port = addr.rpartition(":")
+    if host not in LOCAL_HOSTS:
+        raise StartError(f"{what} {addr}: the testbed starts processes on this machine only (host must be 127.0.0.1)")
+    return port
 
 
 @dataclass
 class Deployment:
-    """A running topology. Use as a context manager: leaving it stops every process."""
+    """A running topology. Use as a context manager: leaving it stops every process.
 
-    exp: Experiment
-    policy: str
+    ``topology`` is a topology document; ``only`` restricts the start to some
+    components (app server ids — with their partitions and controller — backend
+    names, or "rbc_server"); ``replay`` reserves an address for the replayer's metrics.
+    """
+
+    topology: dict[str, Any]
     run_dir: Path
     data_dir: Path
+    memcached_args: list[str] = field(default_factory=lambda: ["-t", "1"])
+    only: set[str] | None = None
     prometheus: bool = False
-    #: A replayer will run against this deployment (its metrics address is reserved
-    #: and scraped by Prometheus).
     replay: bool = False
     ports: PortAllocator = field(default_factory=PortAllocator)
     sup: Supervisor = field(init=False)
     topology_path: Path = field(init=False)
+    typed: topo.Topology = field(init=False)
     ep: Endpoints = field(init=False)
-    topology: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
+        try:
+            self.typed = topo.from_document(self.topology)
+        except ConfigError as e:
+            raise ExperimentError(f"invalid topology: {e}") from None
+        if self.only:
+            known = {"rbc_server"} | {b.name for b in self.typed.backends} | {a.id for a in self.typed.app_servers}
+            unknown = sorted(self.only - known)
+            if unknown:
+                raise ExperimentError(f"--id: {unknown[0]!r} is not rbc_server, a backend or an app server "
+                                      f"(known: {', '.join(sorted(known))})")
         self.sup = Supervisor(self.run_dir / "logs")
-        self.topology, self.ep = build_topology(self.exp, self.policy, self.ports)
+        self.ep = Endpoints.of(self.typed)
         if self.replay:
             self.ep.replay_metrics = self.ports.addr()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.topology_path = self.run_dir / "topology.yaml"
         self.topology_path.write_text(yaml.safe_dump(self.topology, sort_keys=False))
 
-    def __enter__(self) -> "Deployment":
+    @property
+    def backend_names(self) -> dict[int, str]:
+        return self.typed.backend_ids()
+
+    def __enter__(self) -> Deployment:
         try:
             self.start()
         except BaseException:
@@ -160,47 +211,58 @@ class Deployment:
     def __exit__(self, *exc: object) -> None:
         self.sup.stop_all()
 
+    def _wanted(self, component: str) -> bool:
+        return self.only is None or component in self.only
+
     # -- starting -------------------------------------------------------------------
 
     def start(self) -> None:
-        exp = self.exp
+        t, topo_file = self.typed, str(self.topology_path)
         memcached = shutil.which("memcached")
         if memcached is None:
             raise StartError("memcached is not installed: run 'make deps'")
-        alloc = exp.initial_allocation()
         waits: list[tuple[Proc, str]] = []
-        for app, caches in self.ep.caches.items():
-            for name, addr in caches.items():
-                mb = exp.cache.budget_mb if name == "*shared*" else alloc[name]
-                port = addr.rsplit(":", 1)[1]
-                args = [memcached, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", str(mb), *exp.cache.memcached_args]
+        for a in t.app_servers:
+            if not self._wanted(a.id):
+                continue
+            caches: dict[str, tuple[str, int]] = {}
+            if a.cache_mode == "partitioned":
+                alloc = a.initial_allocation_mb()
+                caches = {n: (p.addr, alloc[n]) for n, p in a.partitions.items()}
+            elif a.cache_mode == "shared" and a.shared_cache:
+                caches = {"shared": (a.shared_cache, a.cache_budget_mb)}
+            for name, (addr, mb) in caches.items():
+                port = _local_port(addr, f"app_servers {a.id} partition {name}")
+                args = [memcached, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", str(mb), *self.memcached_args]
                 if os.geteuid() == 0:
                     args += ["-u", "root"]
-                label = "shared" if name == "*shared*" else name
-                waits.append((self.sup.start(f"memcached-{app}-{label}", args), addr))
-        for b in exp.backends:
-            for i, (grpc, http) in enumerate(self.ep.backends[b.name]):
-                args = [go_bin("backend"), "--type", b.type, "--name", b.name,
-                        "--grpc-addr", grpc, "--http-addr", http, "--seed", str(exp.seed + i),
-                        *b.limits.flags(), *b.args]
-                if b.type == "sql" and "--db" not in b.args:
+                waits.append((self.sup.start(f"memcached-{a.id}-{name}", args), addr))
+        for b in t.backends:
+            if not self._wanted(b.name):
+                continue
+            for i, r in enumerate(b.replicas):
+                _local_port(r.grpc, f"backend {b.name} replica {i}")
+                args: list[Any] = [go_bin("backend"), "--topology", topo_file, "--id", b.name, "--replica", str(i)]
+                if b.type == "sql" and (b.sql is None or b.sql.db is None):
                     args += ["--db", str(self.data_dir / f"{b.name}-{i}.db")]
-                waits.append((self.sup.start(f"backend-{b.name}-{i}", args), f"http://{http}/healthz"))
-        rbc = self.sup.start("rbcserver", [go_bin("rbcserver"), "--grpc-addr", self.ep.rbc_grpc,
-                                           "--http-addr", self.ep.rbc_http,
-                                           "--window", format_duration(exp.rbc.window),
-                                           "--ring-size", str(exp.rbc.ring_size)])
-        waits.append((rbc, f"http://{self.ep.rbc_http}/healthz"))
+                target = f"http://{r.http}/healthz" if r.http else r.grpc
+                waits.append((self.sup.start(f"backend-{b.name}-{i}", args), target))
+        if self._wanted("rbc_server") and t.rbc_server.grpc:
+            rbc = self.sup.start("rbcserver", [go_bin("rbcserver"), "--topology", topo_file])
+            waits.append((rbc, f"http://{t.rbc_server.http}/healthz" if t.rbc_server.http else t.rbc_server.grpc))
         self._wait(waits)
         waits = []
-        for app, http in self.ep.app_http.items():
-            p = self.sup.start(f"appserver-{app}", [go_bin("appserver"), "--topology", self.topology_path, "--id", app])
-            waits.append((p, f"http://{http}/healthz"))
-        for app, metrics in self.ep.controller_metrics.items():
-            p = self.sup.start(f"controller-{app}", [
-                *controller_cmd(), "run", "--topology", str(self.topology_path), "--app-server", app,
-                "--timeline", str(self.run_dir / f"controller-{app}.jsonl"), "--wait"])
-            waits.append((p, f"http://{metrics}/metrics"))
+        for a in t.app_servers:
+            if not self._wanted(a.id):
+                continue
+            p = self.sup.start(f"appserver-{a.id}", [go_bin("appserver"), "--topology", topo_file, "--id", a.id])
+            waits.append((p, f"http://{a.http}/healthz"))
+            if a.cache_mode == "partitioned":
+                p = self.sup.start(f"controller-{a.id}", [
+                    *controller_cmd(), "run", "--topology", topo_file, "--id", a.id,
+                    "--timeline", str(self.run_dir / f"controller-{a.id}.jsonl"), "--wait"])
+                if a.controller.metrics:
+                    waits.append((p, f"http://{a.controller.metrics}/metrics"))
         self._wait(waits)
         if self.prometheus:
             from .prom import start_prometheus
@@ -212,3 +274,14 @@ class Deployment:
                 wait_http(proc, target)
             else:
                 wait_tcp(proc, target)
+
+
+def check_appserver(topology_path: Path, app_id: str) -> None:
+    """Let bin/appserver validate its part of a topology (its dispatch policy's
+    parameters among it) before anything starts."""
+    import subprocess
+
+    res = subprocess.run([str(go_bin("appserver")), "--topology", str(topology_path), "--id", app_id, "--check"],
+                         capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise ExperimentError((res.stderr or res.stdout).strip())

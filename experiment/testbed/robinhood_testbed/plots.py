@@ -10,13 +10,28 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from robinhood_controller import policies as allocation_policies  # noqa: E402
+
 from .analysis import PolicyRun  # noqa: E402
 
-COLORS = {"robinhood": "#d62728", "static": "#1f77b4", "shared": "#2ca02c", "none": "#7f7f7f"}
+#: Colors of the cache modes that have no allocation policy; allocation policies
+#: declare their own (AllocationPolicy.color) or take one from the palette.
+MODE_COLORS = {"shared": "#2ca02c", "none": "#7f7f7f"}
 
 
-def _color(policy: str, i: int) -> str:
-    return COLORS.get(policy, f"C{i + 3}")
+def _color(arm: str, i: int) -> str:
+    """An arm's color: its cache mode's, its allocation policy's (from the registry),
+    or the palette's. An arm name is the mode or the policy, maybe with "+dispatch"."""
+    base, plus, _ = arm.partition("+")
+    if plus:  # several dispatch policies: the palette tells the arms apart
+        return f"C{i}"
+    if base in MODE_COLORS:
+        return MODE_COLORS[base]
+    try:
+        color = allocation_policies.get(base).color
+    except allocation_policies.PolicyError:
+        color = None
+    return color or f"C{i + 3}"
 
 
 def p99_over_time(runs: list[PolicyRun], out: Path) -> Path:

@@ -60,7 +60,7 @@ lookups of the run.</p>
 <h2>Hit ratio per backend</h2>
 <table><tr><th>policy</th>{''.join(f'<th>{html.escape(n)}</th>' for n in names)}</tr>{''.join(hit_rows)}</table>
 <h2>Figures</h2>{fig_html}
-<h2>Experiment</h2><pre>{html.escape(json.dumps(exp.model_dump(exclude={'base_dir'}), indent=2, default=str))}</pre>
+<h2>Experiment</h2><pre>{html.escape(json.dumps(exp.document, indent=2, default=str))}</pre>
 <p>Per-policy folders hold the replay outputs (<code>replay/requests.csv</code>, <code>replay/summary.json</code>,
 <code>replay/scenario.jsonl</code>), the controller's allocation timeline (<code>controller-*.jsonl</code>),
 the RBC timeline (<code>rbc.jsonl</code>), the generated <code>topology.yaml</code> and every component's log

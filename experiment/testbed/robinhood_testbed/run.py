@@ -1,5 +1,5 @@
-"""Running experiments: one policy on a fresh topology (`run_policy`), or several
-policies one after another on the same trace, scenario and seed (`compare`)."""
+"""Running experiments: one arm on a fresh topology (`run_arm`), or several arms one
+after another on the same trace, scenario and seed (`compare`)."""
 from __future__ import annotations
 
 import json
@@ -14,8 +14,10 @@ from typing import Any, Callable
 import yaml
 
 from . import metrics
-from .deploy import Deployment, go_bin
-from .experiment import Experiment, ExperimentError, format_duration
+from robinhood_common.units import format_duration
+
+from .deploy import Deployment, build_topology, check_appserver, go_bin
+from .experiment import Arm, Experiment, ExperimentError
 from .procs import StartError
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ def prepare_inputs(exp: Experiment, out_dir: Path) -> tuple[Path, Path | None]:
                 "--rate", f"{s.rate:g}", "--duration", format_duration(exp.duration + TRACE_SLACK_S),
                 "--seed", str(exp.seed), "--out", str(trace)]
         for k, v in s.params.items():
-            args += [f"--{k}", str(v)]
+            args.append(f"--{k}={str(v).lower() if isinstance(v, bool) else v}")
         res = subprocess.run(args, capture_output=True, text=True)
         (out_dir / "tracegen-synth.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
         if res.returncode != 0:
@@ -90,7 +92,7 @@ class Watcher(threading.Thread):
         self.dep, self.state, self.period = dep, state, period
         self.stop_event = threading.Event()
         self.rbc_file = open(dep.run_dir / "rbc.jsonl", "w")
-        self.names = {i: b.name for i, b in enumerate(dep.exp.backends)}
+        self.names = dep.backend_names
         state.backend_names = self.names
         self._last_sent: tuple[float, float] | None = None
 
@@ -108,7 +110,7 @@ class Watcher(threading.Thread):
     def poll(self) -> None:
         ep, st = self.dep.ep, self.state
         now = time.time()
-        snap = metrics.rbc_snapshot(ep.rbc_http, window_seconds=self.dep.exp.rbc.window)
+        snap = metrics.rbc_snapshot(ep.rbc_http, window_seconds=self.dep.typed.rbc_server.window)
         if snap is not None:
             counts = {self.names.get(int(b.get("backend", 0)), str(b.get("backend"))): int(b.get("blocking_count", 0))
                       for b in snap.get("backends", [])}
@@ -180,14 +182,24 @@ def snapshot_appservers(dep: Deployment) -> tuple[dict[str, float], float | None
     return ratios, (h / (h + m) if h + m > 0 else None)
 
 
-def run_policy(exp: Experiment, policy: str, out_dir: Path, trace: Path, scenario: Path | None,
-               data_dir: Path, view: Callable[[LiveState], Any] | None = None,
-               prometheus: bool = False) -> RunResult:
-    """Run one policy on a fresh topology and return its results."""
+def deployment(exp: Experiment, arm: Arm, run_dir: Path, data_dir: Path, prometheus: bool = False,
+               replay: bool = False) -> Deployment:
+    """A deployment (not started) of one arm of an experiment."""
+    return Deployment(build_topology(exp, arm), run_dir, data_dir, memcached_args=list(exp.cache.memcached_args),
+                      prometheus=prometheus, replay=replay)
+
+
+def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Path | None,
+            data_dir: Path, view: Callable[[LiveState], Any] | None = None,
+            prometheus: bool = False) -> RunResult:
+    """Run one arm on a fresh topology and return its results."""
+    policy = arm.name
     run_dir = out_dir / policy
     if run_dir.exists():
         raise ExperimentError(f"{run_dir} already exists; choose another --out")
-    dep = Deployment(exp, policy, run_dir, data_dir, prometheus=prometheus, replay=True)
+    dep = deployment(exp, arm, run_dir, data_dir, prometheus=prometheus, replay=True)
+    for app in dep.ep.app_http:
+        check_appserver(dep.topology_path, app)
     if scenario is not None:
         check_scenario(scenario, dep.topology_path, exp.duration)
     state = LiveState(policy=policy, duration=exp.duration, slo_ms=exp.slo.latency * 1000)
@@ -228,5 +240,6 @@ def run_policy(exp: Experiment, policy: str, out_dir: Path, trace: Path, scenari
         raise StartError(f"replay wrote no readable {summary_path}: {e}") from None
     result = RunResult(policy, run_dir, summary, ratios, overall)
     (run_dir / "result.json").write_text(json.dumps({
-        "policy": policy, "hit_ratio": ratios, "overall_hit_ratio": overall}, indent=2))
+        "policy": policy, "cache_mode": arm.cache_mode, "allocation": arm.policy, "dispatch": arm.dispatch,
+        "hit_ratio": ratios, "overall_hit_ratio": overall}, indent=2))
     return result

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from robinhood_testbed import analysis, metrics, plots, report
-from robinhood_testbed.experiment import Experiment
+from robinhood_common.experiment import from_document
 
 
 def test_parse_prometheus() -> None:
@@ -61,8 +61,8 @@ def test_comparison_plots_and_report(tmp_path: Path) -> None:
     assert set(figs) == {"p99", "slo", "allocation", "rbc"}
     for f in figs.values():
         assert f.stat().st_size > 5000 and f.read_bytes()[:4] == b"\x89PNG"
-    exp = Experiment.model_validate({
-        "name": "t", "duration": 60, "backends": [{"name": "a", "type": "kv"}, {"name": "b", "type": "kv"}],
+    exp = from_document({
+        "name": "t", "duration": "60s", "backends": [{"name": "a", "type": "kv"}, {"name": "b", "type": "kv"}],
         "cache": {"budget_mb": 32}, "trace": {"synth": {"rate": 10}}})
     out = report.write_report(exp, runs, rows, figs, tmp_path / "report.html")
     text = out.read_text()

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from robinhood_testbed.deploy import build_topology
-from robinhood_testbed.experiment import ExperimentError, format_duration, load, parse_duration
+from robinhood_testbed.experiment import Arm, ExperimentError, arms, load
 from robinhood_testbed.procs import PortAllocator
 from robinhood_testbed.run import check_scenario
 
@@ -18,6 +18,7 @@ BASE = {
     "backends": [{"name": "a", "type": "kv"}, {"name": "b", "type": "sql", "replicas": 2,
                                                 "limits": {"workers": 4, "rate": 300}}],
     "cache": {"budget_mb": 40},
+    "controller": {"min_partition_mb": 16},
     "trace": {"synth": {"rate": 100}},
     "slo": {"latency": "150ms", "step": "5s", "window": "20s", "warmup": "10s"},
 }
@@ -29,17 +30,6 @@ def write(tmp_path: Path, data: dict) -> Path:
     return p
 
 
-def test_durations() -> None:
-    assert parse_duration("150ms") == pytest.approx(0.15)
-    assert parse_duration("2m") == 120
-    assert parse_duration(3) == 3
-    assert format_duration(0.15) == "150ms"
-    assert format_duration(60) == "60s"
-    for bad in ("5 parsecs", "-1s", True, -2):
-        with pytest.raises(ValueError):
-            parse_duration(bad)
-
-
 def test_valid_experiment_and_allocation(tmp_path: Path) -> None:
     exp = load(write(tmp_path, BASE))
     assert exp.duration == 60 and exp.slo.latency == pytest.approx(0.15)
@@ -49,15 +39,14 @@ def test_valid_experiment_and_allocation(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("patch, message", [
-    ({"duration": "soon"}, "duration: 'soon' is not a duration"),
-    ({"backends": [{"name": "a", "type": "mysql"}]}, "backends.0.type"),
-    ({"backends": [{"name": "a", "type": "kv"}, {"name": "a", "type": "kv"}]}, "name 'a' is used twice"),
-    ({"cache": {"budget_mb": 12}}, "cannot hold the initial allocation"),
-    ({"cache": {"budget_mb": 40, "initial_mb": {"zz": 10}}}, "'zz' is not a backend"),
-    ({"trace": {}}, "exactly one of trace.synth and trace.file"),
+    ({"duration": "soon"}, 'duration: "soon" is not a duration'),
+    ({"backends": [{"name": "a", "type": "mysql"}]}, 'backends[0].type: "mysql" is not one of kv, sql, compute'),
+    ({"backends": [{"name": "a", "type": "kv"}, {"name": "a", "type": "kv"}]}, 'backends[1].name: "a" is used twice'),
+    ({"cache": {"budget_mb": 40, "initial_mb": {"zz": 10}}}, 'cache.initial_mb.zz: no backend of this experiment is named "zz"'),
+    ({"trace": {}}, "trace: give exactly one of trace.synth and trace.file"),
     ({"colour": "red"}, "colour: unknown field"),
-    ({"slo": {"warmup": "90s"}}, "slo.warmup"),
-    ({"scenario": "missing.yaml"}, "scenario: cannot read"),
+    ({"slo": {"warmup": "90s"}}, "slo.warmup: 1m30s is not shorter than duration 1m0s"),
+    ({"scenario": "missing.yaml"}, "scenario.file: cannot read"),
 ])
 def test_invalid_experiments(tmp_path: Path, patch: dict, message: str) -> None:
     with pytest.raises(ExperimentError, match=None) as ei:
@@ -65,21 +54,54 @@ def test_invalid_experiments(tmp_path: Path, patch: dict, message: str) -> None:
     assert message in str(ei.value)
 
 
-def test_topology_per_policy(tmp_path: Path) -> None:
+def test_topology_per_arm(tmp_path: Path) -> None:
     exp = load(write(tmp_path, BASE))
-    topo, ep = build_topology(exp, "robinhood", PortAllocator())
+    topo = build_topology(exp, Arm("robinhood", "partitioned", {"name": "robinhood", "tax": 0.02}), PortAllocator())
     app = topo["app_servers"][0]
     assert app["cache_mode"] == "partitioned"
     assert {n: p["initial_mb"] for n, p in app["partitions"].items()} == {"a": 20, "b": 20}
-    assert app["controller"]["policy"] == "robinhood"
-    assert len(topo["backends"][1]["replicas"]) == 2
-    addrs = [ep.rbc_grpc, ep.rbc_http, *ep.app_http.values(), *ep.caches["app0"].values(),
-             *[a for reps in ep.backends.values() for r in reps for a in r]]
+    assert app["controller"]["policy"] == {"name": "robinhood", "tax": 0.02}
+    assert app["dispatch"] == {"policy": "random"}
+    assert len(topo["backends"][1]["replicas"]) == 2 and topo["backends"][1]["limits"]["rate"] == 300
+    addrs = [topo["rbc_server"]["grpc"], topo["rbc_server"]["http"], app["http"],
+             *[p["addr"] for p in app["partitions"].values()],
+             *[a for b in topo["backends"] for r in b["replicas"] for a in r.values()]]
     assert len(addrs) == len(set(addrs)), "every address is distinct"
-    topo, ep = build_topology(exp, "shared", PortAllocator())
+    topo = build_topology(exp, Arm("shared", "shared", None), PortAllocator())
     app = topo["app_servers"][0]
-    assert app["cache_mode"] == "shared" and app["shared_cache"] and "controller" not in app
-    assert not ep.controller_metrics
+    assert app["cache_mode"] == "shared" and app["shared_cache"] and "partitions" not in app
+
+
+def test_arms_are_the_cross_product_of_three_axes(tmp_path: Path) -> None:
+    exp = load(write(tmp_path, {**BASE, "compare": {"cache_modes": ["partitioned", "shared", "none"],
+                                                    "policies": ["robinhood", {"name": "static"}]}}))
+    got = arms(exp)
+    assert [a.name for a in got] == ["robinhood", "static", "shared", "none"]
+    assert got[0].policy == {"name": "robinhood"} and got[2].policy is None
+    two = arms(exp, dispatch=[{"policy": "random"}, {"policy": "other"}], known_dispatch=["random", "other"])
+    assert [a.name for a in two] == ["robinhood+random", "static+random", "robinhood+other", "static+other",
+                                     "shared+random", "shared+other", "none+random", "none+other"]
+    assert {a.dispatch["policy"] for a in two if a.name.endswith("+other")} == {"other"}
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"policies": [{"name": "lru"}]}, 'allocation policy lru: name: "lru" is not one of'),
+    ({"policies": [{"name": "robinhood", "tax": 3}]}, "allocation policy robinhood: tax: 3 is above the maximum of 0.5"),
+    ({"dispatch": [{"policy": "jsq"}], "known_dispatch": ["random"]}, "dispatch policy 'jsq' is not one of random"),
+    ({"cache_modes": ["lru"]}, "cache mode 'lru' is not one of"),
+])
+def test_bad_arms_are_rejected_before_anything_starts(tmp_path: Path, kw: dict, message: str) -> None:
+    exp = load(write(tmp_path, BASE))
+    with pytest.raises(ExperimentError) as ei:
+        arms(exp, **kw)
+    assert message in str(ei.value)
+
+
+def test_an_arm_whose_topology_is_invalid_says_which(tmp_path: Path) -> None:
+    exp = load(write(tmp_path, {**BASE, "controller": {"min_partition_mb": 48}}))
+    with pytest.raises(ExperimentError, match=r"arm robinhood: the topology it makes is invalid: "
+                                              r"app_servers\[0\].cache_budget_mb: 40 is too small"):
+        build_topology(exp, Arm("robinhood", "partitioned", {"name": "robinhood"}))
 
 
 EXPERIMENTS = [p for p in sorted((REPO / "examples").glob("*.yaml"))
@@ -95,7 +117,7 @@ def test_an_experiment_per_scenario_kind() -> None:
 def test_shipped_experiments_are_valid(path: Path, tmp_path: Path, gobin) -> None:
     gobin("tracegen")
     exp = load(path)
-    topo, _ = build_topology(exp, "robinhood", PortAllocator())
+    topo = build_topology(exp, arms(exp)[0], PortAllocator())
     topo_path = tmp_path / "topology.yaml"
     topo_path.write_text(yaml.safe_dump(topo))
     scenario = tmp_path / "scenario.yaml"

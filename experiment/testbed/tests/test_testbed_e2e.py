@@ -26,11 +26,11 @@ TINY = {
     "duration": "24s",
     "backends": [
         {"name": "alpha", "type": "kv", "limits": {"workers": 4, "extra_latency_ms": 2}},
-        {"name": "beta", "type": "sql", "limits": {"workers": 4, "extra_latency_ms": 2}, "args": ["--rows", "2000"]},
+        {"name": "beta", "type": "sql", "limits": {"workers": 4, "extra_latency_ms": 2}, "sql": {"rows": 2000}},
     ],
     "cache": {"budget_mb": 40},
     "controller": {"interval": "1s", "min_partition_mb": 16},
-    "rbc": {"window": "4s"},
+    "rbc_server": {"window": "4s"},
     "slo": {"latency": "100ms", "step": "2s", "window": "6s", "warmup": "6s"},
     "trace": {"synth": {"rate": 80, "params": {"queries-per-request": 6, "keys": 3000, "mean-size": 4096}}},
     "scenario": {"events": [{"kind": "set", "at": "10s", "backend": "beta", "set": {"rate": 40}},
@@ -68,8 +68,9 @@ def test_compare_three_policies(tmp_path: Path, built: None) -> None:
     exp = tmp_path / "tiny.yaml"
     exp.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "out"
-    res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,static,shared",
-                                 "--out", str(out), "--quiet"), capture_output=True, text=True, timeout=400)
+    # The experiment's compare block: partitioned (robinhood, static) and shared.
+    res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--out", str(out), "--quiet"),
+                         capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     for policy in ("robinhood", "static", "shared"):
         d = out / policy
@@ -94,13 +95,13 @@ def test_compare_three_policies(tmp_path: Path, built: None) -> None:
     assert "Policy comparison" in res.stdout and "report.html" in res.stdout
 
 
-def test_bad_experiment_exits_2_and_starts_nothing(tmp_path: Path) -> None:
+def test_bad_experiment_exits_2_and_starts_nothing(tmp_path: Path, built: None) -> None:
     exp = tmp_path / "bad.yaml"
     exp.write_text(yaml.safe_dump({**TINY, "duration": "forever"}))
     res = subprocess.run(cli_args("run", "--experiment", str(exp), "--policy", "robinhood", "--out", str(tmp_path / "o")),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
-    assert "duration: 'forever' is not a duration" in res.stderr
+    assert 'duration: "forever" is not a duration' in res.stderr
     assert not (tmp_path / "o").exists()
     res = subprocess.run(cli_args("compare", "--experiment", str(tmp_path / "nope.yaml"), "--policies", "robinhood"),
                          capture_output=True, text=True, timeout=60)
@@ -108,7 +109,13 @@ def test_bad_experiment_exits_2_and_starts_nothing(tmp_path: Path) -> None:
     exp.write_text(yaml.safe_dump(TINY))
     res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,lru"),
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "unknown policy 'lru'" in res.stderr
+    assert res.returncode == 2 and "--policies: 'lru' is not one of robinhood, static" in res.stderr
+    res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,shared"),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "'shared' is a cache mode, not an allocation policy" in res.stderr
+    res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--dispatch", "psychic"),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "dispatch policy 'psychic' is not one of random" in res.stderr
 
 
 def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
@@ -154,3 +161,56 @@ def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
                 p.kill()
     assert p.returncode == 130
     assert leftovers(str(out / "robinhood" / "logs")) == []
+
+
+def test_up_starts_a_given_topology(tmp_path: Path, built: None, free_address: Callable[[], str]) -> None:
+    """`up --topology FILE` starts the processes of an existing topology (every one
+    reading that file); `--id` starts only the named components."""
+    import urllib.request
+
+    a = {k: free_address() for k in ("rbc_grpc", "rbc_http", "be_grpc", "be_http", "app", "mc", "ctl")}
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(f"""
+rbc_server: {{grpc: "{a['rbc_grpc']}", http: "{a['rbc_http']}", window: 2s}}
+backends:
+  - {{id: 0, name: kv0, type: kv, limits: {{workers: 2}}, replicas: [{{grpc: "{a['be_grpc']}", http: "{a['be_http']}"}}]}}
+app_servers:
+  - id: app0
+    http: "{a['app']}"
+    cache_budget_mb: 16
+    partitions: {{kv0: "{a['mc']}"}}
+    controller: {{policy: static, min_partition_mb: 16, interval: 500ms, metrics: "{a['ctl']}"}}
+""")
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    p = subprocess.Popen(cli_args("up", "--topology", str(topo), "--out", str(out), "--ready-file", str(ready)),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not ready.exists():
+            assert p.poll() is None, p.stdout.read() if p.stdout else ""
+            assert time.monotonic() < deadline, "testbed up --topology did not get ready"
+            time.sleep(0.2)
+        body = json.dumps({"t": 0, "d": [{"kv0": {"S": [100], "U": ["k1"], "C": [1]}}]}).encode()
+        deadline = time.monotonic() + 10  # the first request fills the cache asynchronously
+        while True:
+            req = urllib.request.Request(f"http://{a['app']}/v1/request", data=body, method="POST")
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                assert resp.status == 200
+            metrics = urllib.request.urlopen(f"http://{a['app']}/metrics", timeout=5).read().decode()
+            if 'appserver_cache_hits_total{backend="kv0"} 0' not in metrics:
+                break
+            assert time.monotonic() < deadline, "no cache hit: the memcached partition is not in use"
+            time.sleep(0.2)
+        assert urllib.request.urlopen(f"http://{a['ctl']}/metrics", timeout=5).status == 200
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    assert leftovers(str(out / "logs")) == []
+    # --id names a component of the file, or it is refused before anything starts.
+    res = subprocess.run(cli_args("up", "--topology", str(topo), "--id", "nope", "--out", str(tmp_path / "o2")),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--id: 'nope' is not rbc_server, a backend or an app server" in res.stderr
