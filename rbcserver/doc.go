@@ -1,5 +1,5 @@
 // Package rbcserver is the RBC (request blocking count) statistics service of
-// RobinHood (SPEC §2, §4; paper §3.3). Application servers stream per-request
+// RobinHood (paper §3.1, §3.3). Application servers stream per-request
 // records (latency, blocking backend) to it; cache controllers ask it for the
 // blocking counts of the recent window.
 //

@@ -2,7 +2,7 @@
 gRPC stubs, the way the controller uses it (and over its HTTP JSON endpoint).
 
 The expected values come from a plain nearest-rank reference written here,
-independently of the Go code (SPEC §4).
+independently of the Go code (docs/algorithms.md).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def rank(pct: float, n: int) -> int:
 
 
 def reference(records: list[Record], low: float = 98.5, high: float = 99.5) -> dict[str, object]:
-    """The RBC snapshot of SPEC §4, computed by sorting."""
+    """The RBC snapshot of docs/algorithms.md, computed by sorting."""
     n = len(records)
     if n == 0:
         return {"n": 0, "lo": 0, "hi": 0, "p50": 0, "p99": 0, "band": 0, "backends": []}

@@ -1,5 +1,5 @@
 // Package report sends every finished request's record (latency, blocking
-// backend id) to the RBC server (SPEC §2, §7; paper §3.3).
+// backend id) to the RBC server (paper §3.3, docs/appserver.md).
 //
 // Record appends to a bounded in-memory buffer and never blocks: when the
 // buffer is full the record is dropped and counted. A Reporter goroutine

@@ -1,4 +1,4 @@
-// Package server is the application server's request path (SPEC §7): it
+// Package server is the application server's request path (docs/appserver.md): it
 // takes one request (a trace line) over HTTP, runs its layers in sequence
 // and, within a layer, every backend's batch in parallel — multi-get from
 // the backend's cache partition, fetch the misses from one replica, queue

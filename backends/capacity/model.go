@@ -1,4 +1,4 @@
-// Package capacity is the capacity model of a backend service (SPEC §8): a
+// Package capacity is the capacity model of a backend service (docs/backends.md): a
 // FIFO queue in front of a worker limit and a token bucket, plus injected
 // latency. Every query is one operation. An operation joins the queue, is
 // admitted when (a) fewer than Workers operations are in service and (b) the

@@ -1,4 +1,4 @@
-"""The memcached partition driver: one pymemcache Client per partition (SPEC §6).
+"""The memcached partition driver: one pymemcache Client per partition (docs/algorithms.md, "Applying a plan").
 
 It only speaks the commands verified against memcached 1.6.18: `stats`, `stats slabs`,
 `stats settings`, `cache_memlimit <MB>`, `slabs reassign <class|-1> 0` and

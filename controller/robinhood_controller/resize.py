@@ -2,7 +2,7 @@
 
 It knows nothing of policies; it gets desired whole-MB limits that sum to the budget
 and closes the gap to memcached's actual state, idempotently (a level-triggered
-reconcile, SPEC §6):
+reconcile, docs/algorithms.md):
 
 1. Lower: every partition whose limit is above its desired limit gets the new limit
    first (`cache_memlimit`). This alone frees nothing in a full cache.

@@ -3,7 +3,7 @@
 // or Poisson arrivals at a rate) on its own goroutine and never waits for
 // answers; it measures every request's end-to-end latency, applies a
 // capacity scenario in step with the clock, and writes requests.csv,
-// summary.json (with the SLO series of SPEC §10) and scenario.jsonl.
+// summary.json (with the SLO series of docs/algorithms.md) and scenario.jsonl.
 package replay
 
 import (

@@ -99,7 +99,7 @@ type SeriesPoint struct {
 	P99 *float64 `json:"p99_ms"`
 }
 
-// SLOSection is the SLO method of SPEC §10: every step the percentiles over
+// SLOSection is the SLO method of docs/algorithms.md: every step the percentiles over
 // the last window; violation_pct is the share of points after the warm-up
 // whose P99 exceeds the SLO (P90 and P50 against the same SLO for
 // reference).

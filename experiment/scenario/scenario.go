@@ -1,6 +1,6 @@
 // Package scenario reads capacity scenarios — timelines of changes to the
 // backends' limits, applied through their admin API (PUT /admin/limits)
-// while a trace is replayed (SPEC §9, paper Fig. 7, 10, 11, 12) — validates
+// while a trace is replayed (docs/workloads.md, paper Fig. 7, 10, 11, 12) — validates
 // them completely before anything starts, and expands them into a
 // deterministic list of changes.
 //

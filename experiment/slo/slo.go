@@ -1,5 +1,5 @@
 // Package slo holds the percentile arithmetic of the evaluation method
-// (SPEC §10, paper §5): nearest-rank percentiles by selection, and the SLO
+// (docs/algorithms.md, paper §5): nearest-rank percentiles by selection, and the SLO
 // series — every step, the P50/P90/P99 of the requests sent in the last
 // window — with the share of series points that violate the SLO after a
 // warm-up.
@@ -195,7 +195,7 @@ type Point struct {
 	P99 float64 // ms
 }
 
-// Params are the SLO method's parameters (SPEC §10).
+// Params are the SLO method's parameters (docs/algorithms.md).
 type Params struct {
 	SLO    time.Duration // the latency objective (150 ms)
 	Step   time.Duration // how often the percentiles are observed (5 s)

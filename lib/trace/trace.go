@@ -1,5 +1,5 @@
 // Package trace reads and writes request trace lines in the format of the
-// original RobinHood release (SPEC §9):
+// original RobinHood release (docs/workloads.md):
 //
 //	{"t": 7, "ts_ms": 1234.5, "d": [{"catalog": {"S": [2048], "U": ["k1"], "C": [1]}}]}
 //

@@ -1,4 +1,4 @@
-// Package rbc computes request blocking counts (SPEC §4, paper §3.1) over a
+// Package rbc computes request blocking counts (paper §3.1, docs/algorithms.md) over a
 // window of request records. It is pure: no clocks, no locks, no I/O.
 //
 // For n records, lo is the latency at 1-based nearest rank ceil(low/100·n)

@@ -12,7 +12,7 @@ import (
 )
 
 // GetRBC computes the blocking counts over the records that arrived in the
-// requested window (SPEC §4). Zero parameters mean the server's defaults;
+// requested window (docs/algorithms.md). Zero parameters mean the server's defaults;
 // invalid ones fail with InvalidArgument. An empty window is not an error:
 // every count is zero.
 func (s *Server) GetRBC(ctx context.Context, req *robinhoodv1.GetRBCRequest) (*robinhoodv1.GetRBCResponse, error) {

@@ -1,4 +1,4 @@
-// Package synth synthesizes request traces (SPEC §9) whose structure follows
+// Package synth synthesizes request traces (docs/workloads.md) whose structure follows
 // a profile — today "onerf", the paper's Table 1 extended to N backends —
 // with Poisson arrivals, Zipf key popularity per backend and heavy-tailed
 // object sizes that are a pure function of (backend, key).

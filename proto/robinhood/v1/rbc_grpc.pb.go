@@ -31,7 +31,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // RBCService ingests per-request latency records from application servers and
-// answers request blocking counts (SPEC §4, paper §3.1) on demand.
+// answers request blocking counts (paper §3.1, docs/algorithms.md) on demand.
 type RBCServiceClient interface {
 	// Report is a client stream: an application server sends one batch of
 	// records per second for as long as it runs. A batch is validated as a
@@ -84,7 +84,7 @@ func (c *rBCServiceClient) GetRBC(ctx context.Context, in *GetRBCRequest, opts .
 // for forward compatibility.
 //
 // RBCService ingests per-request latency records from application servers and
-// answers request blocking counts (SPEC §4, paper §3.1) on demand.
+// answers request blocking counts (paper §3.1, docs/algorithms.md) on demand.
 type RBCServiceServer interface {
 	// Report is a client stream: an application server sends one batch of
 	// records per second for as long as it runs. A batch is validated as a

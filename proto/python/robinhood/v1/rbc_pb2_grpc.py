@@ -27,7 +27,7 @@ if _version_not_supported:
 
 class RBCServiceStub:
     """RBCService ingests per-request latency records from application servers and
-    answers request blocking counts (SPEC §4, paper §3.1) on demand.
+    answers request blocking counts (paper §3.1, docs/algorithms.md) on demand.
     """
 
     def __init__(self, channel):
@@ -50,7 +50,7 @@ class RBCServiceStub:
 
 class RBCServiceServicer:
     """RBCService ingests per-request latency records from application servers and
-    answers request blocking counts (SPEC §4, paper §3.1) on demand.
+    answers request blocking counts (paper §3.1, docs/algorithms.md) on demand.
     """
 
     def Report(self, request_iterator, context):
@@ -99,7 +99,7 @@ def add_RBCServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class RBCService:
     """RBCService ingests per-request latency records from application servers and
-    answers request blocking counts (SPEC §4, paper §3.1) on demand.
+    answers request blocking counts (paper §3.1, docs/algorithms.md) on demand.
     """
 
     @staticmethod
