@@ -37,7 +37,7 @@ func BenchmarkServeAllHit(b *testing.B) {
 		}
 		c.Close()
 	}
-	yaml += fmt.Sprintf("app_servers:\n  - {id: a, http: \"127.0.0.1:1\", cache_mode: partitioned, cache_budget_mb: 64, partitions: {%s}}\n", strings.Join(parts, ", "))
+	yaml += fmt.Sprintf("app_servers:\n  - {id: a, http: \"127.0.0.1:1\", cache_mode: partitioned, cache_budget_mb: 64, controller: {min_partition_mb: 8}, partitions: {%s}}\n", strings.Join(parts, ", "))
 	topo, err := config.ParseTopology([]byte(yaml))
 	if err != nil {
 		b.Fatal(err)

@@ -84,6 +84,7 @@ app_servers:
     cache_budget_mb: 32
     request_timeout: %s
     backend_timeout: %s
+    controller: {min_partition_mb: 16}
     %s
 `, testutil.FreeAddr(t), e.backends["fast"].Addr, e.backends["slow"].Addr, httpAddr, o.mode, o.requestTimeout, o.backendTimeout, cacheYAML)
 	topo, err := config.ParseTopology([]byte(yaml))

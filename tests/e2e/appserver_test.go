@@ -94,6 +94,7 @@ app_servers:
     request_timeout: 5s
     backend_timeout: 3s
     partitions: {%s: %q, %s: %q}
+    controller: {min_partition_mb: 16}
   - id: app1
     http: %q
     cache_mode: shared
