@@ -60,20 +60,20 @@ proto-check: venv
 	scripts/genproto.sh --check
 
 ## schema: regenerate what comes from schema/ (the Python package's copy, the docs tables)
-schema: venv
+schema: venv build
 	$(PY) scripts/genschema.py
 
 ## schema-check: fail when something generated from schema/ is stale
-schema-check: venv
+schema-check: venv build
 	$(PY) scripts/genschema.py --check
 
 ## bench: the Go benchmarks (numbers go to docs/benchmarks.md)
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## demo: the local testbed: robinhood, static and shared on examples/demo.yaml
+## demo: the local testbed: the arms of examples/demo.yaml (robinhood, static, shared)
 demo: build
-	$(VENV)/bin/robinhood-testbed compare --experiment examples/demo.yaml --policies robinhood,static,shared $(DEMO_FLAGS)
+	$(VENV)/bin/robinhood-testbed compare --experiment examples/demo.yaml $(DEMO_FLAGS)
 
 ## rbc-demo: the RBC server alone, fed by a synthetic load
 rbc-demo: build

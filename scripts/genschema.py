@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Everything generated from schema/ (the configuration contract):
+"""Everything generated from schema/ (the configuration contract) and from the policy
+registries:
 
 - lib/python/robinhood_common/schema/*.schema.yaml, the copy the Python package carries;
 - the reference tables in docs/topology.md and docs/testbed.md, between the markers
-  "<!-- BEGIN GENERATED FROM schema/... -->" and "<!-- END GENERATED -->".
+  "<!-- BEGIN GENERATED FROM schema/... -->" and "<!-- END GENERATED -->";
+- the tables of allocation policies (docs/controller.md, from the controller's registry)
+  and dispatch policies (docs/appserver.md, from `bin/appserver
+  --list-dispatch-policies`; run `make build` first).
 
   scripts/genschema.py           write them
   scripts/genschema.py --check   fail (exit 1) when a committed copy is stale
@@ -140,17 +144,52 @@ def reference(docs: dict[str, Any], name: str) -> str:
     return "\n".join(parts)
 
 
+def splice(text: str, path: Path, source: str, body: str) -> str:
+    begin = f"<!-- BEGIN GENERATED FROM {source} (make schema); do not edit -->"
+    end = "<!-- END GENERATED -->"
+    if begin not in text:
+        raise SystemExit(f"{path}: the marker {begin!r} is missing")
+    head, rest = text.split(begin, 1)
+    if end not in rest:
+        raise SystemExit(f"{path}: no {end!r} after {begin!r}")
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n\n{body}\n{end}{tail}"
+
+
+def allocation_table() -> str:
+    from robinhood_controller import policies
+
+    rows = ["| policy | parameters (defaults) | what it does |", "|---|---|---|"]
+    for d in policies.describe():
+        params = "<br>".join(f"`{p['name']}` = `{p['default']}`: {p['description']}" for p in d["params"]) or "—"
+        rbc = " Needs the RBC server." if d["needs_rbc"] else ""
+        rows.append(f"| `{d['name']}` | {params} | {d['summary']}.{rbc} |")
+    return "\n".join(rows) + "\n"
+
+
+def dispatch_table() -> str:
+    import subprocess
+
+    exe = REPO / "bin" / "appserver"
+    if not exe.exists():
+        raise SystemExit(f"{exe} is missing: run make build first")
+    out = subprocess.run([str(exe), "--list-dispatch-policies"], capture_output=True, text=True, check=True).stdout
+    rows = ["| policy | parameters (defaults) | what it does |", "|---|---|---|"]
+    for line in out.splitlines():
+        head, _, summary = line.partition(" -- ")
+        name, *params = head.split()
+        rows.append(f"| `{name}` | {', '.join(f'`{p}`' for p in params) or '—'} | {summary} |")
+    return "\n".join(rows) + "\n"
+
+
 def render_docs(docs: dict[str, Any]) -> dict[Path, str]:
-    out = {}
+    out: dict[Path, str] = {}
     for name, path in DOCS.items():
-        text = path.read_text()
-        begin = f"<!-- BEGIN GENERATED FROM schema/{name} (make schema); do not edit -->"
-        end = "<!-- END GENERATED -->"
-        if begin not in text or end not in text:
-            raise SystemExit(f"{path}: the markers {begin!r} ... {end!r} are missing")
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        out[path] = f"{head}{begin}\n\n{reference(docs, name)}\n{end}{tail}"
+        out[path] = splice(out.get(path, path.read_text()), path, f"schema/{name}", reference(docs, name))
+    ctl = REPO / "docs" / "controller.md"
+    out[ctl] = splice(out.get(ctl, ctl.read_text()), ctl, "the allocation policy registry", allocation_table())
+    app = REPO / "docs" / "appserver.md"
+    out[app] = splice(out.get(app, app.read_text()), app, "the dispatch policy registry", dispatch_table())
     return out
 
 
