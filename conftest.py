@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -44,6 +45,27 @@ def wait_tcp(addr: str, timeout: float = 15.0, proc: subprocess.Popen | None = N
         except OSError:
             time.sleep(0.02)
     raise TimeoutError(f"nothing listens on {addr} after {timeout}s")
+
+
+def wait_ready_file(p: subprocess.Popen, ready: Path, what: str, timeout: float = 90.0) -> None:
+    """Wait until a process (e.g. `robinhood-testbed up --ready-file`) writes ready;
+    fail with its output when it exits first or the time is up."""
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        assert p.poll() is None, f"{what} exited: " + (p.stdout.read() if p.stdout else "")
+        assert time.monotonic() < deadline, f"{what} did not get ready within {timeout:g}s"
+        time.sleep(0.2)
+
+
+def interrupt(p: subprocess.Popen, timeout: float = 30.0) -> int | None:
+    """Ctrl-C a process and wait for it (killed when it does not stop in time)."""
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return p.returncode
 
 
 def go_binary(name: str) -> Path:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from conftest import go_binary
+from conftest import go_binary, interrupt, wait_ready_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -175,11 +174,7 @@ app_servers:
                           str(out), "--ready-file", str(ready)], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 90
-        while not ready.exists():
-            assert p.poll() is None, p.stdout.read() if p.stdout else ""
-            assert time.monotonic() < deadline, "up --topology did not get ready"
-            time.sleep(0.2)
+        wait_ready_file(p, ready, "up --topology", timeout=90)
         for i in range(20):
             body = json.dumps({"t": 0, "d": [{"kv0": {"S": [64], "U": [f"k{i}"], "C": [0]}}]}).encode()
             req = urllib.request.Request(f"http://{a['app']}/v1/request", data=body, method="POST")
@@ -205,12 +200,7 @@ app_servers:
             time.sleep(0.5)
         assert 'policy="even"' in text
     finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(30)
-        finally:
-            if p.poll() is None:
-                p.kill()
+        interrupt(p)
 
 
 def test_the_testbed_runs_an_arm_with_them(copy: Path, tmp_path: Path) -> None:

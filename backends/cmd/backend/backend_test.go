@@ -295,6 +295,7 @@ func TestParseConfigFromTopology(t *testing.T) {
   - {id: 0, name: db, type: sql, seed: 5, limits: {workers: 3, rate: 100}, sql: {rows: 50},
      replicas: [{grpc: "127.0.0.1:7301", http: "127.0.0.1:7302"}, {grpc: "127.0.0.1:7303", http: "127.0.0.1:7304"}]}
   - {id: 1, name: mem, type: kv, replicas: [{grpc: "127.0.0.1:7305"}]}
+  - {id: 2, name: mm, type: compute, compute: {matrix_size: 32}, replicas: [{grpc: "127.0.0.1:7306"}]}
 `
 	if err := os.WriteFile(topo, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
@@ -310,6 +311,9 @@ func TestParseConfigFromTopology(t *testing.T) {
 	c, err = parseConfig([]string{"--topology", topo, "--id", "mem"}, io.Discard)
 	if err != nil || c.MaxBytes != 256<<20 || c.Limits.Workers != 8 || c.HTTPAddr != "127.0.0.1:7200" {
 		t.Fatalf("defaults from the schema: %+v %v", c, err)
+	}
+	if c, err = parseConfig([]string{"--topology", topo, "--id", "mm"}, io.Discard); err != nil || c.MatrixSize != 32 {
+		t.Fatalf("compute options from the topology: %+v %v", c, err)
 	}
 	for _, bad := range []struct {
 		args []string

@@ -160,7 +160,8 @@ func serve(ctx context.Context, cfg settings, log *slog.Logger) error {
 	l := cfg.Limits
 	log.Info("backend ready", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"workers", l.Workers, "rate", l.Rate, "extra_latency_ms", l.ExtraLatencyMs,
-		"hiccup_prob", l.HiccupProb, "hiccup_ms", l.HiccupMs, "queue_limit", l.QueueLimit)
+		"hiccup_prob", l.HiccupProb, "hiccup_ms", l.HiccupMs, "queue_limit", l.QueueLimit,
+		"seed", cfg.Seed, "options", options(cfg))
 
 	var runErr error
 	select {
@@ -193,4 +194,20 @@ func serve(ctx context.Context, cfg settings, log *slog.Logger) error {
 	}
 	log.Info("backend stopped")
 	return runErr
+}
+
+// options describes the type's options for the start-up log line.
+func options(cfg settings) string {
+	switch cfg.Type {
+	case config.TypeKV:
+		if cfg.Redis != "" {
+			return "redis=" + cfg.Redis
+		}
+		return fmt.Sprintf("max_bytes=%d", cfg.MaxBytes)
+	case config.TypeSQL:
+		return fmt.Sprintf("db=%s rows=%d", cfg.DB, cfg.Rows)
+	case config.TypeCompute:
+		return fmt.Sprintf("matrix_size=%d", cfg.MatrixSize)
+	}
+	return ""
 }

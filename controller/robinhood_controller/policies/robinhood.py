@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pydantic import Field
-from robinhood_common.split import largest_remainder
+from robinhood_common.split import split_weighted
 
 from .base import AllocationPolicy, Decision, Params, PlanInput
 from .registry import register
@@ -96,8 +96,7 @@ def plan_robinhood(
     total_w = sum(weights.values())
     if pool == 0 or total_w == 0:
         return PlanResult(dict(allocations), tax, eligible, pool, False)
-    quotas = {n: divmod(pool * w, total_w) for n, w in weights.items()}
-    given = largest_remainder(quotas, pool - sum(whole for whole, _ in quotas.values()))
+    given = split_weighted(pool, weights)
     targets = {n: a - tax[n] + given.get(n, 0) for n, a in allocations.items()}
     return PlanResult(targets, tax, eligible, pool, True)
 

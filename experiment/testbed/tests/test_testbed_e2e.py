@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import Callable
 import pytest
 import yaml
 
+from conftest import interrupt, wait_ready_file
 from robinhood_testbed import prom
 from robinhood_testbed.procs import MARKER_ENV
 
@@ -127,11 +127,7 @@ def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
                                  "--out", str(out), "--ready-file", str(ready)),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not ready.exists():
-            assert p.poll() is None, p.stdout.read() if p.stdout else ""
-            assert time.monotonic() < deadline, "testbed up did not get ready"
-            time.sleep(0.2)
+        wait_ready_file(p, ready, "testbed up", timeout=120)
         cfg = yaml.safe_load((out / "robinhood" / "prometheus" / "prometheus.yml").read_text())
         addr = json.loads(ready.read_text())["prometheus"]
         jobs = {j["job_name"] for j in cfg["scrape_configs"]}
@@ -153,19 +149,14 @@ def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
         assert sum(float(s["value"][1]) for s in alloc) == 40 * 2**20
         assert prom.query(addr, "rbcserver_records_ingested_total") is not None
     finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(30)
-        finally:
-            if p.poll() is None:
-                p.kill()
+        interrupt(p)
     assert p.returncode == 130
     assert leftovers(str(out / "robinhood" / "logs")) == []
 
 
 def test_up_starts_a_given_topology(tmp_path: Path, built: None, free_address: Callable[[], str]) -> None:
     """`up --topology FILE` starts the processes of an existing topology (every one
-    reading that file); `--id` starts only the named components."""
+    reading that file); an `--id` that names no component is refused."""
     import urllib.request
 
     a = {k: free_address() for k in ("rbc_grpc", "rbc_http", "be_grpc", "be_http", "app", "mc", "ctl")}
@@ -185,11 +176,7 @@ app_servers:
     p = subprocess.Popen(cli_args("up", "--topology", str(topo), "--out", str(out), "--ready-file", str(ready)),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 90
-        while not ready.exists():
-            assert p.poll() is None, p.stdout.read() if p.stdout else ""
-            assert time.monotonic() < deadline, "testbed up --topology did not get ready"
-            time.sleep(0.2)
+        wait_ready_file(p, ready, "testbed up --topology", timeout=90)
         body = json.dumps({"t": 0, "d": [{"kv0": {"S": [100], "U": ["k1"], "C": [1]}}]}).encode()
         deadline = time.monotonic() + 10  # the first request fills the cache asynchronously
         while True:
@@ -203,12 +190,7 @@ app_servers:
             time.sleep(0.2)
         assert urllib.request.urlopen(f"http://{a['ctl']}/metrics", timeout=5).status == 200
     finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(30)
-        finally:
-            if p.poll() is None:
-                p.kill()
+        interrupt(p)
     assert leftovers(str(out / "logs")) == []
     # --id names a component of the file, or it is refused before anything starts.
     res = subprocess.run(cli_args("up", "--topology", str(topo), "--id", "nope", "--out", str(tmp_path / "o2")),
