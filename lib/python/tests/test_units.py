@@ -92,3 +92,17 @@ def test_largest_remainder_ties_by_name() -> None:
 def test_fill_rest() -> None:
     assert fill_rest({"b": 50}, ["a", "b", "c"], 101) == {"a": 26, "b": 50, "c": 25}
     assert fill_rest({"a": 10, "b": 20}, ["a", "b"], 100) == {"a": 10, "b": 20}
+
+
+@pytest.mark.parametrize("case", VECTORS["parse_bytes"], ids=lambda c: repr(c["text"]))
+def test_parse_bytes_vectors(case: dict) -> None:
+    if case["valid"]:
+        assert units.parse_bytes(case["text"]) == case["bytes"]
+    else:
+        with pytest.raises(ValueError):
+            units.parse_bytes(case["text"])
+
+
+@pytest.mark.parametrize("case", VECTORS["format_bytes"], ids=lambda c: str(c["bytes"]))
+def test_format_bytes_vectors(case: dict) -> None:
+    assert units.format_bytes(case["bytes"]) == case["text"]

@@ -6,6 +6,7 @@
 //	tracegen stats   FILE [--json] [--skip-bad]
 //	tracegen replay  --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [--scenario FILE] …
 //	tracegen scenario check FILE --topology FILE [--duration D] [--print]
+//	tracegen mrc     FILE [--sizes 1MiB,4MiB,…] [--format csv|table|json] [--sample R] [--plot FILE.svg]
 package main
 
 import (
@@ -23,12 +24,15 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/lib/bytesize"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/workload/mrc"
 	"github.com/robinhoodcache/robinhood/workload/stats"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
@@ -40,6 +44,7 @@ Commands:
   stats FILE      print a trace's structure: the columns of the paper's Table 1 and more
   replay          replay a trace open-loop against a topology's application servers
   scenario check  validate a capacity scenario against a topology
+  mrc FILE        each backend's LRU miss ratio as a function of cache bytes (exact, or sampled)
 
 Run 'tracegen <command> -h' for the flags of a command. docs/workloads.md has the details.
 `
@@ -72,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		cmd = "scenario check"
 		err = cmdScenarioCheck(args[2:], stdout, stderr)
+	case "mrc":
+		err = cmdMRC(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -527,4 +534,93 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// DefaultMRCSizes are the cache sizes tracegen mrc evaluates unless told.
+const DefaultMRCSizes = "1MiB,2MiB,4MiB,8MiB,16MiB,32MiB,64MiB,128MiB,256MiB,512MiB,1GiB"
+
+func cmdMRC(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("mrc", "tracegen mrc FILE [--sizes 1MiB,4MiB,...] [--format csv|table|json] [--sample R] [--plot FILE.svg]", stderr)
+	sizesFlag := fs.String("sizes", DefaultMRCSizes, "cache sizes (comma-separated byte sizes: 512KiB, 64MiB, 1.5GiB, 1000000)")
+	format := fs.String("format", "table", "output: csv (backend,cache_bytes,miss_ratio rows), table or json")
+	sample := fs.Float64("sample", 0, "SHARDS sampling rate R in (0, 1) for large traces; 0 = exact")
+	heavy := fs.Int("heavy-keys", 1000, "with --sample: popular keys tracked at every access, per backend")
+	plot := fs.String("plot", "", "also draw the curves into this SVG file")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	sizes, err := bytesize.ParseList(*sizesFlag)
+	if err != nil {
+		return fmt.Errorf("--sizes: %w", err)
+	}
+	if len(sizes) == 0 {
+		return errors.New("--sizes: give at least one size")
+	}
+	switch *format {
+	case "csv", "table", "json":
+	default:
+		return fmt.Errorf("--format: %q is not csv, table or json", *format)
+	}
+	if *sample < 0 || *sample >= 1 {
+		return fmt.Errorf("--sample: %v is not in [0, 1) (0 = exact)", *sample)
+	}
+	if *heavy < 0 {
+		return fmt.Errorf("--heavy-keys: %d is negative", *heavy)
+	}
+	curves, err := mrc.FromFile(pos[0], mrc.Options{Sizes: sizes, SampleRate: *sample}, *heavy)
+	if err != nil {
+		return err
+	}
+	if *plot != "" {
+		f, err := os.Create(*plot)
+		if err != nil {
+			return err
+		}
+		title := "LRU miss ratio per backend: " + pos[0]
+		if *sample > 0 {
+			title += fmt.Sprintf(" (sampled, R = %g)", *sample)
+		}
+		if err := mrc.WriteSVG(f, curves, title); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	switch *format {
+	case "json":
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(curves)
+	case "csv":
+		fmt.Fprintln(stdout, "backend,cache_bytes,miss_ratio")
+		for _, c := range curves {
+			for _, p := range c.Points {
+				fmt.Fprintf(stdout, "%s,%d,%s\n", c.Backend, p.Bytes, strconv.FormatFloat(p.MissRatio, 'f', 6, 64))
+			}
+		}
+		return nil
+	}
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := []string{"backend", "accesses"}
+	if len(curves) > 0 {
+		for _, p := range curves[0].Points {
+			head = append(head, bytesize.Format(p.Bytes))
+		}
+	}
+	fmt.Fprintln(w, strings.Join(head, "\t")+"\t")
+	for _, c := range curves {
+		row := []string{c.Backend, strconv.FormatInt(c.Accesses, 10)}
+		for _, p := range c.Points {
+			row = append(row, strconv.FormatFloat(p.MissRatio, 'f', 3, 64))
+		}
+		fmt.Fprintln(w, strings.Join(row, "\t")+"\t")
+	}
+	return w.Flush()
 }
