@@ -215,3 +215,31 @@ func TestLimitsValidate(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// The configured allocation, as the Python side computes it.
+func TestInitialAllocationVectors(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "tests", "vectors", "split.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Cases []struct {
+			Fixed      map[string]int `json:"fixed"`
+			Names      []string       `json:"names"`
+			Total      int            `json:"total"`
+			Allocation map[string]int `json:"allocation"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || len(v.Cases) < 5 {
+		t.Fatalf("vectors: %v", err)
+	}
+	for _, c := range v.Cases {
+		a := AppServer{CacheBudgetMB: c.Total, Partitions: map[string]Partition{}}
+		for _, n := range c.Names {
+			a.Partitions[n] = Partition{InitialMB: c.Fixed[n]}
+		}
+		if got := a.InitialAllocationMB(); !reflect.DeepEqual(got, c.Allocation) {
+			t.Errorf("%+v: got %v", c, got)
+		}
+	}
+}

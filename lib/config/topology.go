@@ -327,3 +327,33 @@ func ReadRBCSettings(doc map[string]any, path string) (RBCServer, error) {
 	var r RBCServer
 	return r, decode(norm, &r)
 }
+
+// InitialAllocationMB is the configured allocation of a partitioned app
+// server in MB: initial_mb where given, the partitions without it share the
+// rest of the budget evenly, the extra MBs to the names that sort first (the
+// same rule as robinhood_common.split.fill_rest; tests/vectors/split.json
+// holds the cases both are tested on).
+func (a *AppServer) InitialAllocationMB() map[string]int {
+	out := map[string]int{}
+	var free []string
+	used := 0
+	for _, n := range a.PartitionNames() {
+		if mb := a.Partitions[n].InitialMB; mb > 0 {
+			out[n] = mb
+			used += mb
+		} else {
+			free = append(free, n)
+		}
+	}
+	if len(free) > 0 {
+		rest := max(a.CacheBudgetMB-used, 0)
+		base, extra := rest/len(free), rest%len(free)
+		for i, n := range free {
+			out[n] = base
+			if i < extra {
+				out[n]++
+			}
+		}
+	}
+	return out
+}

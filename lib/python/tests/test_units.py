@@ -106,3 +106,11 @@ def test_parse_bytes_vectors(case: dict) -> None:
 @pytest.mark.parametrize("case", VECTORS["format_bytes"], ids=lambda c: str(c["bytes"]))
 def test_format_bytes_vectors(case: dict) -> None:
     assert units.format_bytes(case["bytes"]) == case["text"]
+
+
+SPLIT = json.loads((Path(__file__).resolve().parents[3] / "tests" / "vectors" / "split.json").read_text())
+
+
+@pytest.mark.parametrize("case", SPLIT["cases"], ids=lambda c: str(c["total"]))
+def test_fill_rest_vectors(case: dict) -> None:
+    assert fill_rest(case["fixed"], case["names"], case["total"]) == case["allocation"]

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -27,6 +28,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/experiment/feasibility"
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
@@ -470,11 +472,14 @@ func nonZero(m map[string]int64) map[string]int64 {
 }
 
 func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("scenario check", "tracegen scenario check FILE --topology FILE [--duration D] [--print]", stderr)
+	fs := newFlags("scenario check", "tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--app-server ID] [--json]]", stderr)
 	topoPath := fs.String("topology", "", "topology file (required)")
-	duration := fs.Duration("duration", 0, "the run's duration: warns about events beyond it, needed by --print")
+	duration := fs.Duration("duration", 0, "the run's duration: warns about events beyond it, needed by --print and --trace")
 	print := fs.Bool("print", false, "print the expanded timeline, one JSON change per line")
 	seed := fs.Uint64("seed", 1, "seed for random walks when the file has none")
+	tracePath := fs.String("trace", "", "also say, phase by phase, whether any allocation of the cache can keep every backend under its capacity (miss-ratio curves from this trace)")
+	appServer := fs.String("app-server", "", "with --trace: the partitioned app server whose budget is analysed (default: the first)")
+	asJSON := fs.Bool("json", false, "with --trace: print the analysis as JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -506,6 +511,9 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: ok: %d events (%d set, %d ramp, %d random_walk)\n", pos[0], len(sc.Events),
 		kinds[scenario.KindSet], kinds[scenario.KindRamp], kinds[scenario.KindRandomWalk])
+	if *tracePath != "" {
+		return feasibilityReport(stdout, sc, topo, *tracePath, *appServer, *duration, *seed, *asJSON)
+	}
 	if !*print {
 		return nil
 	}
@@ -623,4 +631,118 @@ func cmdMRC(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(w, strings.Join(row, "\t")+"\t")
 	}
 	return w.Flush()
+}
+
+// feasibilityReport prints, for every phase of the scenario, the cache each
+// backend needs to stay under its capacity, whether the budget covers them
+// all at once, and the oracle's allocation (experiment/feasibility).
+func feasibilityReport(w io.Writer, sc *scenario.Scenario, topo *config.Topology, tracePath, appID string,
+	duration time.Duration, seed uint64, asJSON bool) error {
+	if duration <= 0 {
+		return errors.New("--trace needs --duration (the part of the trace the run replays)")
+	}
+	var app *config.AppServer
+	n := len(topo.AppServers)
+	for i := range topo.AppServers {
+		a := &topo.AppServers[i]
+		if a.CacheMode == config.CachePartitioned && (appID == "" || a.ID == appID) {
+			app = a
+			break
+		}
+	}
+	if app == nil {
+		return fmt.Errorf("--app-server: no partitioned app server %q in the topology", appID)
+	}
+	if need := sc.NeedsInitial(); len(need) > 0 {
+		return fmt.Errorf("--trace: the random walk of %s.%s starts from the backend's current value; give it an initial value", need[0].Backend, need[0].Field)
+	}
+	if sc.Seed != nil {
+		seed = *sc.Seed
+	}
+	changes, err := sc.Expand(duration, seed, nil)
+	if err != nil {
+		return err
+	}
+	budget, floor := app.CacheBudgetMB, app.Controller.MinPartitionMB
+	backends, err := feasibility.FromTrace(tracePath, duration, n, budget)
+	if err != nil {
+		return err
+	}
+	initial := map[string]config.Limits{}
+	for _, b := range topo.Backends {
+		initial[b.Name] = b.Limits
+	}
+	results, err := feasibility.Analyze(backends, feasibility.Phases(initial, changes, duration), budget, floor, app.InitialAllocationMB())
+	if err != nil {
+		return err
+	}
+	finite := func(v float64) any {
+		if math.IsInf(v, 0) {
+			return nil
+		}
+		return v
+	}
+	if asJSON {
+		type row struct {
+			StartS      float64        `json:"start_s"`
+			EndS        float64        `json:"end_s"`
+			Capacity    map[string]any `json:"capacity_qps"`
+			Load        map[string]any `json:"configured_load_qps"`
+			NeedMB      map[string]int `json:"need_mb"`
+			NeedTotal   int            `json:"need_total_mb"`
+			Feasible    bool           `json:"feasible"`
+			OracleMB    map[string]int `json:"oracle_mb"`
+			OracleWorst any            `json:"oracle_worst_utilization"`
+			Configured  any            `json:"configured_worst_utilization"`
+		}
+		conf := app.InitialAllocationMB()
+		var rows []row
+		for _, r := range results {
+			caps, loads := map[string]any{}, map[string]any{}
+			for _, b := range backends {
+				caps[b.Name] = finite(r.Capacity[b.Name])
+				loads[b.Name] = b.Load(conf[b.Name])
+			}
+			rows = append(rows, row{r.Start.Seconds(), r.End.Seconds(), caps, loads, r.Need, r.NeedTotal, r.Feasible,
+				r.Oracle, finite(r.OracleWorst), finite(r.Even)})
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"app_server": app.ID, "app_servers": n, "budget_mb": budget, "floor_mb": floor,
+			"configured_mb": conf, "phases": rows})
+	}
+	fmt.Fprintf(w, "feasibility: app server %s, budget %d MB, floor %d MB, %d app server(s); miss-ratio curves from %s\n",
+		app.ID, budget, floor, n, tracePath)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "phase\tneed MB (per backend)\ttotal\tfeasible\toracle worst util\tconfigured worst util\t")
+	infeasible := 0
+	for _, r := range results {
+		var parts []string
+		for _, b := range backends {
+			need := "∞"
+			if v := r.Need[b.Name]; v >= 0 {
+				need = strconv.Itoa(v)
+			}
+			parts = append(parts, b.Name+"="+need)
+		}
+		total := "∞"
+		if r.NeedTotal >= 0 {
+			total = strconv.Itoa(r.NeedTotal)
+		}
+		ok := "yes"
+		if !r.Feasible {
+			ok = "NO"
+			infeasible++
+		}
+		fmt.Fprintf(tw, "%s–%s\t%s\t%s/%d\t%s\t%.2f\t%.2f\t\n", r.Start, r.End, strings.Join(parts, " "), total, budget, ok, r.OracleWorst, r.Even)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if infeasible > 0 {
+		fmt.Fprintf(w, "%d of %d phases are infeasible: no allocation of %d MB keeps every backend under its capacity\n", infeasible, len(results), budget)
+	} else {
+		fmt.Fprintf(w, "every phase is feasible: some allocation of %d MB keeps every backend under its capacity\n", budget)
+	}
+	return nil
 }

@@ -162,3 +162,44 @@ func TestMRCOutputsAndErrors(t *testing.T) {
 		t.Errorf("bad line: %d %q", code, stderr)
 	}
 }
+
+// scenario check --trace: phase by phase, the cache each backend needs and
+// whether the budget covers it; a capacity below what any cache leaves is
+// reported infeasible.
+func TestScenarioFeasibility(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "t.jsonl")
+	if code, _, stderr := tg("synth", "--out", tr, "--duration", "20s", "--rate", "200", "--backends", "2",
+		"--backend-names", "a,b", "--keys", "2000", "--mean-size", "8192", "--seed", "3"); code != 0 {
+		t.Fatal(stderr)
+	}
+	topo := filepath.Join(dir, "topology.yaml")
+	os.WriteFile(topo, []byte(`backends:
+  - {id: 0, name: a, type: kv, limits: {rate: 5000}, replicas: [{grpc: "127.0.0.1:1", http: "127.0.0.1:6"}]}
+  - {id: 1, name: b, type: kv, limits: {rate: 5000}, replicas: [{grpc: "127.0.0.1:2", http: "127.0.0.1:7"}]}
+app_servers:
+  - {id: app0, http: "127.0.0.1:3", cache_budget_mb: 32, partitions: {a: "127.0.0.1:4", b: "127.0.0.1:5"},
+     controller: {min_partition_mb: 8}}
+`), 0o644)
+	sc := filepath.Join(dir, "s.yaml")
+	os.WriteFile(sc, []byte(`events:
+  - {kind: set, at: 5s, backend: a, set: {rate: 1}}
+  - {kind: set, at: 10s, backend: a, set: {rate: 5000}}
+`), 0o644)
+	code, out, stderr := tg("scenario", "check", sc, "--topology", topo, "--duration", "20s", "--trace", tr)
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	lines := strings.Split(out, "\n")
+	if !strings.Contains(out, "1 of 3 phases are infeasible") || !strings.Contains(lines[4], "5s–10s") ||
+		!strings.Contains(lines[4], "a=∞") || !strings.Contains(lines[4], "NO") || !strings.Contains(lines[3], "yes") {
+		t.Fatalf("%s", out)
+	}
+	code, out, _ = tg("scenario", "check", sc, "--topology", topo, "--duration", "20s", "--trace", tr, "--json")
+	if code != 0 || !strings.Contains(out, `"oracle_mb"`) || !strings.Contains(out, `"feasible": false`) {
+		t.Fatalf("%s", out)
+	}
+	if code, _, stderr := tg("scenario", "check", sc, "--topology", topo, "--trace", tr); code == 0 || !strings.Contains(stderr, "--trace needs --duration") {
+		t.Fatalf("%d %s", code, stderr)
+	}
+}
