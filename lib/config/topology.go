@@ -42,12 +42,13 @@ type Topology struct {
 // RBCServer is the RBC server: its addresses and the settings of its
 // window.
 type RBCServer struct {
-	GRPC     string   `json:"grpc"`
-	HTTP     string   `json:"http"`
-	Window   Duration `json:"window"`
-	RingSize int      `json:"ring_size"`
-	LowPct   float64  `json:"low_pct"`
-	HighPct  float64  `json:"high_pct"`
+	GRPC           string   `json:"grpc"`
+	HTTP           string   `json:"http"`
+	Window         Duration `json:"window"`
+	StatsRetention Duration `json:"stats_retention"`
+	RingSize       int      `json:"ring_size"`
+	LowPct         float64  `json:"low_pct"`
+	HighPct        float64  `json:"high_pct"`
 }
 
 // Backend is one backend service with its replicas.

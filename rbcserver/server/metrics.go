@@ -9,6 +9,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 	"github.com/robinhoodcache/robinhood/rbcserver/ring"
+	"github.com/robinhoodcache/robinhood/rbcserver/stats"
 )
 
 // metrics are the server's Prometheus metrics, in a registry of their own
@@ -24,6 +25,11 @@ type metrics struct {
 	blocking        *prometheus.GaugeVec
 	share           *prometheus.GaugeVec
 	windowRequests  prometheus.Gauge
+	cacheHits       *prometheus.CounterVec
+	cacheMisses     *prometheus.CounterVec
+	shadowHits      *prometheus.CounterVec
+	queryP50        *prometheus.GaugeVec
+	queryP99        *prometheus.GaugeVec
 	ingestedTotal   atomic.Uint64 // the counter's value, for the final log line
 }
 
@@ -67,6 +73,26 @@ func newMetrics(r *ring.Ring) *metrics {
 			Name: "rbcserver_window_requests",
 			Help: "Records in the window of the most recent GetRBC with the default parameters.",
 		}),
+		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rbcserver_cache_hits_total",
+			Help: "Cache hits app servers reported per backend (all app servers).",
+		}, []string{"backend"}),
+		cacheMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rbcserver_cache_misses_total",
+			Help: "Cache misses app servers reported per backend (all app servers).",
+		}, []string{"backend"}),
+		shadowHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rbcserver_shadow_hits_total",
+			Help: "Shadow hits (misses that more cache would have hit) app servers reported per backend.",
+		}, []string{"backend"}),
+		queryP50: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rbcserver_query_latency_p50_seconds",
+			Help: "Median query latency per backend over the window of the most recent GetStats with the default window.",
+		}, []string{"backend"}),
+		queryP99: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rbcserver_query_latency_p99_seconds",
+			Help: "P99 query latency per backend over the window of the most recent GetStats with the default window.",
+		}, []string{"backend"}),
 	}
 	ringRecords := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "rbcserver_ring_records",
@@ -82,11 +108,14 @@ func newMetrics(r *ring.Ring) *metrics {
 		m.batchesRejected.WithLabelValues(reason)
 	}
 	m.batchesRejected.WithLabelValues(ReasonTooLarge)
+	m.recordsRejected.WithLabelValues(ReasonBadStats)
+	m.batchesRejected.WithLabelValues(ReasonBadStats)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ingested, m.recordsRejected, m.batches, m.batchesRejected, m.streams,
 		m.compute, m.blocking, m.share, m.windowRequests, ringRecords, ringCapacity,
+		m.cacheHits, m.cacheMisses, m.shadowHits, m.queryP50, m.queryP99,
 	)
 	return m
 }
@@ -124,4 +153,28 @@ func (m *metrics) addIngested(n int) {
 	m.ingested.Add(float64(n))
 	m.ingestedTotal.Add(uint64(n))
 	m.batches.Inc()
+}
+
+// addStats counts the per-backend statistics of an accepted batch.
+func (m *metrics) addStats(reports []stats.Report) {
+	for i := range reports {
+		r := &reports[i]
+		label := strconv.FormatUint(uint64(r.Backend), 10)
+		m.cacheHits.WithLabelValues(label).Add(float64(r.Hits))
+		m.cacheMisses.WithLabelValues(label).Add(float64(r.Misses))
+		m.shadowHits.WithLabelValues(label).Add(float64(r.ShadowHits))
+	}
+}
+
+// publishStats sets the per-backend query latency gauges.
+func (m *metrics) publishStats(total []stats.Summary) {
+	for i := range total {
+		s := &total[i]
+		if s.Queries() == 0 {
+			continue
+		}
+		label := strconv.FormatUint(uint64(s.Backend), 10)
+		m.queryP50.WithLabelValues(label).Set(s.Latency.Quantile(0.5) / 1e6)
+		m.queryP99.WithLabelValues(label).Set(s.Latency.Quantile(0.99) / 1e6)
+	}
 }

@@ -7,7 +7,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/robinhoodcache/robinhood/lib/loghist"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+	"github.com/robinhoodcache/robinhood/rbcserver/stats"
 )
 
 // Reasons a batch is rejected, the values of the reason label of
@@ -16,6 +18,7 @@ const (
 	ReasonLengthMismatch = "length_mismatch"      // latency_us and blocking_backend differ in length
 	ReasonBackendRange   = "backend_out_of_range" // a blocking_backend ≥ --max-backends
 	ReasonTooLarge       = "too_large"            // message over MaxMessageBytes (batches only)
+	ReasonBadStats       = "bad_stats"            // a backend_stats entry is invalid
 )
 
 // BatchError says why a ReportRequest was rejected.
@@ -127,11 +130,41 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 			s.log.Warn("report batch rejected", "app_server_id", r.req.GetAppServerId(), "reason", berr.Reason, "err", berr.Error())
 			return status.Error(codes.InvalidArgument, berr.Error())
 		}
-		_, at := s.now()
+		reports, serr := statsReports(r.req.GetBackendStats(), s.cfg.MaxBackends)
+		if serr != nil {
+			n := len(r.req.GetLatencyUs())
+			s.m.batchesRejected.WithLabelValues(ReasonBadStats).Inc()
+			s.m.recordsRejected.WithLabelValues(ReasonBadStats).Add(float64(n))
+			s.log.Warn("report batch rejected", "app_server_id", r.req.GetAppServerId(), "reason", ReasonBadStats, "err", serr)
+			return status.Error(codes.InvalidArgument, serr.Error())
+		}
+		now, at := s.now()
 		lat, be := r.req.GetLatencyUs(), r.req.GetBlockingBackend()
 		s.ring.Append(at, lat, be)
+		s.stats.Add(now, r.req.GetAppServerId(), reports)
+		s.m.addStats(reports)
 		records += uint64(len(lat))
 		batches++
 		s.m.addIngested(len(lat))
 	}
+}
+
+// statsReports converts and validates a batch's backend_stats; the error
+// names the entry.
+func statsReports(in []*robinhoodv1.BackendStats, maxBackends int) ([]stats.Report, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := make([]stats.Report, len(in))
+	for i, b := range in {
+		out[i] = stats.Report{
+			Backend: b.GetBackend(), Hits: b.GetCacheHits(), Misses: b.GetCacheMisses(),
+			ShadowHits: b.GetShadowHits(), ShadowBytes: b.GetShadowBytes(), LimitBytes: b.GetPartitionLimitBytes(),
+			Latency: loghist.Sparse{Index: b.GetLatencyBucket(), Count: b.GetLatencyCount()},
+		}
+		if err := out[i].Validate(maxBackends); err != nil {
+			return nil, fmt.Errorf("backend_stats[%d]: %v", i, err)
+		}
+	}
+	return out, nil
 }

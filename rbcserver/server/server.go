@@ -25,6 +25,7 @@ import (
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 	"github.com/robinhoodcache/robinhood/rbcserver/ring"
+	"github.com/robinhoodcache/robinhood/rbcserver/stats"
 )
 
 // MaxMessageBytes is the largest gRPC message the server accepts (16 MiB);
@@ -43,6 +44,9 @@ type Config struct {
 	RingSize int
 	// Window is the default time window of GetRBC (--window).
 	Window time.Duration
+	// StatsRetention is how long per-backend statistics are kept: the
+	// longest GetStats window (--stats-retention).
+	StatsRetention time.Duration
 	// LowPct and HighPct are the default band (--low-pct, --high-pct).
 	LowPct, HighPct float64
 	// MaxBackends bounds backend ids: every id must be below it
@@ -63,11 +67,12 @@ func DefaultConfig() Config {
 		panic(err)
 	}
 	return Config{
-		RingSize:    s.RingSize,
-		Window:      s.Window.D(),
-		LowPct:      s.LowPct,
-		HighPct:     s.HighPct,
-		MaxBackends: rbc.DefaultMaxBackends,
+		RingSize:       s.RingSize,
+		Window:         s.Window.D(),
+		StatsRetention: s.StatsRetention.D(),
+		LowPct:         s.LowPct,
+		HighPct:        s.HighPct,
+		MaxBackends:    rbc.DefaultMaxBackends,
 	}
 }
 
@@ -76,6 +81,7 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	doc := map[string]any{
 		"window": c.Window.String(), "ring_size": int64(c.RingSize), "low_pct": c.LowPct, "high_pct": c.HighPct,
+		"stats_retention": c.StatsRetention.String(),
 	}
 	if _, err := config.ReadRBCSettings(doc, ""); err != nil {
 		return err
@@ -96,6 +102,7 @@ type Server struct {
 	epoch    time.Time // arrival times are nanoseconds since epoch
 	log      *slog.Logger
 	ring     *ring.Ring
+	stats    *stats.Store
 	defaults query
 	m        *metrics
 	health   *health.Server
@@ -126,6 +133,7 @@ func New(cfg Config) (*Server, error) {
 		clock:     cfg.Clock,
 		log:       cfg.Logger,
 		ring:      r,
+		stats:     stats.New(cfg.StatsRetention),
 		defaults:  query{window: cfg.Window, params: rbc.Params{LowPct: cfg.LowPct, HighPct: cfg.HighPct}},
 		health:    health.NewServer(),
 		draining:  make(chan struct{}),

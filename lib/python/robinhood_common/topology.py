@@ -29,6 +29,7 @@ class RBCServer(_Model):
     grpc: str | None = None
     http: str | None = None
     window: float
+    stats_retention: float
     ring_size: int
     low_pct: float
     high_pct: float

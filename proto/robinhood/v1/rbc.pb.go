@@ -33,8 +33,11 @@ type ReportRequest struct {
 	LatencyUs []uint32 `protobuf:"varint,2,rep,packed,name=latency_us,json=latencyUs,proto3" json:"latency_us,omitempty"`
 	// Backend id (topology file) of the request's slowest query.
 	BlockingBackend []uint32 `protobuf:"varint,3,rep,packed,name=blocking_backend,json=blockingBackend,proto3" json:"blocking_backend,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Per-backend statistics of the interval since this app server's previous
+	// batch. Optional: clients that send none are served as before.
+	BackendStats  []*BackendStats `protobuf:"bytes,4,rep,name=backend_stats,json=backendStats,proto3" json:"backend_stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
@@ -88,6 +91,127 @@ func (x *ReportRequest) GetBlockingBackend() []uint32 {
 	return nil
 }
 
+func (x *ReportRequest) GetBackendStats() []*BackendStats {
+	if x != nil {
+		return x.BackendStats
+	}
+	return nil
+}
+
+// BackendStats is what one app server measured about one backend during
+// one batch interval: counters since its previous batch (not totals).
+type BackendStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Backend id (topology file).
+	Backend uint32 `protobuf:"varint,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// Cacheable queries found in the backend's cache partition.
+	CacheHits uint64 `protobuf:"varint,2,opt,name=cache_hits,json=cacheHits,proto3" json:"cache_hits,omitempty"`
+	// Cacheable queries the partition did not have.
+	CacheMisses uint64 `protobuf:"varint,3,opt,name=cache_misses,json=cacheMisses,proto3" json:"cache_misses,omitempty"`
+	// Misses on keys the app server's shadow model of the partition holds
+	// within shadow_bytes beyond its size: they would have hit with that much
+	// more cache (Cliffhanger's shadow-queue hits; docs/algorithms.md).
+	ShadowHits uint64 `protobuf:"varint,4,opt,name=shadow_hits,json=shadowHits,proto3" json:"shadow_hits,omitempty"`
+	// The size of the shadow region shadow_hits refer to, bytes.
+	ShadowBytes uint64 `protobuf:"varint,5,opt,name=shadow_bytes,json=shadowBytes,proto3" json:"shadow_bytes,omitempty"`
+	// Query latency histogram, sparse: latency_count[i] queries took a time in
+	// bucket latency_bucket[i], which holds [1.04^b, 1.04^(b+1)) microseconds
+	// (b < 470; lib/loghist). A query's latency is its batch's: the cache
+	// lookup for a hit, the lookup and the backend call for a miss.
+	LatencyBucket []uint32 `protobuf:"varint,6,rep,packed,name=latency_bucket,json=latencyBucket,proto3" json:"latency_bucket,omitempty"`
+	LatencyCount  []uint64 `protobuf:"varint,7,rep,packed,name=latency_count,json=latencyCount,proto3" json:"latency_count,omitempty"`
+	// The partition's cache limit the app server last read, bytes (0: unknown).
+	PartitionLimitBytes uint64 `protobuf:"varint,8,opt,name=partition_limit_bytes,json=partitionLimitBytes,proto3" json:"partition_limit_bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *BackendStats) Reset() {
+	*x = BackendStats{}
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendStats) ProtoMessage() {}
+
+func (x *BackendStats) ProtoReflect() protoreflect.Message {
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendStats.ProtoReflect.Descriptor instead.
+func (*BackendStats) Descriptor() ([]byte, []int) {
+	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BackendStats) GetBackend() uint32 {
+	if x != nil {
+		return x.Backend
+	}
+	return 0
+}
+
+func (x *BackendStats) GetCacheHits() uint64 {
+	if x != nil {
+		return x.CacheHits
+	}
+	return 0
+}
+
+func (x *BackendStats) GetCacheMisses() uint64 {
+	if x != nil {
+		return x.CacheMisses
+	}
+	return 0
+}
+
+func (x *BackendStats) GetShadowHits() uint64 {
+	if x != nil {
+		return x.ShadowHits
+	}
+	return 0
+}
+
+func (x *BackendStats) GetShadowBytes() uint64 {
+	if x != nil {
+		return x.ShadowBytes
+	}
+	return 0
+}
+
+func (x *BackendStats) GetLatencyBucket() []uint32 {
+	if x != nil {
+		return x.LatencyBucket
+	}
+	return nil
+}
+
+func (x *BackendStats) GetLatencyCount() []uint64 {
+	if x != nil {
+		return x.LatencyCount
+	}
+	return nil
+}
+
+func (x *BackendStats) GetPartitionLimitBytes() uint64 {
+	if x != nil {
+		return x.PartitionLimitBytes
+	}
+	return 0
+}
+
 // ReportResponse is sent when the client closes its stream.
 type ReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -101,7 +225,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_robinhood_v1_rbc_proto_msgTypes[1]
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -113,7 +237,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_robinhood_v1_rbc_proto_msgTypes[1]
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -126,7 +250,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{1}
+	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ReportResponse) GetAcceptedRecords() uint64 {
@@ -156,7 +280,7 @@ type GetRBCRequest struct {
 
 func (x *GetRBCRequest) Reset() {
 	*x = GetRBCRequest{}
-	mi := &file_robinhood_v1_rbc_proto_msgTypes[2]
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +292,7 @@ func (x *GetRBCRequest) String() string {
 func (*GetRBCRequest) ProtoMessage() {}
 
 func (x *GetRBCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_robinhood_v1_rbc_proto_msgTypes[2]
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +305,7 @@ func (x *GetRBCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRBCRequest.ProtoReflect.Descriptor instead.
 func (*GetRBCRequest) Descriptor() ([]byte, []int) {
-	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{2}
+	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetRBCRequest) GetWindowSeconds() float64 {
@@ -219,7 +343,7 @@ type BackendRBC struct {
 
 func (x *BackendRBC) Reset() {
 	*x = BackendRBC{}
-	mi := &file_robinhood_v1_rbc_proto_msgTypes[3]
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +355,7 @@ func (x *BackendRBC) String() string {
 func (*BackendRBC) ProtoMessage() {}
 
 func (x *BackendRBC) ProtoReflect() protoreflect.Message {
-	mi := &file_robinhood_v1_rbc_proto_msgTypes[3]
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +368,7 @@ func (x *BackendRBC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendRBC.ProtoReflect.Descriptor instead.
 func (*BackendRBC) Descriptor() ([]byte, []int) {
-	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{3}
+	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BackendRBC) GetBackend() uint32 {
@@ -297,7 +421,7 @@ type GetRBCResponse struct {
 
 func (x *GetRBCResponse) Reset() {
 	*x = GetRBCResponse{}
-	mi := &file_robinhood_v1_rbc_proto_msgTypes[4]
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +433,7 @@ func (x *GetRBCResponse) String() string {
 func (*GetRBCResponse) ProtoMessage() {}
 
 func (x *GetRBCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_robinhood_v1_rbc_proto_msgTypes[4]
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +446,7 @@ func (x *GetRBCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRBCResponse.ProtoReflect.Descriptor instead.
 func (*GetRBCResponse) Descriptor() ([]byte, []int) {
-	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{4}
+	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetRBCResponse) GetBackends() []*BackendRBC {
@@ -402,16 +526,354 @@ func (x *GetRBCResponse) GetP99LatencyUs() uint32 {
 	return 0
 }
 
+// GetStatsRequest selects the window; zero values mean the server's
+// defaults, as for GetRBC.
+type GetStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WindowSeconds float64                `protobuf:"fixed64,1,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	LowPct        float64                `protobuf:"fixed64,2,opt,name=low_pct,json=lowPct,proto3" json:"low_pct,omitempty"`
+	HighPct       float64                `protobuf:"fixed64,3,opt,name=high_pct,json=highPct,proto3" json:"high_pct,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStatsRequest) Reset() {
+	*x = GetStatsRequest{}
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStatsRequest) ProtoMessage() {}
+
+func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
+func (*GetStatsRequest) Descriptor() ([]byte, []int) {
+	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetStatsRequest) GetWindowSeconds() float64 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+func (x *GetStatsRequest) GetLowPct() float64 {
+	if x != nil {
+		return x.LowPct
+	}
+	return 0
+}
+
+func (x *GetStatsRequest) GetHighPct() float64 {
+	if x != nil {
+		return x.HighPct
+	}
+	return 0
+}
+
+// BackendSummary is one backend's statistics over a window.
+type BackendSummary struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Backend     uint32                 `protobuf:"varint,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	CacheHits   uint64                 `protobuf:"varint,2,opt,name=cache_hits,json=cacheHits,proto3" json:"cache_hits,omitempty"`
+	CacheMisses uint64                 `protobuf:"varint,3,opt,name=cache_misses,json=cacheMisses,proto3" json:"cache_misses,omitempty"`
+	ShadowHits  uint64                 `protobuf:"varint,4,opt,name=shadow_hits,json=shadowHits,proto3" json:"shadow_hits,omitempty"`
+	// The shadow region of the latest batch that reported one, bytes.
+	ShadowBytes uint64 `protobuf:"varint,5,opt,name=shadow_bytes,json=shadowBytes,proto3" json:"shadow_bytes,omitempty"`
+	// Queries counted in the latency histogram.
+	Queries uint64 `protobuf:"varint,6,opt,name=queries,proto3" json:"queries,omitempty"`
+	// Nearest-rank median and P99 of the query latency, microseconds, read
+	// from the histogram (within 2%).
+	P50QueryLatencyUs uint32 `protobuf:"varint,7,opt,name=p50_query_latency_us,json=p50QueryLatencyUs,proto3" json:"p50_query_latency_us,omitempty"`
+	P99QueryLatencyUs uint32 `protobuf:"varint,8,opt,name=p99_query_latency_us,json=p99QueryLatencyUs,proto3" json:"p99_query_latency_us,omitempty"`
+	// The merged histogram (same encoding as BackendStats).
+	LatencyBucket []uint32 `protobuf:"varint,9,rep,packed,name=latency_bucket,json=latencyBucket,proto3" json:"latency_bucket,omitempty"`
+	LatencyCount  []uint64 `protobuf:"varint,10,rep,packed,name=latency_count,json=latencyCount,proto3" json:"latency_count,omitempty"`
+	// Sum of the partitions' limits last reported by each app server, bytes.
+	PartitionLimitBytes uint64 `protobuf:"varint,11,opt,name=partition_limit_bytes,json=partitionLimitBytes,proto3" json:"partition_limit_bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *BackendSummary) Reset() {
+	*x = BackendSummary{}
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendSummary) ProtoMessage() {}
+
+func (x *BackendSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendSummary.ProtoReflect.Descriptor instead.
+func (*BackendSummary) Descriptor() ([]byte, []int) {
+	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BackendSummary) GetBackend() uint32 {
+	if x != nil {
+		return x.Backend
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetCacheHits() uint64 {
+	if x != nil {
+		return x.CacheHits
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetCacheMisses() uint64 {
+	if x != nil {
+		return x.CacheMisses
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetShadowHits() uint64 {
+	if x != nil {
+		return x.ShadowHits
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetShadowBytes() uint64 {
+	if x != nil {
+		return x.ShadowBytes
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetQueries() uint64 {
+	if x != nil {
+		return x.Queries
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetP50QueryLatencyUs() uint32 {
+	if x != nil {
+		return x.P50QueryLatencyUs
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetP99QueryLatencyUs() uint32 {
+	if x != nil {
+		return x.P99QueryLatencyUs
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetLatencyBucket() []uint32 {
+	if x != nil {
+		return x.LatencyBucket
+	}
+	return nil
+}
+
+func (x *BackendSummary) GetLatencyCount() []uint64 {
+	if x != nil {
+		return x.LatencyCount
+	}
+	return nil
+}
+
+func (x *BackendSummary) GetPartitionLimitBytes() uint64 {
+	if x != nil {
+		return x.PartitionLimitBytes
+	}
+	return 0
+}
+
+// AppServerStats is one app server's share of a window.
+type AppServerStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AppServerId   string                 `protobuf:"bytes,1,opt,name=app_server_id,json=appServerId,proto3" json:"app_server_id,omitempty"`
+	Backends      []*BackendSummary      `protobuf:"bytes,2,rep,name=backends,proto3" json:"backends,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppServerStats) Reset() {
+	*x = AppServerStats{}
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppServerStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppServerStats) ProtoMessage() {}
+
+func (x *AppServerStats) ProtoReflect() protoreflect.Message {
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppServerStats.ProtoReflect.Descriptor instead.
+func (*AppServerStats) Descriptor() ([]byte, []int) {
+	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AppServerStats) GetAppServerId() string {
+	if x != nil {
+		return x.AppServerId
+	}
+	return ""
+}
+
+func (x *AppServerStats) GetBackends() []*BackendSummary {
+	if x != nil {
+		return x.Backends
+	}
+	return nil
+}
+
+// GetStatsResponse is one statistics snapshot.
+type GetStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The RBC snapshot of the same window (as GetRBC answers).
+	Rbc *GetRBCResponse `protobuf:"bytes,1,opt,name=rbc,proto3" json:"rbc,omitempty"`
+	// Per backend over every app server, ordered by backend id.
+	Backends []*BackendSummary `protobuf:"bytes,2,rep,name=backends,proto3" json:"backends,omitempty"`
+	// Per app server, ordered by id.
+	AppServers        []*AppServerStats `protobuf:"bytes,3,rep,name=app_servers,json=appServers,proto3" json:"app_servers,omitempty"`
+	WindowSeconds     float64           `protobuf:"fixed64,4,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	ComputedUnixNanos int64             `protobuf:"varint,5,opt,name=computed_unix_nanos,json=computedUnixNanos,proto3" json:"computed_unix_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *GetStatsResponse) Reset() {
+	*x = GetStatsResponse{}
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStatsResponse) ProtoMessage() {}
+
+func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_robinhood_v1_rbc_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
+func (*GetStatsResponse) Descriptor() ([]byte, []int) {
+	return file_robinhood_v1_rbc_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetStatsResponse) GetRbc() *GetRBCResponse {
+	if x != nil {
+		return x.Rbc
+	}
+	return nil
+}
+
+func (x *GetStatsResponse) GetBackends() []*BackendSummary {
+	if x != nil {
+		return x.Backends
+	}
+	return nil
+}
+
+func (x *GetStatsResponse) GetAppServers() []*AppServerStats {
+	if x != nil {
+		return x.AppServers
+	}
+	return nil
+}
+
+func (x *GetStatsResponse) GetWindowSeconds() float64 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+func (x *GetStatsResponse) GetComputedUnixNanos() int64 {
+	if x != nil {
+		return x.ComputedUnixNanos
+	}
+	return 0
+}
+
 var File_robinhood_v1_rbc_proto protoreflect.FileDescriptor
 
 const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	"\n" +
-	"\x16robinhood/v1/rbc.proto\x12\frobinhood.v1\"}\n" +
+	"\x16robinhood/v1/rbc.proto\x12\frobinhood.v1\"\xbe\x01\n" +
 	"\rReportRequest\x12\"\n" +
 	"\rapp_server_id\x18\x01 \x01(\tR\vappServerId\x12\x1d\n" +
 	"\n" +
 	"latency_us\x18\x02 \x03(\rR\tlatencyUs\x12)\n" +
-	"\x10blocking_backend\x18\x03 \x03(\rR\x0fblockingBackend\"f\n" +
+	"\x10blocking_backend\x18\x03 \x03(\rR\x0fblockingBackend\x12?\n" +
+	"\rbackend_stats\x18\x04 \x03(\v2\x1a.robinhood.v1.BackendStatsR\fbackendStats\"\xae\x02\n" +
+	"\fBackendStats\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\rR\abackend\x12\x1d\n" +
+	"\n" +
+	"cache_hits\x18\x02 \x01(\x04R\tcacheHits\x12!\n" +
+	"\fcache_misses\x18\x03 \x01(\x04R\vcacheMisses\x12\x1f\n" +
+	"\vshadow_hits\x18\x04 \x01(\x04R\n" +
+	"shadowHits\x12!\n" +
+	"\fshadow_bytes\x18\x05 \x01(\x04R\vshadowBytes\x12%\n" +
+	"\x0elatency_bucket\x18\x06 \x03(\rR\rlatencyBucket\x12#\n" +
+	"\rlatency_count\x18\a \x03(\x04R\flatencyCount\x122\n" +
+	"\x15partition_limit_bytes\x18\b \x01(\x04R\x13partitionLimitBytes\"f\n" +
 	"\x0eReportResponse\x12)\n" +
 	"\x10accepted_records\x18\x01 \x01(\x04R\x0facceptedRecords\x12)\n" +
 	"\x10accepted_batches\x18\x02 \x01(\x04R\x0facceptedBatches\"j\n" +
@@ -436,11 +898,41 @@ const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	"\bhigh_pct\x18\t \x01(\x01R\ahighPct\x12$\n" +
 	"\x0ep50_latency_us\x18\n" +
 	" \x01(\rR\fp50LatencyUs\x12$\n" +
-	"\x0ep99_latency_us\x18\v \x01(\rR\fp99LatencyUs2\x98\x01\n" +
+	"\x0ep99_latency_us\x18\v \x01(\rR\fp99LatencyUs\"l\n" +
+	"\x0fGetStatsRequest\x12%\n" +
+	"\x0ewindow_seconds\x18\x01 \x01(\x01R\rwindowSeconds\x12\x17\n" +
+	"\alow_pct\x18\x02 \x01(\x01R\x06lowPct\x12\x19\n" +
+	"\bhigh_pct\x18\x03 \x01(\x01R\ahighPct\"\xac\x03\n" +
+	"\x0eBackendSummary\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\rR\abackend\x12\x1d\n" +
+	"\n" +
+	"cache_hits\x18\x02 \x01(\x04R\tcacheHits\x12!\n" +
+	"\fcache_misses\x18\x03 \x01(\x04R\vcacheMisses\x12\x1f\n" +
+	"\vshadow_hits\x18\x04 \x01(\x04R\n" +
+	"shadowHits\x12!\n" +
+	"\fshadow_bytes\x18\x05 \x01(\x04R\vshadowBytes\x12\x18\n" +
+	"\aqueries\x18\x06 \x01(\x04R\aqueries\x12/\n" +
+	"\x14p50_query_latency_us\x18\a \x01(\rR\x11p50QueryLatencyUs\x12/\n" +
+	"\x14p99_query_latency_us\x18\b \x01(\rR\x11p99QueryLatencyUs\x12%\n" +
+	"\x0elatency_bucket\x18\t \x03(\rR\rlatencyBucket\x12#\n" +
+	"\rlatency_count\x18\n" +
+	" \x03(\x04R\flatencyCount\x122\n" +
+	"\x15partition_limit_bytes\x18\v \x01(\x04R\x13partitionLimitBytes\"n\n" +
+	"\x0eAppServerStats\x12\"\n" +
+	"\rapp_server_id\x18\x01 \x01(\tR\vappServerId\x128\n" +
+	"\bbackends\x18\x02 \x03(\v2\x1c.robinhood.v1.BackendSummaryR\bbackends\"\x92\x02\n" +
+	"\x10GetStatsResponse\x12.\n" +
+	"\x03rbc\x18\x01 \x01(\v2\x1c.robinhood.v1.GetRBCResponseR\x03rbc\x128\n" +
+	"\bbackends\x18\x02 \x03(\v2\x1c.robinhood.v1.BackendSummaryR\bbackends\x12=\n" +
+	"\vapp_servers\x18\x03 \x03(\v2\x1c.robinhood.v1.AppServerStatsR\n" +
+	"appServers\x12%\n" +
+	"\x0ewindow_seconds\x18\x04 \x01(\x01R\rwindowSeconds\x12.\n" +
+	"\x13computed_unix_nanos\x18\x05 \x01(\x03R\x11computedUnixNanos2\xe3\x01\n" +
 	"\n" +
 	"RBCService\x12E\n" +
 	"\x06Report\x12\x1b.robinhood.v1.ReportRequest\x1a\x1c.robinhood.v1.ReportResponse(\x01\x12C\n" +
-	"\x06GetRBC\x12\x1b.robinhood.v1.GetRBCRequest\x1a\x1c.robinhood.v1.GetRBCResponseBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3"
+	"\x06GetRBC\x12\x1b.robinhood.v1.GetRBCRequest\x1a\x1c.robinhood.v1.GetRBCResponse\x12I\n" +
+	"\bGetStats\x12\x1d.robinhood.v1.GetStatsRequest\x1a\x1e.robinhood.v1.GetStatsResponseBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3"
 
 var (
 	file_robinhood_v1_rbc_proto_rawDescOnce sync.Once
@@ -454,25 +946,37 @@ func file_robinhood_v1_rbc_proto_rawDescGZIP() []byte {
 	return file_robinhood_v1_rbc_proto_rawDescData
 }
 
-var file_robinhood_v1_rbc_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_robinhood_v1_rbc_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_robinhood_v1_rbc_proto_goTypes = []any{
-	(*ReportRequest)(nil),  // 0: robinhood.v1.ReportRequest
-	(*ReportResponse)(nil), // 1: robinhood.v1.ReportResponse
-	(*GetRBCRequest)(nil),  // 2: robinhood.v1.GetRBCRequest
-	(*BackendRBC)(nil),     // 3: robinhood.v1.BackendRBC
-	(*GetRBCResponse)(nil), // 4: robinhood.v1.GetRBCResponse
+	(*ReportRequest)(nil),    // 0: robinhood.v1.ReportRequest
+	(*BackendStats)(nil),     // 1: robinhood.v1.BackendStats
+	(*ReportResponse)(nil),   // 2: robinhood.v1.ReportResponse
+	(*GetRBCRequest)(nil),    // 3: robinhood.v1.GetRBCRequest
+	(*BackendRBC)(nil),       // 4: robinhood.v1.BackendRBC
+	(*GetRBCResponse)(nil),   // 5: robinhood.v1.GetRBCResponse
+	(*GetStatsRequest)(nil),  // 6: robinhood.v1.GetStatsRequest
+	(*BackendSummary)(nil),   // 7: robinhood.v1.BackendSummary
+	(*AppServerStats)(nil),   // 8: robinhood.v1.AppServerStats
+	(*GetStatsResponse)(nil), // 9: robinhood.v1.GetStatsResponse
 }
 var file_robinhood_v1_rbc_proto_depIdxs = []int32{
-	3, // 0: robinhood.v1.GetRBCResponse.backends:type_name -> robinhood.v1.BackendRBC
-	0, // 1: robinhood.v1.RBCService.Report:input_type -> robinhood.v1.ReportRequest
-	2, // 2: robinhood.v1.RBCService.GetRBC:input_type -> robinhood.v1.GetRBCRequest
-	1, // 3: robinhood.v1.RBCService.Report:output_type -> robinhood.v1.ReportResponse
-	4, // 4: robinhood.v1.RBCService.GetRBC:output_type -> robinhood.v1.GetRBCResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	1, // 0: robinhood.v1.ReportRequest.backend_stats:type_name -> robinhood.v1.BackendStats
+	4, // 1: robinhood.v1.GetRBCResponse.backends:type_name -> robinhood.v1.BackendRBC
+	7, // 2: robinhood.v1.AppServerStats.backends:type_name -> robinhood.v1.BackendSummary
+	5, // 3: robinhood.v1.GetStatsResponse.rbc:type_name -> robinhood.v1.GetRBCResponse
+	7, // 4: robinhood.v1.GetStatsResponse.backends:type_name -> robinhood.v1.BackendSummary
+	8, // 5: robinhood.v1.GetStatsResponse.app_servers:type_name -> robinhood.v1.AppServerStats
+	0, // 6: robinhood.v1.RBCService.Report:input_type -> robinhood.v1.ReportRequest
+	3, // 7: robinhood.v1.RBCService.GetRBC:input_type -> robinhood.v1.GetRBCRequest
+	6, // 8: robinhood.v1.RBCService.GetStats:input_type -> robinhood.v1.GetStatsRequest
+	2, // 9: robinhood.v1.RBCService.Report:output_type -> robinhood.v1.ReportResponse
+	5, // 10: robinhood.v1.RBCService.GetRBC:output_type -> robinhood.v1.GetRBCResponse
+	9, // 11: robinhood.v1.RBCService.GetStats:output_type -> robinhood.v1.GetStatsResponse
+	9, // [9:12] is the sub-list for method output_type
+	6, // [6:9] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_robinhood_v1_rbc_proto_init() }
@@ -486,7 +990,7 @@ func file_robinhood_v1_rbc_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_robinhood_v1_rbc_proto_rawDesc), len(file_robinhood_v1_rbc_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

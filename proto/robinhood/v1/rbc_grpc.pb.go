@@ -22,8 +22,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RBCService_Report_FullMethodName = "/robinhood.v1.RBCService/Report"
-	RBCService_GetRBC_FullMethodName = "/robinhood.v1.RBCService/GetRBC"
+	RBCService_Report_FullMethodName   = "/robinhood.v1.RBCService/Report"
+	RBCService_GetRBC_FullMethodName   = "/robinhood.v1.RBCService/GetRBC"
+	RBCService_GetStats_FullMethodName = "/robinhood.v1.RBCService/GetStats"
 )
 
 // RBCServiceClient is the client API for RBCService service.
@@ -46,6 +47,13 @@ type RBCServiceClient interface {
 	// Invalid parameters fail with InvalidArgument; an empty window is not an
 	// error but a response with zero counts.
 	GetRBC(ctx context.Context, in *GetRBCRequest, opts ...grpc.CallOption) (*GetRBCResponse, error)
+	// GetStats answers, in one call, everything a cache controller's policy may
+	// need about the last window_seconds: the RBC snapshot of GetRBC, and per
+	// backend (over all app servers, and per app server) the cache hits,
+	// misses and shadow hits and the query latency distribution reported with
+	// the batches (docs/protocol.md). A window longer than the server keeps
+	// statistics for (--stats-retention) fails with InvalidArgument.
+	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
 }
 
 type rBCServiceClient struct {
@@ -79,6 +87,16 @@ func (c *rBCServiceClient) GetRBC(ctx context.Context, in *GetRBCRequest, opts .
 	return out, nil
 }
 
+func (c *rBCServiceClient) GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStatsResponse)
+	err := c.cc.Invoke(ctx, RBCService_GetStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RBCServiceServer is the server API for RBCService service.
 // All implementations must embed UnimplementedRBCServiceServer
 // for forward compatibility.
@@ -99,6 +117,13 @@ type RBCServiceServer interface {
 	// Invalid parameters fail with InvalidArgument; an empty window is not an
 	// error but a response with zero counts.
 	GetRBC(context.Context, *GetRBCRequest) (*GetRBCResponse, error)
+	// GetStats answers, in one call, everything a cache controller's policy may
+	// need about the last window_seconds: the RBC snapshot of GetRBC, and per
+	// backend (over all app servers, and per app server) the cache hits,
+	// misses and shadow hits and the query latency distribution reported with
+	// the batches (docs/protocol.md). A window longer than the server keeps
+	// statistics for (--stats-retention) fails with InvalidArgument.
+	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
 	mustEmbedUnimplementedRBCServiceServer()
 }
 
@@ -114,6 +139,9 @@ func (UnimplementedRBCServiceServer) Report(grpc.ClientStreamingServer[ReportReq
 }
 func (UnimplementedRBCServiceServer) GetRBC(context.Context, *GetRBCRequest) (*GetRBCResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRBC not implemented")
+}
+func (UnimplementedRBCServiceServer) GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
 }
 func (UnimplementedRBCServiceServer) mustEmbedUnimplementedRBCServiceServer() {}
 func (UnimplementedRBCServiceServer) testEmbeddedByValue()                    {}
@@ -161,6 +189,24 @@ func _RBCService_GetRBC_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RBCService_GetStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RBCServiceServer).GetStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RBCService_GetStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RBCServiceServer).GetStats(ctx, req.(*GetStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RBCService_ServiceDesc is the grpc.ServiceDesc for RBCService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -171,6 +217,10 @@ var RBCService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRBC",
 			Handler:    _RBCService_GetRBC_Handler,
+		},
+		{
+			MethodName: "GetStats",
+			Handler:    _RBCService_GetStats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -63,6 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	window := fs.String("window", def.Window.String(), "default GetRBC window: records that arrived in the last `duration` (rbc_server.window)")
 	lowPct := fs.Float64("low-pct", def.LowPct, "default lower percentile of the RBC band, in (0, 100] (rbc_server.low_pct)")
 	highPct := fs.Float64("high-pct", def.HighPct, "default upper percentile of the RBC band, in (0, 100] (rbc_server.high_pct)")
+	statsRetention := fs.String("stats-retention", def.StatsRetention.String(), "how long per-backend statistics are kept: the longest GetStats window (rbc_server.stats_retention)")
 	fs.IntVar(&o.cfg.MaxBackends, "max-backends", o.cfg.MaxBackends, "backend ids must be below this")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take before connections are closed")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
@@ -93,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}{
 		{"grpc-addr", "grpc", *grpcAddr}, {"http-addr", "http", *httpAddr}, {"ring-size", "ring_size", int64(*ringSize)},
 		{"window", "window", *window}, {"low-pct", "low_pct", *lowPct}, {"high-pct", "high_pct", *highPct},
+		{"stats-retention", "stats_retention", *statsRetention},
 	} {
 		if set[f.flag] {
 			ov.Set(block, "rbc_server", f.field, f.flag, f.v)
@@ -103,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, ov.Annotate(err)
 	}
 	o.cfg.RingSize, o.cfg.Window, o.cfg.LowPct, o.cfg.HighPct = rs.RingSize, rs.Window.D(), rs.LowPct, rs.HighPct
+	o.cfg.StatsRetention = rs.StatsRetention.D()
 	o.grpcAddr, o.httpAddr = rs.GRPC, rs.HTTP
 	if o.grpcAddr == "" {
 		o.grpcAddr = "127.0.0.1:7070"

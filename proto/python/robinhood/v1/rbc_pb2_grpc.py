@@ -46,6 +46,11 @@ class RBCServiceStub:
                 request_serializer=robinhood_dot_v1_dot_rbc__pb2.GetRBCRequest.SerializeToString,
                 response_deserializer=robinhood_dot_v1_dot_rbc__pb2.GetRBCResponse.FromString,
                 _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/robinhood.v1.RBCService/GetStats',
+                request_serializer=robinhood_dot_v1_dot_rbc__pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=robinhood_dot_v1_dot_rbc__pb2.GetStatsResponse.FromString,
+                _registered_method=True)
 
 
 class RBCServiceServicer:
@@ -76,6 +81,18 @@ class RBCServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStats(self, request, context):
+        """GetStats answers, in one call, everything a cache controller's policy may
+        need about the last window_seconds: the RBC snapshot of GetRBC, and per
+        backend (over all app servers, and per app server) the cache hits,
+        misses and shadow hits and the query latency distribution reported with
+        the batches (docs/protocol.md). A window longer than the server keeps
+        statistics for (--stats-retention) fails with InvalidArgument.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RBCServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -88,6 +105,11 @@ def add_RBCServiceServicer_to_server(servicer, server):
                     servicer.GetRBC,
                     request_deserializer=robinhood_dot_v1_dot_rbc__pb2.GetRBCRequest.FromString,
                     response_serializer=robinhood_dot_v1_dot_rbc__pb2.GetRBCResponse.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=robinhood_dot_v1_dot_rbc__pb2.GetStatsRequest.FromString,
+                    response_serializer=robinhood_dot_v1_dot_rbc__pb2.GetStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -146,6 +168,33 @@ class RBCService:
             '/robinhood.v1.RBCService/GetRBC',
             robinhood_dot_v1_dot_rbc__pb2.GetRBCRequest.SerializeToString,
             robinhood_dot_v1_dot_rbc__pb2.GetRBCResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/robinhood.v1.RBCService/GetStats',
+            robinhood_dot_v1_dot_rbc__pb2.GetStatsRequest.SerializeToString,
+            robinhood_dot_v1_dot_rbc__pb2.GetStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,
