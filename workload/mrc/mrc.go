@@ -10,8 +10,8 @@
 //
 // Exact mode computes every access's byte stack distance — the object's size
 // plus the sizes of the distinct objects accessed since its previous access
-// — in one pass with a Fenwick tree over access times (O(log n) per access),
-// so one pass gives the curve at every size: an access hits in a cache of c
+// — in one pass (lib/stackdist: a Fenwick tree over access times, O(log n)
+// per access), so one pass gives the curve at every size: an access hits in a cache of c
 // bytes iff its distance is at most c. This equals an LRU simulation as long
 // as no object shrinks between two of its accesses (a shrunk object makes
 // the stack model count as resident an object the LRU had already evicted;
@@ -29,6 +29,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/robinhoodcache/robinhood/lib/stackdist"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
@@ -143,7 +144,7 @@ func (b *Builder) track(st *stack, backend, key string, size int64) {
 	// The stack holds every tracked object's size times its weight: the
 	// bytes between two accesses of an object are estimated from the tracked
 	// ones; the object's own size is known.
-	d, cold := st.distance(key, size, int64(math.Round(float64(size)*w)))
+	d, cold := st.dist.Access(key, size, int64(math.Round(float64(size)*w)))
 	st.tracked++
 	if cold {
 		st.cold += w
@@ -189,14 +190,9 @@ func (b *Builder) Curves() []Curve {
 	return out
 }
 
-// stack is one backend's LRU stack: the time of each key's last access and,
-// per access time, the size of the object whose latest access it is (0 once
-// the object has been accessed again), summed by a Fenwick tree.
+// stack is one backend's LRU stack (lib/stackdist) and its histogram.
 type stack struct {
-	last     map[string]int
-	vals     []int64
-	tree     []int64 // 1-based Fenwick tree over vals
-	n        int
+	dist     *stackdist.Stack
 	hist     []float64 // hist[i]: (weighted) accesses that first hit at sizes[i] (i = len: at none)
 	cold     float64
 	tracked  int64
@@ -204,78 +200,7 @@ type stack struct {
 }
 
 func newStack(nsizes int) *stack {
-	return &stack{last: map[string]int{}, vals: make([]int64, 1024), tree: make([]int64, 1025), hist: make([]float64, nsizes+1)}
-}
-
-func (s *stack) add(i int, delta int64) {
-	for j := i + 1; j < len(s.tree); j += j & -j {
-		s.tree[j] += delta
-	}
-}
-
-// prefix is the sum of vals[0:i].
-func (s *stack) prefix(i int) int64 {
-	var sum int64
-	for j := i; j > 0; j -= j & -j {
-		sum += s.tree[j]
-	}
-	return sum
-}
-
-// compact makes room for more accesses: the live entries (one per key, at
-// its last access) are renumbered in order, so memory stays proportional to
-// the number of keys however long the trace; the array doubles only when
-// more than half of it is live.
-func (s *stack) compact() {
-	live := len(s.last)
-	size := len(s.vals)
-	if 2*live > size {
-		size *= 2
-	}
-	type entry struct {
-		t   int
-		key string
-	}
-	order := make([]entry, 0, live)
-	for k, t := range s.last {
-		order = append(order, entry{t, k})
-	}
-	sort.Slice(order, func(i, j int) bool { return order[i].t < order[j].t })
-	vals := make([]int64, size)
-	for i, e := range order {
-		vals[i] = s.vals[e.t]
-		s.last[e.key] = i
-	}
-	s.n = len(order)
-	tree := make([]int64, len(vals)+1)
-	for i, v := range vals { // linear-time Fenwick construction
-		j := i + 1
-		tree[j] += v
-		if p := j + (j & -j); p < len(tree) {
-			tree[p] += tree[j]
-		}
-	}
-	s.vals, s.tree = vals, tree
-}
-
-// distance records an access of key with size (weighted in the stack) and
-// returns its byte stack distance, or cold for a first access.
-func (s *stack) distance(key string, size, weighted int64) (d int64, cold bool) {
-	if s.n == len(s.vals) {
-		s.compact()
-	}
-	t := s.n
-	s.n++
-	p, seen := s.last[key]
-	if seen {
-		d = s.prefix(t) - s.prefix(p+1) + size
-		s.add(p, -s.vals[p])
-		s.vals[p] = 0
-	}
-	s.last[key] = t
-	s.vals[t] = weighted
-	s.add(t, weighted)
-	return d, !seen
+	return &stack{dist: stackdist.New(0), hist: make([]float64, nsizes+1)}
 }
 
 // fnv1a is the 64-bit FNV-1a hash of s with a final avalanche (the
