@@ -397,3 +397,36 @@ func (cn *conn) set(key string, value []byte) error {
 		return &ProtocolError{Line: string(line)}
 	}
 }
+
+// Stats returns memcached's general statistics (`stats`): name → value.
+func (c *Client) Stats(ctx context.Context) (map[string]string, error) {
+	cn, err := c.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := cn.stats()
+	c.release(cn, err == nil)
+	return out, err
+}
+
+func (cn *conn) stats() (map[string]string, error) {
+	_, _ = cn.w.WriteString("stats\r\n")
+	if err := cn.w.Flush(); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for {
+		line, err := cn.readLine()
+		if err != nil {
+			return nil, err
+		}
+		if string(line) == "END" {
+			return out, nil
+		}
+		f := bytes.Fields(line)
+		if len(f) != 3 || string(f[0]) != "STAT" {
+			return nil, &ProtocolError{Line: string(line)}
+		}
+		out[string(f[1])] = string(f[2])
+	}
+}

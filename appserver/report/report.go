@@ -49,6 +49,10 @@ type Options struct {
 	RPCTimeout time.Duration
 	// Logger receives one line per connection state change.
 	Logger *slog.Logger
+	// Stats, when set, returns the per-backend statistics of the interval
+	// since its previous call; they go into the next batch (and are lost
+	// with it when it cannot be sent).
+	Stats func() []*pb.BackendStats
 }
 
 // Reporter batches request records and streams them to the RBC server.
@@ -181,6 +185,9 @@ func (r *Reporter) send(lat, blk []uint32) error {
 		}
 	}
 	req := &pb.ReportRequest{AppServerId: r.opt.AppServerID, LatencyUs: lat, BlockingBackend: blk}
+	if r.opt.Stats != nil {
+		req.BackendStats = r.opt.Stats()
+	}
 	timer := time.AfterFunc(r.opt.RPCTimeout, r.cancel)
 	err := r.stream.Send(req)
 	if !timer.Stop() {

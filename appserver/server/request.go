@@ -221,6 +221,21 @@ func (s *Server) runCall(ctx context.Context, c *call) {
 					be.m.hitSec.Observe(d)
 				}
 				be.m.hits.Add(float64(c.hits))
+				if s.stats != nil {
+					us := d * 1e6
+					for range c.hits {
+						be.stats.latency.Observe(us)
+					}
+				}
+			}
+			if sc := s.stats; sc != nil {
+				be.stats.hits.Add(uint64(c.hits))
+				be.stats.misses.Add(uint64(len(look) - c.hits))
+				if sc.events != nil {
+					for _, i := range pos {
+						sc.offer(shadowEvent{be: be, key: q.Keys[i], size: q.Sizes[i], hit: c.vals[i] != nil})
+					}
+				}
 			}
 		}
 	}
@@ -251,12 +266,24 @@ func (s *Server) runCall(ctx context.Context, c *call) {
 	c.done = time.Now()
 	if err != nil {
 		c.err = fmt.Errorf("backend %s: %w", be.name, err)
+		if s.stats != nil { // a failed query took its time too (up to the timeout)
+			us := c.done.Sub(t0).Seconds() * 1e6
+			for range missed {
+				be.stats.latency.Observe(us)
+			}
+		}
 		c.errors = len(missed)
 		be.m.backendErr(backendErrorKind(err)).Inc()
 		s.log.Debug("backend call failed", "backend", be.name, "queries", len(missed), "err", err)
 		return
 	}
 	d := c.done.Sub(t0).Seconds()
+	if s.stats != nil {
+		us := d * 1e6
+		for range missed {
+			be.stats.latency.Observe(us)
+		}
+	}
 	for j, i := range missed {
 		v := resp.Values[j]
 		c.vals[i] = v

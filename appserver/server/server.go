@@ -61,6 +61,15 @@ type Config struct {
 	ReportInterval time.Duration
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64
+	// ShadowBytes is the shadow region of each partition's shadow model
+	// (shadow hits: misses that this much more cache would have hit).
+	ShadowBytes int64
+	// ShadowQueue bounds the queries waiting for the shadow models; more
+	// are dropped and counted.
+	ShadowQueue int
+	// NoStats turns the per-backend statistics off (no backend_stats in the
+	// RBC batches, no shadow models).
+	NoStats bool
 }
 
 // Server serves one application server's requests. It owns its background
@@ -77,6 +86,7 @@ type Server struct {
 	backendTimeout time.Duration
 	m              *metrics
 	reporter       *report.Reporter
+	stats          *statsCollector // nil when statistics are off or nothing reports
 	rbcConn        *grpc.ClientConn
 	stopReporter   context.CancelFunc
 	reporterDone   chan struct{}
@@ -93,6 +103,7 @@ type backend struct {
 	cache      *cache.Client // nil in cache mode none
 	filler     *cache.Filler
 	m          backendMetrics
+	stats      backendStats
 }
 
 // New builds a server for cfg.AppServerID and starts its background
@@ -198,7 +209,26 @@ func New(cfg Config) (_ *Server, err error) {
 			cancel()
 			return nil, fmt.Errorf("rbc_server.grpc %q: %w", addr, err)
 		}
+		if !cfg.NoStats {
+			if cfg.ShadowBytes <= 0 {
+				cfg.ShadowBytes = DefaultShadowBytes
+			}
+			if cfg.ShadowQueue <= 0 {
+				cfg.ShadowQueue = DefaultShadowQueue
+			}
+			bes := make([]*backend, 0, len(s.backends))
+			for _, tb := range cfg.Topology.Backends {
+				bes = append(bes, s.backends[tb.Name])
+			}
+			s.stats = newStatsCollector(bes, cfg.ShadowBytes, int64(app.CacheBudgetMB)<<20, cfg.ShadowQueue,
+				app.CacheMode == config.CachePartitioned)
+		}
+		var statsFn func() []*pb.BackendStats
+		if s.stats != nil {
+			statsFn = s.stats.drain
+		}
 		s.reporter = report.New(pb.NewRBCServiceClient(s.rbcConn), report.Options{
+			Stats:       statsFn,
 			AppServerID: app.ID,
 			BufferLen:   cfg.RBCBuffer,
 			Interval:    cfg.ReportInterval,
@@ -228,6 +258,12 @@ func appIndex(t *config.Topology, id string) int {
 }
 
 func (s *Server) registerFuncMetrics() {
+	if sc := s.stats; sc != nil {
+		s.m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "appserver_shadow_events_dropped_total",
+			Help: "Cacheable queries the shadow models could not take (their queue was full); the shadow hits undercount by as many.",
+		}, func() float64 { return float64(sc.dropped.Load()) }))
+	}
 	var sent, dropped, connected func() float64
 	if r := s.reporter; r != nil {
 		sent = func() float64 { return float64(r.Sent()) }
@@ -287,6 +323,9 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) closeResources() {
+	if s.stats != nil {
+		s.stats.close()
+	}
 	for _, be := range s.backends {
 		if be.filler != nil {
 			be.filler.Close()

@@ -6,6 +6,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -23,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/robinhoodcache/robinhood/backends/value"
@@ -425,6 +428,58 @@ func TestRequestPath(t *testing.T) {
 		}
 		if got := s.metric(s.app["app0"], "appserver_rbc_records_sent_total"); got == 0 {
 			t.Fatal("appserver_rbc_records_sent_total is 0")
+		}
+	})
+
+	t.Run("the statistics service sums what the app servers measured", func(t *testing.T) {
+		conn, err := grpc.NewClient(s.rbcGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		client := pb.NewRBCServiceClient(conn)
+		hits := func(b string) float64 {
+			return s.metric(s.app["app0"], fmt.Sprintf(`appserver_cache_hits_total{backend=%q}`, b)) +
+				s.metric(s.app["app1"], fmt.Sprintf(`appserver_cache_hits_total{backend=%q}`, b))
+		}
+		var resp *pb.GetStatsResponse
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err = client.GetStats(ctx, &pb.GetStatsRequest{WindowSeconds: 600})
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got float64
+			for _, b := range resp.GetBackends() {
+				got += float64(b.GetCacheHits())
+			}
+			if got == hits(slowBackend)+hits(fastBackend) && got > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GetStats hits %v, app servers counted %v", got, hits(slowBackend)+hits(fastBackend))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		byID := map[uint32]*pb.BackendSummary{}
+		for _, b := range resp.GetBackends() {
+			byID[b.GetBackend()] = b
+		}
+		slow, fast := byID[slowID], byID[fastID]
+		if slow == nil || fast == nil || slow.GetQueries() == 0 {
+			t.Fatalf("backends %v", resp.GetBackends())
+		}
+		// catalog answers in 100 ms and more; its P99 query latency says so, ratings' is far below.
+		if slow.GetP99QueryLatencyUs() < 98_000 || fast.GetP99QueryLatencyUs() >= slow.GetP99QueryLatencyUs() {
+			t.Fatalf("P99 query latency: catalog %d µs, ratings %d µs", slow.GetP99QueryLatencyUs(), fast.GetP99QueryLatencyUs())
+		}
+		if resp.GetRbc().GetWindowRequests() == 0 || len(resp.GetAppServers()) != 2 {
+			t.Fatalf("rbc %v, app servers %d", resp.GetRbc(), len(resp.GetAppServers()))
+		}
+		if lim := slow.GetPartitionLimitBytes(); lim != 16<<20 {
+			t.Fatalf("catalog partition limit %d (app0's partition is 16 MB; app1 is shared)", lim)
 		}
 	})
 

@@ -56,6 +56,7 @@ type config struct {
 	requests    int
 	rounds      int
 	seed        uint64
+	extra       string
 }
 
 func main() {
@@ -69,6 +70,7 @@ func main() {
 	flag.IntVar(&c.requests, "requests", 1000, "distinct requests cycled through")
 	flag.IntVar(&c.rounds, "rounds", 3, "measurement rounds (figures are medians over rounds)")
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the request mix")
+	flag.StringVar(&c.extra, "appserver-args", "", "extra bin/appserver flags, space-separated (e.g. --no-stats)")
 	flag.Parse()
 	if c.duration <= 0 || c.concurrency <= 0 || c.keys <= 0 || c.queries < len(backends) || c.requests <= 0 || c.rounds <= 0 {
 		fmt.Fprintln(os.Stderr, "appbench: --duration, --concurrency, --keys, --requests, --rounds must be positive and --queries at least 3")
@@ -160,8 +162,9 @@ func run(c config) error {
 	if err := os.WriteFile(topoPath, []byte(topo), 0o644); err != nil {
 		return err
 	}
-	appCmd, err := start(c.appserver, "--topology", topoPath, "--id", "bench", "--log-level", "error",
-		"--memcached-conns", strconv.Itoa(2*c.concurrency+8))
+	appArgs := append([]string{"--topology", topoPath, "--id", "bench", "--log-level", "error",
+		"--memcached-conns", strconv.Itoa(2*c.concurrency+8)}, strings.Fields(c.extra)...)
+	appCmd, err := start(c.appserver, appArgs...)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 	"github.com/robinhoodcache/robinhood/appserver/report"
 	"github.com/robinhoodcache/robinhood/appserver/server"
+	"github.com/robinhoodcache/robinhood/lib/bytesize"
 	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
@@ -41,6 +42,8 @@ func run(args []string) int {
 	fillQueue := fs.Int("fill-queue", cache.DefaultFillQueue, "values waiting to be stored, per backend; more are dropped and counted")
 	fillWorkers := fs.Int("fill-workers", cache.DefaultFillWorkers, "goroutines storing values, per backend")
 	rbcBuffer := fs.Int("rbc-buffer", report.DefaultBufferLen, "request records buffered for the next RBC batch; more are dropped and counted")
+	shadowBytes := fs.String("shadow-bytes", bytesize.Format(server.DefaultShadowBytes), "shadow region of each partition's shadow model: misses that this much more cache would have hit are reported as shadow hits")
+	noStats := fs.Bool("no-stats", false, "do not report per-backend statistics (hits, misses, shadow hits, query latencies) with the RBC batches")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest accepted request body")
 	check := fs.Bool("check", false, "validate the topology and this app server's settings (dispatch policy parameters among them), print what would run, and exit")
 	listDispatch := fs.Bool("list-dispatch-policies", false, "print every registered dispatch policy, one a line (name, parameters with defaults, summary), and exit")
@@ -88,6 +91,10 @@ func run(args []string) int {
 			return usage("%s %d must be positive", c.name, c.v)
 		}
 	}
+	shadow, err := bytesize.Parse(*shadowBytes)
+	if err != nil || shadow <= 0 {
+		return usage("--shadow-bytes: %q must be a positive byte size (%s)", *shadowBytes, bytesize.Hint)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	topo, err := config.LoadTopology(*topoPath)
@@ -104,6 +111,8 @@ func run(args []string) int {
 		FillWorkers:      *fillWorkers,
 		RBCBuffer:        *rbcBuffer,
 		MaxBodyBytes:     *maxBody,
+		ShadowBytes:      shadow,
+		NoStats:          *noStats,
 	})
 	if err != nil {
 		return usage("%v", err)

@@ -1,0 +1,74 @@
+// Package shadow estimates, without changing memcached, how many of a cache
+// partition's misses more space would have turned into hits: Cliffhanger's
+// shadow-queue hits (Cidon et al., NSDI 2016), computed from the app
+// server's own view of the partition (docs/algorithms.md, "Shadow hits").
+//
+// memcached does not say which keys it evicts, so the model replays what the
+// app server sees — every cacheable query, hit or miss, with its object's
+// size — through an LRU stack (lib/stackdist). memcached keeps less than its
+// limit (slab pages, item headers) and evicts per slab class, so its
+// effective size is not the limit: the model tracks it as the stack
+// distance E at which an LRU would hit as often as the real cache does (a
+// quantile estimate nudged by every query: up when the real cache hit
+// beyond E, down when it missed within E). A miss at a distance in
+// (E, E + shadow] would have hit with shadow more bytes: a shadow hit.
+package shadow
+
+import "github.com/robinhoodcache/robinhood/lib/stackdist"
+
+// step is the relative change of the effective-size estimate per
+// disagreeing query: small enough to average over thousands of queries,
+// large enough to follow a resize within seconds at a few hundred queries/s.
+const step = 0.002
+
+// Model is one partition's shadow model. Not safe for concurrent use.
+type Model struct {
+	stack     *stackdist.Stack
+	shadow    int64
+	effective float64
+	limit     int64
+}
+
+// New returns a model counting shadow hits within shadowBytes beyond the
+// partition's effective size; it remembers objects up to maxDepth bytes deep.
+func New(shadowBytes, maxDepth int64) *Model {
+	return &Model{stack: stackdist.New(maxDepth), shadow: shadowBytes}
+}
+
+// Shadow is the shadow region's size in bytes.
+func (m *Model) Shadow() int64 { return m.shadow }
+
+// Effective is the current estimate of the partition's effective size.
+func (m *Model) Effective() int64 { return int64(m.effective) }
+
+// Objects is the number of objects the model holds.
+func (m *Model) Objects() int { return m.stack.Len() }
+
+// Observe records one cacheable query of a key of size bytes, whether the
+// real cache hit it, and the partition's current limit (0: unknown); it
+// reports whether the query was a shadow hit.
+func (m *Model) Observe(key string, size int64, hit bool, limit int64) bool {
+	d, cold := m.stack.Access(key, size, size)
+	if limit <= 0 {
+		return false
+	}
+	if limit != m.limit { // a resize (or the first limit): move the estimate with it
+		if m.limit == 0 || m.effective == 0 {
+			m.effective = float64(limit)
+		} else {
+			m.effective *= float64(limit) / float64(m.limit)
+		}
+		m.limit = limit
+	}
+	if cold {
+		return false
+	}
+	within := float64(d) <= m.effective
+	switch {
+	case hit && !within:
+		m.effective *= 1 + step
+	case !hit && within:
+		m.effective *= 1 - step
+	}
+	return !hit && float64(d) > m.effective && float64(d) <= m.effective+float64(m.shadow)
+}
