@@ -163,7 +163,7 @@ func run(c config) error {
 		return err
 	}
 	appArgs := append([]string{"--topology", topoPath, "--id", "bench", "--log-level", "error",
-		"--memcached-conns", strconv.Itoa(2*c.concurrency+8)}, strings.Fields(c.extra)...)
+		"--memcached-conns", strconv.Itoa(2*c.concurrency + 8)}, strings.Fields(c.extra)...)
 	appCmd, err := start(c.appserver, appArgs...)
 	if err != nil {
 		return err
