@@ -81,7 +81,8 @@ class Controller:
         self.names = [p.name for p in cfg.partitions]
         self.drivers = {p.name: MemcachedPartition(p.name, p.addr, s.memcached_timeout) for p in cfg.partitions}
         self.policy = build(s.policy.name, s.policy.params(), cfg.context())
-        self.rbc = RBCClient(cfg.rbc_addr, s.rbc_timeout, cfg.rbc_window) if cfg.rbc_addr else None
+        self.rbc = (RBCClient(cfg.rbc_addr, s.rbc_timeout, cfg.rbc_window, cfg.app_server)
+                    if cfg.rbc_addr else None)
         self.names_by_id = cfg.backend_names()
         self.targets: dict[str, int] | None = None
         self.ticks = 0
@@ -236,6 +237,9 @@ class Controller:
                     targets={n: self.targets[n] for n in live},
                     used=used,
                     rbc={n: counts.get(n, 0) for n in live},
+                    stats=({n: snap.stats[n] for n in live if n in snap.stats} if snap is not None else {}),
+                    local=({n: snap.local[n] for n in live if n in snap.local} if snap is not None else {}),
+                    now=wall,
                     samples=samples,
                 ))
                 self.targets.update(decision.targets)

@@ -1,4 +1,6 @@
-"""Reading request blocking counts from the RBC server (`RBCService/GetRBC`)."""
+"""Reading the RBC server: request blocking counts and the per-backend statistics the
+app servers report (`RBCService/GetStats`: both in one call; `GetRBC` for servers
+without statistics)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -25,6 +27,33 @@ class RBCError(Exception):
 
 
 @dataclass(frozen=True)
+class QueryStats:
+    """One backend's statistics over the window (docs/protocol.md, GetStats)."""
+
+    hits: int = 0
+    misses: int = 0
+    shadow_hits: int = 0
+    shadow_bytes: int = 0
+    queries: int = 0
+    p50_query_latency_us: int = 0
+    p99_query_latency_us: int = 0
+    limit_bytes: int = 0
+
+    @property
+    def miss_ratio(self) -> float | None:
+        """Misses / cacheable queries; None without any."""
+        n = self.hits + self.misses
+        return self.misses / n if n else None
+
+
+def _query_stats(b: rbc_pb2.BackendSummary) -> QueryStats:
+    return QueryStats(hits=int(b.cache_hits), misses=int(b.cache_misses), shadow_hits=int(b.shadow_hits),
+                      shadow_bytes=int(b.shadow_bytes), queries=int(b.queries),
+                      p50_query_latency_us=int(b.p50_query_latency_us),
+                      p99_query_latency_us=int(b.p99_query_latency_us), limit_bytes=int(b.partition_limit_bytes))
+
+
+@dataclass(frozen=True)
 class RBCSnapshot:
     """One GetRBC answer mapped to partition names."""
 
@@ -37,6 +66,24 @@ class RBCSnapshot:
     high_pct: float = 99.5
     unknown: dict[int, int] = field(default_factory=dict)
     """Counts for backend ids this app server has no partition for."""
+    stats: dict[str, QueryStats] = field(default_factory=dict)
+    """Per partition, the statistics over every app server (empty without GetStats)."""
+    local: dict[str, QueryStats] = field(default_factory=dict)
+    """Per partition, this app server's own statistics."""
+
+
+def stats_snapshot(resp: rbc_pb2.GetStatsResponse, names_by_id: Mapping[int, str], app_server: str) -> RBCSnapshot:
+    """Map a GetStatsResponse to partition names: the RBC, every app server's
+    statistics summed, and this app server's own."""
+    snap = to_snapshot(resp.rbc, names_by_id)
+    total = {names_by_id[b.backend]: _query_stats(b) for b in resp.backends if b.backend in names_by_id}
+    local: dict[str, QueryStats] = {}
+    for a in resp.app_servers:
+        if a.app_server_id == app_server:
+            local = {names_by_id[b.backend]: _query_stats(b) for b in a.backends if b.backend in names_by_id}
+    return RBCSnapshot(counts=snap.counts, window_requests=snap.window_requests, band_requests=snap.band_requests,
+                       p99_latency_us=snap.p99_latency_us, low_pct=snap.low_pct, high_pct=snap.high_pct,
+                       unknown=snap.unknown, stats=total, local=local)
 
 
 def to_snapshot(resp: rbc_pb2.GetRBCResponse, names_by_id: Mapping[int, str]) -> RBCSnapshot:
@@ -61,33 +108,47 @@ def to_snapshot(resp: rbc_pb2.GetRBCResponse, names_by_id: Mapping[int, str]) ->
 
 
 class RBCClient:
-    """A GetRBC client with a deadline per call. The channel reconnects by itself."""
+    """A GetStats (or GetRBC) client with a deadline per call. The channel reconnects
+    by itself."""
 
-    def __init__(self, addr: str, timeout: float, window_seconds: float) -> None:
+    def __init__(self, addr: str, timeout: float, window_seconds: float, app_server: str = "") -> None:
         self.addr = addr
         self.timeout = timeout
         self.window_seconds = window_seconds
+        self.app_server = app_server
+        self.has_stats = True
         self._channel = grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
         self._stub = rbc_pb2_grpc.RBCServiceStub(self._channel)
 
     def fetch(self, names_by_id: Mapping[int, str]) -> RBCSnapshot:
-        """One snapshot over the last window_seconds. RBCError when the server is
-        unavailable, too slow (deadline) or answers an error."""
+        """One snapshot over the last window_seconds: the RBC and the statistics, in
+        one GetStats call (GetRBC alone from a server without statistics). RBCError
+        when the server is unavailable, too slow (deadline) or answers an error."""
+        if self.has_stats:
+            try:
+                resp = self._stub.GetStats(
+                    rbc_pb2.GetStatsRequest(window_seconds=self.window_seconds), timeout=self.timeout)
+                return stats_snapshot(resp, names_by_id, self.app_server)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise self._error("GetStats", e) from None
+                self.has_stats = False
         try:
-            resp = self._stub.GetRBC(
-                rbc_pb2.GetRBCRequest(window_seconds=self.window_seconds), timeout=self.timeout
-            )
+            rresp = self._stub.GetRBC(rbc_pb2.GetRBCRequest(window_seconds=self.window_seconds), timeout=self.timeout)
         except grpc.RpcError as e:
-            code = e.code() if hasattr(e, "code") else None
-            detail = e.details() if hasattr(e, "details") else str(e)
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                kind = "rbc_timeout"
-            elif code == grpc.StatusCode.UNAVAILABLE:
-                kind = "rbc_unavailable"
-            else:
-                kind = "rbc_error"
-            raise RBCError(kind, f"GetRBC at {self.addr}: {code.name if code else 'error'}: {detail}") from None
-        return to_snapshot(resp, names_by_id)
+            raise self._error("GetRBC", e) from None
+        return to_snapshot(rresp, names_by_id)
+
+    def _error(self, method: str, e: grpc.RpcError) -> RBCError:
+        code = e.code() if hasattr(e, "code") else None
+        detail = e.details() if hasattr(e, "details") else str(e)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            kind = "rbc_timeout"
+        elif code == grpc.StatusCode.UNAVAILABLE:
+            kind = "rbc_unavailable"
+        else:
+            kind = "rbc_error"
+        return RBCError(kind, f"{method} at {self.addr}: {code.name if code else 'error'}: {detail}")
 
     def close(self) -> None:
         """Close the channel."""

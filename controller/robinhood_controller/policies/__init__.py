@@ -21,10 +21,11 @@ from .base import (
     PlanInput,
     PolicyContext,
     PolicyError,
+    QueryStats,
 )
 from .registry import build, describe, get, names, register
 
 __all__ = [
-    "AllocationPolicy", "Decision", "Params", "PartitionSample", "PlanInput", "PolicyContext", "PolicyError",
+    "AllocationPolicy", "Decision", "Params", "PartitionSample", "PlanInput", "PolicyContext", "PolicyError", "QueryStats",
     "build", "describe", "get", "names", "register",
 ]

@@ -8,6 +8,8 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from ..rbc import QueryStats
+
 
 class PolicyError(ValueError):
     """A policy or its parameters are invalid; the message names the field."""
@@ -57,6 +59,14 @@ class PlanInput:
     rbc: Mapping[str, int]
     """Last RBC per partition (0 when the backend blocked nothing, or no snapshot)."""
     samples: Mapping[str, PartitionSample] = field(default_factory=dict)
+    stats: Mapping[str, QueryStats] = field(default_factory=dict)
+    """Per partition, the window's statistics over every app server (hits, misses,
+    shadow hits, query latency; the RBC server's GetStats). Empty when the RBC server
+    is unreachable or has no statistics."""
+    local: Mapping[str, QueryStats] = field(default_factory=dict)
+    """Per partition, this app server's own share of them."""
+    now: float = 0.0
+    """Wall-clock time of this tick (Unix seconds)."""
 
     def applied(self) -> dict[str, int]:
         """The limits memcached actually has, bytes, where known."""
