@@ -214,7 +214,11 @@ def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
     """One read-only tick; print the current and the planned allocation."""
     if cfg.cache_mode != "partitioned":
         return _not_partitioned(cfg, "plan", out)
-    ctl = Controller(cfg, read_only=True)
+    try:
+        ctl = Controller(cfg, read_only=True)
+    except policies.PolicyError as e:
+        print(f"robinhood-controller: invalid configuration: {e}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         try:
             ctl.start(wait=False)
@@ -287,7 +291,11 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return EXIT_FAIL
             log.info("event=metrics addr=%s port=%d", s.metrics, port)
-        ctl = Controller(cfg, metrics=metrics, timeline=timeline)
+        try:
+            ctl = Controller(cfg, metrics=metrics, timeline=timeline)
+        except policies.PolicyError as e:
+            print(f"robinhood-controller: invalid configuration: {e}", file=sys.stderr)
+            return EXIT_CONFIG
         log.info("event=start app_server=%s policy=%s params=%s budget_mb=%d partitions=%s interval=%gs "
                  "min_partition_mb=%d dry_run=%s rbc=%s rbc_window=%gs",
                  cfg.app_server, cfg.policy, json.dumps(cfg.policy_params.model_dump(), separators=(",", ":")),

@@ -108,6 +108,8 @@ class ControllerConfig:
             budget_bytes=self.budget_bytes,
             configured={n: mb * MIB for n, mb in self.initial_mb().items()},
             floor_bytes=self.settings.min_partition_mb * MIB,
+            app_server=self.app_server,
+            run=self.settings.run,
         )
 
 

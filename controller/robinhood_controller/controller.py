@@ -35,6 +35,19 @@ from .timeline import TimelineWriter
 log = logging.getLogger("robinhood_controller")
 
 
+def check_decision(before: dict[str, int], after: dict[str, int], floor: int) -> str:
+    """Why a policy's targets cannot be applied ("" when they can): the same
+    partitions, the same sum, none below the floor."""
+    if set(after) != set(before):
+        return f"targets for {sorted(after)}, not {sorted(before)}"
+    if sum(after.values()) != sum(before.values()):
+        return f"targets sum to {sum(after.values())} bytes, not {sum(before.values())}"
+    low = [n for n, v in after.items() if v < min(floor, before[n])]
+    if low:
+        return f"targets below the floor for {low}"
+    return ""
+
+
 class StartupError(Exception):
     """The controller cannot start (a partition is unreachable or cannot be managed)."""
 
@@ -233,7 +246,7 @@ class Controller:
                         items=st.items, evictions=st.evictions, get_hits=st.get_hits, get_misses=st.get_misses)
                     for n in live if (st := stats[n]) is not None
                 }
-                decision = self.policy.plan(PlanInput(
+                inp = PlanInput(
                     targets={n: self.targets[n] for n in live},
                     used=used,
                     rbc={n: counts.get(n, 0) for n in live},
@@ -241,9 +254,18 @@ class Controller:
                     local=({n: snap.local[n] for n in live if n in snap.local} if snap is not None else {}),
                     now=wall,
                     samples=samples,
-                ))
-                self.targets.update(decision.targets)
-                eligible.update(decision.eligible or {})
+                )
+                try:
+                    decision = self.policy.plan(inp)
+                    problem = check_decision(inp.targets, decision.targets, self.cfg.settings.min_partition_mb * MIB)
+                except Exception as e:  # noqa: BLE001 - a policy's failure must not end the loop
+                    decision, problem = None, f"{type(e).__name__}: {e}"
+                if decision is None or problem:
+                    self._error("policy", "", f"policy {self.policy.name}: {problem}; targets kept")
+                    notes.append(f"policy failed: {problem}; targets kept")
+                else:
+                    self.targets.update(decision.targets)
+                    eligible.update(decision.eligible or {})
             planned = round_limits(self.targets, self.cfg.budget_mb)
             if not self.read_only:
                 rt0 = self.clock()

@@ -19,6 +19,7 @@ ERROR_KINDS = (
     "protocol",
     "shrink_stuck",
     "unsupported",
+    "policy",
 )
 """Every value of the `kind` label of controller_errors_total."""
 

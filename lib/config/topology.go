@@ -148,6 +148,16 @@ type Controller struct {
 	ShrinkBudget     Duration         `json:"shrink_budget"`
 	UsedSource       string           `json:"used_source"`
 	MemcachedTimeout Duration         `json:"memcached_timeout"`
+	Run              *Run             `json:"run,omitempty"`
+}
+
+// Run is the experiment run a controller is part of (set by the testbed).
+type Run struct {
+	Seconds   Duration `json:"seconds,omitempty"`
+	StartFile string   `json:"start_file,omitempty"`
+	Trace     string   `json:"trace,omitempty"`
+	Scenario  string   `json:"scenario,omitempty"`
+	Topology  string   `json:"topology,omitempty"`
 }
 
 // AppServer is one application server and its cache.

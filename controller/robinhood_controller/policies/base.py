@@ -6,7 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict
+from robinhood_common.topology import Run
 
 from ..rbc import QueryStats
 
@@ -33,6 +36,21 @@ class PolicyContext:
     """The configured allocation per partition, bytes (initial_mb / the even share)."""
     floor_bytes: int
     """No partition may be planned below this (controller.min_partition_mb)."""
+    app_server: str = ""
+    """The app server this controller manages."""
+    run: Run | None = None
+    """The experiment run the controller is part of (controller.run, set by the
+    testbed): its length, start-time file, trace, scenario and topology."""
+
+    def run_start(self) -> float | None:
+        """The run's start (Unix seconds) from its start file, once the testbed
+        wrote it; None before or without one."""
+        if self.run is None or not self.run.start_file:
+            return None
+        try:
+            return float(Path(self.run.start_file).read_text().strip())
+        except (OSError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)

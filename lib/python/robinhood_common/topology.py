@@ -106,6 +106,16 @@ class Dispatch(Named):
     policy: str
 
 
+class Run(_Model):
+    """The experiment run a controller is part of (set by the testbed)."""
+
+    seconds: float | None = None
+    start_file: str | None = None
+    trace: str | None = None
+    scenario: str | None = None
+    topology: str | None = None
+
+
 class Controller(_Model):
     """An app server's controller block."""
 
@@ -118,6 +128,7 @@ class Controller(_Model):
     shrink_budget: float | None = None
     used_source: str
     memcached_timeout: float
+    run: Run | None = None
 
 
 class AppServer(_Model):

@@ -23,6 +23,7 @@ PAIRS: list[tuple[type[BaseModel], str]] = [
     (topology.Backend, "topology.schema.yaml#/$defs/backend"),
     (topology.Partition, "topology.schema.yaml#/$defs/partition"),
     (topology.Controller, "topology.schema.yaml#/$defs/controller"),
+    (topology.Run, "topology.schema.yaml#/$defs/run"),
     (topology.AppServer, "topology.schema.yaml#/$defs/app_server"),
     (topology.AllocationPolicy, "topology.schema.yaml#/$defs/allocation_policy"),
     (topology.Dispatch, "topology.schema.yaml#/$defs/dispatch"),
