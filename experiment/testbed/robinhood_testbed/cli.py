@@ -40,6 +40,8 @@ from .run import deployment, prepare_inputs, run_arm
 
 log = logging.getLogger("robinhood_testbed")
 CACHE_MODES = ("partitioned", "shared", "none")
+#: Seconds an arm takes besides its duration (starting and stopping the processes).
+ARM_OVERHEAD_S = 25.0
 
 
 def _sigterm(signum: int, frame: object) -> None:
@@ -146,7 +148,9 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
     if out.exists() and any(out.iterdir()):
         raise ExperimentError(f"--out: {out} exists and is not empty")
     names = [a.name for a in todo]
-    console.print(f"Experiment [bold]{exp.name}[/]: {', '.join(names)}; {exp.duration:g} s each; results in {out}")
+    minutes = len(todo) * (exp.duration + ARM_OVERHEAD_S) / 60
+    console.print(f"Experiment [bold]{exp.name}[/]: {len(todo)} arms ({', '.join(names)}), {exp.duration:g} s each: "
+                  f"about {minutes:.0f} minutes in all; results in {out}")
     trace, scenario = prepare_inputs(exp, out)
     for arm in todo:
         with LiveView([b.name for b in exp.backends]) as view:

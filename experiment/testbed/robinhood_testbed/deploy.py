@@ -50,11 +50,13 @@ def app_ids(exp: Experiment) -> list[str]:
 
 
 def build_topology(exp: Experiment, arm: Arm, ports: PortAllocator | None = None,
-                   service_names: bool = False) -> dict[str, Any]:
+                   service_names: bool = False, run: dict[str, Any] | None = None) -> dict[str, Any]:
     """The topology document of one arm of an experiment, validated by the shared
     reader: every address a free loopback port, or with ``service_names`` a
     ``component:fixed-port`` name (for containers, where each component is a host).
-    ExperimentError names what is wrong with the arm's topology."""
+    ExperimentError names what is wrong with the arm's topology. ``run`` (the
+    controller block's ``run``: the run's length, start file, trace, scenario and
+    topology) goes to every controller."""
     doc = exp.document
     ports = ports or PortAllocator()
 
@@ -90,6 +92,8 @@ def build_topology(exp: Experiment, arm: Arm, ports: PortAllocator | None = None
             ctl = {k: v for k, v in doc["controller"].items() if k != "metrics"}
             ctl["policy"] = dict(arm.policy or {"name": "static"})
             ctl["metrics"] = "0.0.0.0:9100" if service_names else addr(f"controller-{app}", 9100)
+            if run:
+                ctl["run"] = dict(run)
             entry["controller"] = ctl
         elif arm.cache_mode == "shared":
             entry["shared_cache"] = addr(f"mc-{app}-shared", 11211)

@@ -182,10 +182,22 @@ def snapshot_appservers(dep: Deployment) -> tuple[dict[str, float], float | None
     return ratios, (h / (h + m) if h + m > 0 else None)
 
 
+#: The file the testbed writes, in an arm's folder, when the run's clock starts: the
+#: Unix time (controller.run.start_file).
+RUN_START = "run-start"
+
+
 def deployment(exp: Experiment, arm: Arm, run_dir: Path, data_dir: Path, prometheus: bool = False,
-               replay: bool = False) -> Deployment:
-    """A deployment (not started) of one arm of an experiment."""
-    return Deployment(build_topology(exp, arm), run_dir, data_dir, memcached_args=list(exp.cache.memcached_args),
+               replay: bool = False, trace: Path | None = None, scenario: Path | None = None) -> Deployment:
+    """A deployment (not started) of one arm of an experiment. With a trace, every
+    controller is told about the run (controller.run)."""
+    run: dict[str, Any] | None = None
+    if trace is not None:
+        run = {"seconds": format_duration(exp.duration), "start_file": str((run_dir / RUN_START).resolve()),
+               "trace": str(Path(trace).resolve()), "topology": str((run_dir / "topology.yaml").resolve())}
+        if scenario is not None:
+            run["scenario"] = str(Path(scenario).resolve())
+    return Deployment(build_topology(exp, arm, run=run), run_dir, data_dir, memcached_args=list(exp.cache.memcached_args),
                       prometheus=prometheus, replay=replay)
 
 
@@ -197,7 +209,7 @@ def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Pat
     run_dir = out_dir / policy
     if run_dir.exists():
         raise ExperimentError(f"{run_dir} already exists; choose another --out")
-    dep = deployment(exp, arm, run_dir, data_dir, prometheus=prometheus, replay=True)
+    dep = deployment(exp, arm, run_dir, data_dir, prometheus=prometheus, replay=True, trace=trace, scenario=scenario)
     for app in dep.ep.app_http:
         check_appserver(dep.topology_path, app)
     if scenario is not None:
@@ -216,6 +228,7 @@ def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Pat
             args += ["--scenario", str(scenario)]
         watcher = Watcher(dep, state)
         state.started = time.time()
+        (run_dir / RUN_START).write_text(f"{state.started:.6f}\n")
         replay = dep.sup.start("replay", args)
         watcher.start()
         try:
