@@ -262,9 +262,11 @@ class Deployment:
             p = self.sup.start(f"appserver-{a.id}", [go_bin("appserver"), "--topology", topo_file, "--id", a.id])
             waits.append((p, f"http://{a.http}/healthz"))
             if a.cache_mode == "partitioned":
+                # ROBINHOOD_BIN: policies that run our tools (the oracle's tracegen) find them.
                 p = self.sup.start(f"controller-{a.id}", [
                     *controller_cmd(), "run", "--topology", topo_file, "--id", a.id,
-                    "--timeline", str(self.run_dir / f"controller-{a.id}.jsonl"), "--wait"])
+                    "--timeline", str(self.run_dir / f"controller-{a.id}.jsonl"), "--wait"],
+                    env={"ROBINHOOD_BIN": str(bin_dir())})
                 if a.controller.metrics:
                     waits.append((p, f"http://{a.controller.metrics}/metrics"))
         self._wait(waits)
