@@ -20,36 +20,74 @@ MODE_COLORS = {"shared": "#2ca02c", "none": "#7f7f7f"}
 
 
 def _color(arm: str, i: int) -> str:
-    """An arm's color: its cache mode's, its allocation policy's (from the registry),
-    or the palette's. An arm name is the mode or the policy, maybe with "+dispatch"."""
-    base, plus, _ = arm.partition("+")
-    if plus:  # several dispatch policies: the palette tells the arms apart
-        return f"C{i}"
-    if base in MODE_COLORS:
-        return MODE_COLORS[base]
+    """An arm's color: its cache mode's, its allocation policy's (from the registry), or
+    the palette's. An arm is named for its mode or policy, with "+dispatch" when several
+    dispatch policies are compared; policy names may themselves end in "++", so the name
+    is looked up whole and anything that is not a mode or a policy takes the palette."""
+    if arm in MODE_COLORS:
+        return MODE_COLORS[arm]
     try:
-        color = allocation_policies.get(base).color
-    except allocation_policies.PolicyError:
-        color = None
+        color = allocation_policies.get(arm).color
+    except allocation_policies.PolicyError:  # "policy+dispatch": the palette tells the arms apart
+        return f"C{i}"
     return color or f"C{i + 3}"
 
 
-def p99_over_time(runs: list[PolicyRun], out: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    for i, r in enumerate(runs):
-        pts = [p for p in r.series() if p.get("p99_ms") is not None]
-        ax.plot([p["t_s"] for p in pts], [p["p99_ms"] for p in pts], label=r.policy,
-                color=_color(r.policy, i), lw=1.8)
-    if runs:
-        ax.axhline(runs[0].slo_ms, ls="--", color="black", lw=1, label=f"SLO {runs[0].slo_ms:g} ms")
-        if runs[0].warmup_s > 0:
-            ax.axvspan(0, runs[0].warmup_s, color="0.9", zorder=0, label="warm-up")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("P99 request latency (ms)")
+#: Up to this many arms share one axis; more get one small panel each (the others in grey).
+ONE_AXIS_MAX = 4
+
+
+def _grid(n: int, width: float, height: float, max_cols: int = 4, **kw):
+    """A figure of n panels, at most max_cols per row, each width x height inches."""
+    cols = min(n, max_cols)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, **kw)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _p99_points(r: PolicyRun) -> tuple[list[float], list[float]]:
+    pts = [p for p in r.series() if p.get("p99_ms") is not None]
+    return [p["t_s"] for p in pts], [p["p99_ms"] for p in pts]
+
+
+def _p99_frame(ax, runs: list[PolicyRun], title: str) -> None:
+    ax.axhline(runs[0].slo_ms, ls="--", color="0.3", lw=1, label=f"SLO {runs[0].slo_ms:g} ms")
+    if runs[0].warmup_s > 0:
+        ax.axvspan(0, runs[0].warmup_s, color="0.9", zorder=0, label="warm-up")
     ax.set_yscale("log")
-    ax.set_title("P99 request latency over time (windowed)")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
+
+
+def p99_over_time(runs: list[PolicyRun], out: Path) -> Path:
+    """P99 over time (Fig. 3). Up to ONE_AXIS_MAX arms share one axis; with more, each
+    arm gets its own panel, drawn over the other arms in grey, so that eight stay readable."""
+    if len(runs) <= ONE_AXIS_MAX:
+        fig, ax = plt.subplots(figsize=(9, 4.2))
+        for i, r in enumerate(runs):
+            ax.plot(*_p99_points(r), label=r.policy, color=_color(r.policy, i), lw=1.8)
+        if runs:
+            _p99_frame(ax, runs, "P99 request latency over time (windowed)")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("P99 request latency (ms)")
+        ax.legend(loc="upper left", fontsize=8)
+    else:
+        fig, axes = _grid(len(runs), 4.2, 3.0, sharex=True, sharey=True)
+        points = [_p99_points(r) for r in runs]
+        for i, (ax, r) in enumerate(zip(axes, runs)):
+            for j, (xs, ys) in enumerate(points):
+                if j != i:
+                    ax.plot(xs, ys, color="0.8", lw=0.8)
+            ax.plot(*points[i], color=_color(r.policy, i), lw=1.6, label=r.policy)
+            _p99_frame(ax, runs, r.policy)
+            if i % 4 == 0:
+                ax.set_ylabel("P99 (ms)")
+            ax.set_xlabel("time (s)")
+        axes[0].legend(loc="upper left", fontsize=7)
+        fig.suptitle("P99 request latency over time (windowed); other arms in grey")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -68,13 +106,13 @@ def slo_curves(runs: list[PolicyRun], out: Path) -> Path:
             xs = [100.0 * (k + 1) / n for k in range(n)]
             ax.step(xs, vals, where="post", label=r.policy, color=_color(r.policy, i), lw=1.6)
         if key == "p99_ms" and runs:
-            ax.axhline(runs[0].slo_ms, ls="--", color="black", lw=1)
+            ax.axhline(runs[0].slo_ms, ls="--", color="0.3", lw=1)
         ax.set_xlabel("SLO violations (%)")
         ax.set_ylabel(f"{title} SLO (ms)")
         ax.set_yscale("log")
         ax.set_title(f"{title} SLO vs violations")
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, ncol=2 if len(runs) > ONE_AXIS_MAX else 1)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -86,8 +124,8 @@ def allocation(runs: list[PolicyRun], out: Path) -> Path | None:
     with_ctl = [r for r in runs if r.allocation_timeline()]
     if not with_ctl:
         return None
-    fig, axes = plt.subplots(1, len(with_ctl), figsize=(6 * len(with_ctl), 3.8), squeeze=False)
-    for ax, r in zip(axes[0], with_ctl):
+    fig, axes = _grid(len(with_ctl), 5.0, 3.4)
+    for ax, r in zip(axes, with_ctl):
         ticks = r.allocation_timeline()
         t0 = ticks[0].get("unix", ticks[0].get("time", 0))
         names = sorted({n for t in ticks for n in t.get("partitions", {})})
@@ -116,8 +154,8 @@ def rbc_share(runs: list[PolicyRun], out: Path, top: int = 4) -> Path | None:
     runs = [r for r in runs if r.rbc_timeline()]
     if not runs:
         return None
-    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.6), squeeze=False, sharey=True)
-    for ax, r in zip(axes[0], runs):
+    fig, axes = _grid(len(runs), 4.5, 3.4, sharey=True)
+    for ax, r in zip(axes, runs):
         tl = r.rbc_timeline()
         totals: dict[str, int] = {}
         for p in tl:
@@ -138,7 +176,8 @@ def rbc_share(runs: list[PolicyRun], out: Path, top: int = 4) -> Path | None:
         ax.set_ylim(0, 100)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("share of blocking count (%)")
+    for ax in axes[::4]:
+        ax.set_ylabel("share of blocking count (%)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from matplotlib.colors import to_hex
 
 from robinhood_testbed import analysis, metrics, plots, report
 from robinhood_common.experiment import from_document
@@ -70,3 +71,32 @@ def test_comparison_plots_and_report(tmp_path: Path) -> None:
         assert needle in text
     md = analysis.markdown_table(rows)
     assert md.count("\n") == 3 and "| robinhood | 0.0 |" in md
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_eight_arms_stay_readable(tmp_path: Path) -> None:
+    # Eight arms (every registered policy and the shared cache): the P99 plot becomes one panel
+    # per arm, and the per-arm figures wrap at four panels a row instead of growing without bound.
+    arms = ["robinhood", "static", "fair++", "lama++", "cliffhanger++", "tao++", "oracle", "shared"]
+    for k, arm in enumerate(arms):
+        d = fake_run(tmp_path, arm, [500, 100 + k, 120 + 2 * k, 140], [50.0, 90.0, 99.0])
+        if arm != "robinhood" and arm != "shared":  # every policy leaves an allocation timeline
+            (d / "controller-app0.jsonl").write_text(
+                (tmp_path / "robinhood" / "controller-app0.jsonl").read_text() if (tmp_path / "robinhood").exists() else "")
+    runs = [analysis.PolicyRun.load(tmp_path / a) for a in arms]
+    figs = plots.all_plots(runs, tmp_path)
+    assert set(figs) == {"p99", "slo", "allocation", "rbc"}
+    w, h = _png_size(figs["p99"])
+    assert h > 500 and w < 2000, (w, h)  # two rows of four panels, not one crowded axis
+    w, h = _png_size(figs["allocation"])
+    assert w <= 4 * 5.0 * 110 + 10 and h > 2 * 3 * 110, (w, h)  # seven controllers: 4 + 3 panels
+    w, _ = _png_size(figs["rbc"])
+    assert w <= 4 * 4.5 * 110 + 10
+    colors = {to_hex(plots._color(a, i)) for i, a in enumerate(arms)}
+    assert len(colors) == len(arms), "every arm has its own color"
+    assert plots._color("fair++", 2) == "#9467bd", "a policy named with ++ keeps its registered color"
+    assert plots.ONE_AXIS_MAX < len(arms)
