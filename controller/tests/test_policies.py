@@ -96,3 +96,52 @@ def test_tao_learns_robinhood_then_holds_the_average() -> None:
     assert history[0] < history[5] < history[9]
     assert history[10] == history[11] < history[9]
     assert history[0] < history[10]
+
+
+def write_timeline(folder: Path, app: str, start: float, ticks: list[tuple[float, dict[str, int]]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "run-start").write_text(f"{start}\n")
+    lines = [json.dumps({"time": t, "tick": i, "partitions": {n: {"target_bytes": v, "limit_bytes": v}
+                                                              for n, v in alloc.items()}})
+             for i, (t, alloc) in enumerate(ticks)]
+    (folder / f"controller-{app}.jsonl").write_text("\n".join(lines) + "\n{\"time\": 1e12, \"tick\"")  # torn last line
+
+
+def test_tao_from_an_earlier_runs_folder(tmp_path: Path) -> None:
+    # An earlier run of 100 s (start 1000, last tick 1100): 20% is [1000, 1020). a holds 60 MB
+    # for the first 10 s and 80 MB for the next 10 s (b the rest), then 10 MB (ignored).
+    run = tmp_path / "robinhood"
+    ticks = [(1000.0 + t, {"a": 60 * MIB, "b": 40 * MIB}) for t in range(0, 10, 5)]
+    ticks += [(1010.0 + t, {"a": 80 * MIB, "b": 20 * MIB}) for t in range(0, 10, 5)]
+    ticks += [(1020.0 + t, {"a": 10 * MIB, "b": 90 * MIB}) for t in range(0, 81, 20)]
+    write_timeline(run, "app0", 1000.0, ticks)
+    targets = {"a": 50 * MIB, "b": 50 * MIB}
+    ctx = PolicyContext(budget_bytes=100 * MIB, configured=dict(targets), floor_bytes=8 * MIB, app_server="app0")
+    pol = policies.build("tao++", {"from_run": str(run)}, ctx)
+    start = pol.initial_targets(targets)
+    assert start == {"a": 70 * MIB, "b": 30 * MIB}
+    d = pol.plan(PlanInput(targets=start, used=start, rbc={"b": 50}, now=5.0))
+    assert d.targets == start and not d.moved  # held, whatever blocks
+
+    # Another app server's controller reads the same folder: every timeline there, averaged.
+    ctx1 = PolicyContext(budget_bytes=100 * MIB, configured=dict(targets), floor_bytes=8 * MIB, app_server="app1")
+    assert policies.build("tao++", {"from_run": str(run)}, ctx1).initial_targets(targets) == start
+
+
+@pytest.mark.parametrize(("setup", "params", "message"), [
+    (None, {"from_run": "{d}/nope"}, "tao++.from_run: {d}/nope is not a folder"),
+    ("empty", {"from_run": "{d}/empty"}, "holds no controller timeline"),
+    ("other", {"from_run": "{d}/other"}, "has no allocation for partition 'b'"),
+    (None, {"from_run": "{d}", "allocation_mb": {"a": 50, "b": 50}}, "give allocation_mb or from_run, not both"),
+])
+def test_tao_from_run_errors_name_the_problem(tmp_path: Path, setup: str | None, params: dict[str, Any],
+                                              message: str) -> None:
+    if setup == "empty":
+        (tmp_path / "empty").mkdir()
+    if setup == "other":
+        write_timeline(tmp_path / "other", "app0", 0.0, [(0.0, {"a": 100 * MIB}), (10.0, {"a": 100 * MIB})])
+    params = {k: v.format(d=tmp_path) if isinstance(v, str) else v for k, v in params.items()}
+    targets = {"a": 50 * MIB, "b": 50 * MIB}
+    ctx = PolicyContext(budget_bytes=100 * MIB, configured=dict(targets), floor_bytes=8 * MIB, app_server="app0")
+    with pytest.raises(policies.PolicyError, match=message.format(d=tmp_path).replace("+", r"\+")):
+        policies.build("tao++", params, ctx)

@@ -163,6 +163,40 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
     return 0
 
 
+def results_arms(out: Path) -> list[str]:
+    """The arms in a results folder (sub-folders holding a finished replay), ordered as
+    compare orders them: registered allocation policies (robinhood and static first),
+    then cache modes, then anything else by name."""
+    found = sorted(d.name for d in out.iterdir() if (d / "replay" / "summary.json").is_file())
+    names = allocation.names()
+    order = [n for n in ("robinhood", "static") if n in names] + [n for n in names if n not in ("robinhood", "static")]
+    rank = {n: i for i, n in enumerate([*order, *CACHE_MODES])}
+    return sorted(found, key=lambda a: (rank.get(a, len(rank)), a))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Rebuild the report, plots and table of a results folder (after re-running an arm
+    into it, or with newer plotting code); runs nothing."""
+    console = Console()
+    exp = _load(args)
+    out = Path(args.dir)
+    if not out.is_dir():
+        raise ExperimentError(f"--dir: {out} is not a folder")
+    present = results_arms(out)
+    if args.arms:
+        arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+        missing = [a for a in arms if a not in present]
+        if missing:
+            raise ExperimentError(f"--arms: {missing[0]!r} has no finished run in {out} "
+                                  f"(found: {', '.join(present) or 'none'})")
+    else:
+        arms = present
+    if not arms:
+        raise ExperimentError(f"--dir: {out} holds no finished run (no <arm>/replay/summary.json)")
+    finish(exp, out, arms, console)
+    return 0
+
+
 def _print_endpoints(console: Console, dep: Deployment) -> None:
     ep = dep.ep
     console.print(f"topology file: {dep.topology_path}")
@@ -269,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--policies", help="comma-separated allocation policies (default: compare.policies)")
     cmp.add_argument("--dispatch", help="comma-separated dispatch policies (default: compare.dispatch)")
     cmp.add_argument("--quiet", action="store_true", help="no live view")
+    rep = sub.add_parser("report", help="rebuild the report, plots and table of a results folder (runs nothing)")
+    rep.add_argument("--experiment", required=True, help="the experiment file the folder was run from")
+    rep.add_argument("--dir", required=True, help="the results folder")
+    rep.add_argument("--arms", help="comma-separated arms, in this order (default: every finished arm)")
+    rep.add_argument("--log-level", default="warning")
     cmps = sub.add_parser("compose", help="write docker-compose.yml and its configuration for one arm")
     cmps.add_argument("--experiment", required=True, help="experiment file")
     one_arm(cmps)
@@ -286,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compare(args, single=True)
         if args.cmd == "compose":
             return cmd_compose(args)
+        if args.cmd == "report":
+            return cmd_report(args)
         return cmd_compare(args)
     except ExperimentError as e:
         print(f"robinhood-testbed: {e}", file=sys.stderr)

@@ -100,3 +100,26 @@ def test_eight_arms_stay_readable(tmp_path: Path) -> None:
     assert len(colors) == len(arms), "every arm has its own color"
     assert plots._color("fair++", 2) == "#9467bd", "a policy named with ++ keeps its registered color"
     assert plots.ONE_AXIS_MAX < len(arms)
+
+
+def test_report_rebuilds_a_results_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from robinhood_testbed import cli
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("name: t\nduration: 60s\nbackends: [{name: a, type: kv}, {name: b, type: kv}]\n"
+                   "cache: {budget_mb: 32}\ntrace: {synth: {rate: 10}}\n")
+    out = tmp_path / "res"
+    for arm in ("shared", "static", "oracle", "robinhood"):
+        fake_run(out, arm, [500, 100, 120, 140], [50.0, 90.0, 99.0])
+    (out / "half-done").mkdir()  # an arm that never finished is not reported
+    assert cli.results_arms(out) == ["robinhood", "static", "oracle", "shared"]
+    assert cli.main(["report", "--experiment", str(exp), "--dir", str(out)]) == 0
+    table = (out / "comparison.md").read_text().splitlines()
+    assert [ln.split("|")[1].strip() for ln in table[2:]] == ["robinhood", "static", "oracle", "shared"]
+    assert (out / "report.html").is_file() and (out / "p99_over_time.png").is_file()
+    assert cli.main(["report", "--experiment", str(exp), "--dir", str(out), "--arms", "static,robinhood"]) == 0
+    assert len((out / "comparison.md").read_text().splitlines()) == 4
+    before = (out / "comparison.md").read_text()
+    assert cli.main(["report", "--experiment", str(exp), "--dir", str(out), "--arms", "static,half-done"]) == 2
+    assert "--arms: 'half-done' has no finished run" in capsys.readouterr().err
+    assert (out / "comparison.md").read_text() == before
+    assert cli.main(["report", "--experiment", str(exp), "--dir", str(tmp_path / "nope")]) == 2
