@@ -282,6 +282,19 @@ func (t *Ticket) Delay() time.Duration { return t.delay }
 // Hiccup reports whether the operation drew a hiccup.
 func (t *Ticket) Hiccup() bool { return t.hiccup }
 
+// Settled reports, without blocking, whether Wait would return at once, and
+// then whether the operation was admitted. A caller that drives the model
+// from its own event loop (the simulator, with a simulated Clock) polls it
+// after every call into the model instead of blocking in Wait.
+func (t *Ticket) Settled() (settled, admitted bool) {
+	select {
+	case <-t.ready:
+		return true, t.err == nil
+	default:
+		return false, false
+	}
+}
+
 // Serve runs work for an admitted operation, then holds the worker for the
 // injected delay, then releases it. It returns the service time (work plus
 // delay) and the first error of work or ctx (a cancelled caller stops

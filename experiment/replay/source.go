@@ -131,16 +131,54 @@ type schedule struct {
 	loop  bool
 	until time.Duration // 0: no limit
 
-	now        float64 // rate mode: ms
-	first      float64 // trace mode: the trace's first ts_ms
-	lastTs     float64 // trace mode: the last ts_ms read
-	count      int64   // lines in the current pass
-	shift      float64 // trace mode: ms added by earlier passes
-	prevOffset time.Duration
+	now    float64 // rate mode: ms
+	timing Timing
+	lastTs float64 // trace mode: the last ts_ms read
+	count  int64   // lines in the current pass
+	shift  float64 // trace mode: ms added by earlier passes
 
-	Loops      int
+	Loops int
+	Ended bool // the trace ended before until
+}
+
+// OutOfOrder counts lines sent earlier than their time said (after an
+// earlier line with a later time).
+func (s *schedule) OutOfOrder() int64 { return s.timing.OutOfOrder }
+
+// Timing turns the ts_ms of successive trace lines into send offsets from
+// the start of the run: the first line is due at once, each line ts_ms − the
+// first's later, and a line whose time is before the previous line's is due
+// with it (counted in OutOfOrder). The replayer and the simulator share it.
+type Timing struct {
+	first      float64
+	started    bool
+	prev       time.Duration
 	OutOfOrder int64
-	Ended      bool // the trace ended before until
+}
+
+// Start sets the first line's ts_ms.
+func (t *Timing) Start(ts float64) { t.first, t.started = ts, true }
+
+// Offset is the send offset of the next line (the first one given starts
+// the timing).
+func (t *Timing) Offset(ts float64) time.Duration {
+	if !t.started {
+		t.Start(ts)
+	}
+	return t.order(t.offset(ts, 0))
+}
+
+func (t *Timing) offset(ts, shift float64) time.Duration {
+	return time.Duration((ts - t.first + shift) * float64(time.Millisecond))
+}
+
+func (t *Timing) order(off time.Duration) time.Duration {
+	if off < t.prev {
+		t.OutOfOrder++
+		off = t.prev
+	}
+	t.prev = off
+	return off
 }
 
 var errNoTs = errors.New("no ts_ms")
@@ -171,7 +209,7 @@ func (s *schedule) next() (item, error) {
 				return item{}, io.EOF
 			}
 			if s.rate == 0 {
-				span := s.lastTs - s.first
+				span := s.lastTs - s.timing.first
 				gap := 1.0 // ms, for a one-line trace
 				if s.count > 1 && span > 0 {
 					gap = span / float64(s.count-1)
@@ -198,17 +236,13 @@ func (s *schedule) next() (item, error) {
 				return item{}, fmt.Errorf("trace %s line %d: %v", s.lr.path, s.lr.line, err)
 			}
 			if s.count == 0 && s.Loops == 0 {
-				s.first = ts // the first line is sent at once
+				s.timing.Start(ts)
 			}
 			s.lastTs = ts
-			off = time.Duration((ts - s.first + s.shift) * float64(time.Millisecond))
+			off = s.timing.offset(ts, s.shift)
 		}
 		s.count++
-		if off < s.prevOffset {
-			s.OutOfOrder++
-			off = s.prevOffset
-		}
-		s.prevOffset = off
+		off = s.timing.order(off)
 		if s.until > 0 && off >= s.until {
 			return item{}, io.EOF
 		}

@@ -160,7 +160,7 @@ func (r *run) summary(end, schedule time.Duration, sched *schedule, interrupted 
 		Dropped:     r.dropped.Load(),
 		Status:      r.status,
 		Errors:      map[string]int64{"http_4xx": 0, "http_5xx": 0, "timeout": 0, "transport": 0, "dropped": 0},
-		OutOfOrder:  sched.OutOfOrder,
+		OutOfOrder:  sched.OutOfOrder(),
 		Lateness: Lateness{
 			ThresholdMs:       float64(LateThreshold) / float64(time.Millisecond),
 			LateSends:         r.late.Load(),
@@ -197,12 +197,24 @@ func (r *run) summary(end, schedule time.Duration, sched *schedule, interrupted 
 	s.Latency = latencyOf(r.rec.All(0))
 	s.LatencyAfterWarmup = latencyOf(r.rec.All(p.Warmup))
 
-	points, err := slo.Series(r.rec, p, end)
+	sec, err := SLOResults(r.rec, p, end)
 	if err != nil {
 		return nil, err
 	}
+	s.SLO = sec
+	return s, nil
+}
+
+// SLOResults is the SLO section of a run whose requests rec holds (by send
+// time), up to end: the method of docs/algorithms.md. The replayer and the
+// simulator both report with it.
+func SLOResults(rec *slo.Recorder, p slo.Params, end time.Duration) (SLOSection, error) {
+	points, err := slo.Series(rec, p, end)
+	if err != nil {
+		return SLOSection{}, err
+	}
 	v := slo.Violation(points, p)
-	s.SLO = SLOSection{
+	sec := SLOSection{
 		SLOMs:          float64(p.SLO) / float64(time.Millisecond),
 		StepS:          p.Step.Seconds(),
 		WindowS:        p.Window.Seconds(),
@@ -218,10 +230,13 @@ func (r *run) summary(end, schedule time.Duration, sched *schedule, interrupted 
 		if pt.N > 0 {
 			sp.P50, sp.P90, sp.P99 = ptr(pt.P50), ptr(pt.P90), ptr(pt.P99)
 		}
-		s.SLO.Series = append(s.SLO.Series, sp)
+		sec.Series = append(sec.Series, sp)
 	}
-	return s, nil
+	return sec, nil
 }
+
+// LatencyOf is the percentiles section of a set of latencies (µs).
+func LatencyOf(us []uint32) Latency { return latencyOf(us) }
 
 func parseCode(s string) int {
 	if len(s) != 3 {

@@ -1,0 +1,99 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Cost is a time that grows with the bytes involved: BaseUs + PerKBUs per
+// KiB.
+type Cost struct {
+	BaseUs  float64 `json:"base_us"`
+	PerKBUs float64 `json:"per_kb_us"`
+}
+
+// Of is the cost of handling n bytes.
+func (c Cost) Of(n int64) time.Duration {
+	return time.Duration((c.BaseUs + c.PerKBUs*float64(n)/1024) * float64(time.Microsecond))
+}
+
+// Calibration is every time the simulator does not get from the capacity
+// model: how long a cache lookup, a backend RPC and a backend's data path
+// take. The defaults are measured on the real components (docs/simulator.md,
+// "Calibration", says how, and `bin/sim calibrate` measures them again); a
+// JSON file of the same shape (--calibration) replaces them.
+type Calibration struct {
+	// CacheLookup is one multi-get round trip to memcached, per KiB of the
+	// values it returns.
+	CacheLookup Cost `json:"cache_lookup"`
+	// RPC is a backend call's round trip outside the backend's queue and
+	// workers (gRPC, the network, marshalling), per KiB of values returned.
+	RPC Cost `json:"rpc"`
+	// Service is the data path of one query while it holds a worker, per
+	// backend type ("kv", "sql", "compute"), per KiB of its value; compute
+	// adds ComputePerCellUs per cell of its matrix product (matrix_size³).
+	Service          map[string]Cost `json:"service"`
+	ComputePerCellUs float64         `json:"compute_per_cell_us"`
+	// Note says where the numbers come from.
+	Note string `json:"note,omitempty"`
+}
+
+// DefaultCalibration is measured on the project's machine (2 cores,
+// 2026-11-23) with `bin/sim calibrate` against real processes on loopback;
+// docs/simulator.md records the run.
+func DefaultCalibration() Calibration {
+	return Calibration{
+		CacheLookup:      Cost{BaseUs: 180, PerKBUs: 0.6},
+		RPC:              Cost{BaseUs: 220, PerKBUs: 0.9},
+		Service:          map[string]Cost{"kv": {BaseUs: 4, PerKBUs: 0.25}, "sql": {BaseUs: 60, PerKBUs: 0.5}, "compute": {BaseUs: 5, PerKBUs: 0.25}},
+		ComputePerCellUs: 0.0005,
+		Note:             "defaults",
+	}
+}
+
+// LoadCalibration reads a calibration file; fields it leaves out keep their
+// defaults, and an unknown field is an error naming it.
+func LoadCalibration(path string) (Calibration, error) {
+	c := DefaultCalibration()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("calibration: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("calibration %s: %w", path, err)
+	}
+	return c, c.Validate()
+}
+
+// Validate checks that every time is finite and not negative.
+func (c Calibration) Validate() error {
+	check := func(name string, v Cost) error {
+		if !(v.BaseUs >= 0 && v.PerKBUs >= 0) || v.BaseUs > 1e8 || v.PerKBUs > 1e8 {
+			return fmt.Errorf("calibration: %s must have base_us and per_kb_us ≥ 0, got %+v", name, v)
+		}
+		return nil
+	}
+	if err := check("cache_lookup", c.CacheLookup); err != nil {
+		return err
+	}
+	if err := check("rpc", c.RPC); err != nil {
+		return err
+	}
+	for t, v := range c.Service {
+		if t != "kv" && t != "sql" && t != "compute" {
+			return fmt.Errorf("calibration: service.%s: unknown backend type (kv, sql, compute)", t)
+		}
+		if err := check("service."+t, v); err != nil {
+			return err
+		}
+	}
+	if !(c.ComputePerCellUs >= 0) {
+		return fmt.Errorf("calibration: compute_per_cell_us must be ≥ 0, got %v", c.ComputePerCellUs)
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+// Command sim is the discrete-event simulator (docs/simulator.md).
+//
+//	sim run --experiment FILE --policy NAME --out DIR      one arm, simulated
+//	sim compare --experiment FILE --out DIR                every arm, simulated
+//	sim arm --topology FILE --trace FILE --out DIR ...     one prepared arm (what the testbed calls)
+//
+// run and compare are the testbed's own commands with --engine sim (the
+// same experiment file, arms, trace, topology and report); arm simulates one
+// arm whose topology the testbed wrote, with the replayer's flags.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/experiment/scenario"
+	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/sim"
+)
+
+const usage = `usage:
+  sim run --experiment FILE --policy NAME --out DIR [testbed run flags]
+  sim compare --experiment FILE --out DIR [testbed compare flags]
+  sim arm --topology FILE --trace FILE --out DIR --duration D [flags]
+
+run and compare are robinhood-testbed run/compare --engine sim.
+'sim arm -h' lists the flags of one prepared arm.
+`
+
+func main() {
+	if err := mainErr(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "sim:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command")
+	}
+	switch args[0] {
+	case "run", "compare":
+		return testbed(args[0], args[1:])
+	case "arm":
+		return cmdArm(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+}
+
+// repoFile finds a file relative to this binary's folder's parent (bin/sim
+// → the repository), else on PATH.
+func repoFile(rel, name string) (string, bool) {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(filepath.Dir(exe)), rel)
+		if _, err := os.Stat(p); err == nil {
+			return p, true
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, true
+	}
+	return "", false
+}
+
+// testbed runs robinhood-testbed's run or compare with --engine sim.
+func testbed(cmd string, args []string) error {
+	tb, ok := repoFile(".venv/bin/robinhood-testbed", "robinhood-testbed")
+	if !ok {
+		return errors.New("robinhood-testbed not found (run `make venv`, or put it on PATH)")
+	}
+	argv := append([]string{tb, cmd, "--engine", "sim"}, args...)
+	return syscall.Exec(tb, argv, os.Environ())
+}
+
+// controllerCommand is the robinhood-controller the policies run in.
+func controllerCommand(flagValue string) ([]string, error) {
+	if flagValue != "" {
+		return strings.Fields(flagValue), nil
+	}
+	if env := os.Getenv("ROBINHOOD_CONTROLLER"); env != "" {
+		return strings.Fields(env), nil
+	}
+	if p, ok := repoFile(".venv/bin/robinhood-controller", "robinhood-controller"); ok {
+		return []string{p}, nil
+	}
+	return nil, errors.New("robinhood-controller not found (give --controller, set ROBINHOOD_CONTROLLER, or run `make venv`)")
+}
+
+func cmdArm(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim arm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	topoPath := fs.String("topology", "", "the arm's topology file (required)")
+	tracePath := fs.String("trace", "", "trace file with ts_ms (required)")
+	out := fs.String("out", "", "the arm's folder: replay/summary.json, rbc.jsonl, controller-<app>.jsonl, sim.json (required)")
+	duration := fs.Duration("duration", 0, "simulated run length (required)")
+	scPath := fs.String("scenario", "", "capacity scenario (YAML)")
+	sloD := fs.Duration("slo", 150*time.Millisecond, "P99 latency objective")
+	step := fs.Duration("slo-step", 5*time.Second, "how often the SLO series observes the percentiles")
+	window := fs.Duration("slo-window", 60*time.Second, "how far back each observation looks")
+	warmup := fs.Duration("warmup", 0, "warm-up excluded from the violation count")
+	seed := fs.Uint64("seed", 1, "seed of every random choice and of the scenario's random walks (unless it has one)")
+	epoch := fs.String("epoch", "", "Unix time the run starts at (default: the controllers' run start file, else 1000000000)")
+	ctl := fs.String("controller", "", "robinhood-controller command (default: $ROBINHOOD_CONTROLLER, .venv/bin/robinhood-controller, PATH)")
+	calPath := fs.String("calibration", "", "calibration JSON replacing the measured defaults (docs/simulator.md)")
+	shadowBytes := fs.Int64("shadow-bytes", 0, "each partition's shadow region in bytes (default: the app server's, 4 MiB)")
+	sample := fs.Float64("sample", 1, "miniature simulation: simulate this fraction of the keys, in (0, 1], with caches and backend rates scaled to it")
+	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for name, v := range map[string]string{"topology": *topoPath, "trace": *tracePath, "out": *out} {
+		if v == "" {
+			return fmt.Errorf("--%s is required", name)
+		}
+	}
+	if !(*sample > 0 && *sample <= 1) {
+		return fmt.Errorf("--sample: %v is not in (0, 1]", *sample)
+	}
+	if *duration <= 0 {
+		return errors.New("--duration is required and must be positive")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", *logLevel)
+	}
+	topo, err := config.LoadTopology(*topoPath)
+	if err != nil {
+		return err
+	}
+	cfg := sim.Config{TopologyPath: *topoPath, Topology: topo, TracePath: *tracePath, Duration: *duration,
+		Seed: *seed, ScenarioSeed: *seed, OutDir: *out, ShadowBytes: *shadowBytes, Sample: *sample,
+		SLO: slo.Params{SLO: *sloD, Step: *step, Window: *window, Warmup: *warmup},
+		Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	if cfg.Epoch, err = runEpoch(*epoch, topo); err != nil {
+		return err
+	}
+	if *calPath != "" {
+		if cfg.Calibration, err = sim.LoadCalibration(*calPath); err != nil {
+			return err
+		}
+	}
+	if *scPath != "" {
+		sc, warns, err := scenario.Load(*scPath, scenario.BackendNames(topo), *duration)
+		if err != nil {
+			return err
+		}
+		for _, w := range warns {
+			cfg.Log.Warn("scenario", "warning", w)
+		}
+		cfg.Scenario = sc
+		if sc.Seed != nil {
+			cfg.ScenarioSeed = *sc.Seed
+		}
+	}
+	for _, a := range topo.AppServers {
+		if a.CacheMode == config.CachePartitioned {
+			if cfg.Controller, err = controllerCommand(*ctl); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	res, err := sim.Run(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "simulated %.0f s in %.1f s: %d requests, %d queries (%.0f queries/s), results in %s\n",
+		res.SimulatedS, res.WallS, res.Requests, res.Queries, res.QueriesPerSec, *out)
+	return nil
+}
+
+// runEpoch is the run's start: the flag, else the start file the testbed
+// wrote for the controllers, else a fixed time (runs stay deterministic).
+func runEpoch(flagValue string, topo *config.Topology) (time.Time, error) {
+	parse := func(s, what string) (time.Time, error) {
+		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || v < 0 {
+			return time.Time{}, fmt.Errorf("%s: %q is not a Unix time", what, s)
+		}
+		return time.Unix(0, int64(v*1e9)), nil
+	}
+	if flagValue != "" {
+		return parse(flagValue, "--epoch")
+	}
+	for _, a := range topo.AppServers {
+		if r := a.Controller.Run; r != nil && r.StartFile != "" {
+			if b, err := os.ReadFile(r.StartFile); err == nil {
+				return parse(string(b), r.StartFile)
+			}
+		}
+	}
+	return time.Unix(1_000_000_000, 0), nil
+}

@@ -1,0 +1,443 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/appserver/shadow"
+	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/fanout"
+	"github.com/robinhoodcache/robinhood/lib/loghist"
+	"github.com/robinhoodcache/robinhood/lib/trace"
+	"github.com/robinhoodcache/robinhood/rbcserver/stats"
+)
+
+// DefaultShadowBytes is the app server's default shadow region
+// (appserver/server: DefaultShadowBytes).
+const DefaultShadowBytes = 4 << 20
+
+// cancelled is the context the simulator hands to capacity.Ticket.Wait to
+// take an operation out of its queue (a caller that gave up).
+var cancelled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// backend is one backend service: its replicas' capacity models.
+type backend struct {
+	id       uint32
+	name     string
+	typ      string
+	replicas []*replica
+	service  Cost
+	extra    time.Duration // compute's matrix product per query
+	// hits and misses count the cache lookups of its queries (every app
+	// server).
+	hits, misses uint64
+}
+
+// replica is one backend process: the capacity model on the simulated clock
+// and the operations waiting for admission, in queue order.
+type replica struct {
+	model   *capacity.Model
+	pending []*op
+	head    int
+}
+
+// op is one query of a backend call.
+type op struct {
+	ticket  *capacity.Ticket
+	call    *call
+	size    int64
+	release *Event
+	gone    bool // taken out by a timeout
+}
+
+func (r *replica) add(ops []*op) {
+	if r.head > 0 && r.head*2 >= len(r.pending) {
+		n := copy(r.pending, r.pending[r.head:])
+		clear(r.pending[n:])
+		r.pending = r.pending[:n]
+		r.head = 0
+	}
+	r.pending = append(r.pending, ops...)
+}
+
+// drain starts the service of every operation the model admitted since the
+// last look; the model admits in queue order, so only the head is checked.
+func (s *Sim) drain(b *backend, r *replica) {
+	for r.head < len(r.pending) {
+		o := r.pending[r.head]
+		settled, admitted := o.ticket.Settled()
+		if !settled {
+			return
+		}
+		r.pending[r.head] = nil
+		r.head++
+		if !admitted || o.gone {
+			continue
+		}
+		d := b.service.Of(o.size) + b.extra + o.ticket.Delay()
+		o.release = s.eng.After(d, func() {
+			o.ticket.Release()
+			s.opDone(o)
+			s.drain(b, r)
+		})
+	}
+}
+
+// partition is one memcached instance of an app server and what the app
+// server knows about it (its statistics since the last report, its shadow
+// model).
+type partition struct {
+	backend *backend
+	cache   *Cache
+	shadow  *shadow.Model
+	hits    uint64
+	misses  uint64
+	shadowH uint64
+	latency loghist.Histogram
+}
+
+// app is one application server.
+type app struct {
+	id         string
+	idx        int
+	mode       string
+	budget     int64
+	parts      []*partition // by backend index; nil without a cache
+	shared     *Cache
+	stats      []*partition // per backend: the statistics (the partition's, or a stats-only record)
+	reqTimeout time.Duration
+	beTimeout  time.Duration
+	controlled bool
+}
+
+// request is one trace request in flight.
+type request struct {
+	app      *app
+	send     time.Duration
+	req      *trace.Request
+	layer    int
+	calls    []*call
+	pending  int
+	end      time.Duration
+	blocking int32
+	failed   bool
+}
+
+// call is one backend's batch within a layer.
+type call struct {
+	r       *request
+	b       *backend
+	q       *trace.BackendQueries
+	start   time.Duration
+	hits    int
+	lookup  time.Duration // the multi-get's round trip
+	missed  []int         // query indexes fetched from the backend
+	ops     []*op
+	left    int
+	bytes   int64
+	timeout *Event
+	done    time.Duration
+	failed  bool
+	empty   bool
+}
+
+// startLayer looks every query of the layer up in the cache and sends the
+// misses to their backends.
+func (s *Sim) startLayer(r *request) {
+	layer := r.req.Layers[r.layer]
+	now := s.eng.Now()
+	r.calls = r.calls[:0]
+	r.pending = 0
+	for i := range layer {
+		q := &layer[i]
+		b := s.byName[q.Backend]
+		c := &call{r: r, b: b, q: q, start: now, empty: q.Len() == 0}
+		r.calls = append(r.calls, c)
+		if c.empty {
+			c.done = now
+			continue
+		}
+		s.queries += uint64(q.Len())
+		s.lookupCall(c)
+		if len(c.missed) == 0 {
+			c.done = now + c.lookup
+			continue
+		}
+		r.pending++
+		s.sendCall(c)
+	}
+	if r.pending == 0 {
+		s.layerEnd(r)
+	}
+}
+
+// lookupCall is the multi-get: hits, misses, the shadow model, the lookup's
+// time.
+func (s *Sim) lookupCall(c *call) {
+	a, q := c.r.app, c.q
+	st := a.stats[c.b.id]
+	var cache *Cache
+	if p := a.parts[c.b.id]; p != nil {
+		cache = p.cache
+	} else if a.shared != nil {
+		cache = a.shared
+	}
+	var hitBytes int64
+	looked := 0
+	for i, k := range q.Keys {
+		if cache == nil || !q.Cacheable[i] {
+			c.missed = append(c.missed, i)
+			continue
+		}
+		looked++
+		key := s.cacheKey(a, c.b, k)
+		hit := cache.Get(key, q.Sizes[i])
+		if st.shadow != nil && st.shadow.Observe(k, q.Sizes[i], hit, cache.Limit()) {
+			st.shadowH++
+		}
+		if hit {
+			c.hits++
+			hitBytes += q.Sizes[i]
+		} else {
+			c.missed = append(c.missed, i)
+		}
+	}
+	if looked > 0 {
+		c.lookup = s.cal.CacheLookup.Of(hitBytes)
+		st.hits += uint64(c.hits)
+		st.misses += uint64(looked - c.hits)
+		us := float64(c.lookup) / float64(time.Microsecond)
+		for range c.hits {
+			st.latency.Observe(us)
+		}
+	}
+	s.hits += uint64(c.hits)
+	s.misses += uint64(looked - c.hits)
+	c.b.hits += uint64(c.hits)
+	c.b.misses += uint64(looked - c.hits)
+}
+
+func (s *Sim) cacheKey(a *app, b *backend, key string) string {
+	if a.shared != nil {
+		return b.name + ":" + key
+	}
+	return key
+}
+
+// sendCall joins the misses to one replica's queue, with the call's
+// deadline (the backend timeout, within the request's).
+func (s *Sim) sendCall(c *call) {
+	b := c.b
+	ri := 0
+	if len(b.replicas) > 1 {
+		ri = s.rng.IntN(len(b.replicas))
+	}
+	r := b.replicas[ri]
+	for _, i := range c.missed {
+		c.bytes += c.q.Sizes[i]
+	}
+	s.backendQueries += uint64(len(c.missed))
+	tickets, err := r.model.Join(len(c.missed))
+	if err != nil { // queue full: the backend refuses the call at once
+		c.failed = true
+		c.done = s.eng.Now() + c.lookup + s.cal.RPC.Of(0)
+		s.callDone(c)
+		return
+	}
+	c.ops = make([]*op, len(tickets))
+	for j, t := range tickets {
+		c.ops[j] = &op{ticket: t, call: c, size: c.q.Sizes[c.missed[j]]}
+	}
+	c.left = len(c.ops)
+	r.add(c.ops)
+	deadline := min(c.start+c.r.app.beTimeout, c.r.send+c.r.app.reqTimeout)
+	c.timeout = s.eng.At(deadline, func() { s.expire(c, r) })
+	s.drain(b, r)
+}
+
+// expire ends a call at its deadline: queued operations leave the queue,
+// operations in service give their worker back (the backend sees the
+// caller cancel).
+func (s *Sim) expire(c *call, r *replica) {
+	for _, o := range c.ops {
+		if o.gone {
+			continue
+		}
+		if o.release != nil {
+			if o.release.Cancel() {
+				o.ticket.Release()
+				o.gone = true
+			}
+			continue
+		}
+		o.gone = true
+		// Taking an earlier operation out of the queue may have admitted
+		// this one already (not yet drained): it gives its worker back at
+		// once. Otherwise it leaves the queue (Wait on a cancelled context
+		// of a queued ticket always takes the cancellation branch).
+		if settled, admitted := o.ticket.Settled(); settled {
+			if admitted {
+				o.ticket.Release()
+			}
+			continue
+		}
+		_ = o.ticket.Wait(cancelled)
+	}
+	c.failed = true
+	c.done = s.eng.Now()
+	s.timeouts++
+	s.callDone(c)
+	s.drain(c.b, r)
+}
+
+// opDone is one query served; the last one completes the call.
+func (s *Sim) opDone(o *op) {
+	o.gone = true
+	c := o.call
+	c.left--
+	if c.left > 0 || c.failed {
+		return
+	}
+	c.timeout.Cancel()
+	c.done = s.eng.Now() + c.lookup + s.cal.RPC.Of(c.bytes)
+	s.callDone(c)
+}
+
+// callDone records the call's statistics and fills, then ends the layer
+// when it was the last call.
+func (s *Sim) callDone(c *call) {
+	a := c.r.app
+	st := a.stats[c.b.id]
+	us := float64(c.done-c.start) / float64(time.Microsecond)
+	for range c.missed {
+		st.latency.Observe(us)
+	}
+	if !c.failed {
+		var cache *Cache
+		if p := a.parts[c.b.id]; p != nil {
+			cache = p.cache
+		} else {
+			cache = a.shared
+		}
+		if cache != nil {
+			for _, i := range c.missed {
+				if c.q.Cacheable[i] {
+					cache.Set(s.cacheKey(a, c.b, c.q.Keys[i]), c.q.Sizes[i])
+				}
+			}
+		}
+	}
+	r := c.r
+	r.pending--
+	if r.pending > 0 {
+		return
+	}
+	// The last call of the layer came back at c.done (maybe in the future:
+	// its return trip); the layer ends when its slowest call does.
+	s.eng.At(c.done, func() { s.layerEnd(r) })
+}
+
+// layerEnd applies the blocking rule to a finished layer and starts the next
+// one, or finishes the request.
+func (s *Sim) layerEnd(r *request) {
+	var small [16]fanout.Call[time.Duration]
+	fc := small[:0]
+	for _, c := range r.calls {
+		fc = append(fc, fanout.Call[time.Duration]{Done: c.done, Failed: c.failed, Empty: c.empty})
+		if !c.empty && c.done > r.end {
+			r.end = c.done
+		}
+	}
+	blk, failed := fanout.Blocking(fc)
+	if blk >= 0 {
+		r.blocking = int32(r.calls[blk].b.id)
+	}
+	if !failed && r.layer+1 < len(r.req.Layers) {
+		r.layer++
+		if r.end > s.eng.Now() {
+			s.eng.At(r.end, func() { s.startLayer(r) })
+		} else {
+			s.startLayer(r)
+		}
+		return
+	}
+	r.failed = failed
+	if r.end > s.eng.Now() {
+		s.eng.At(r.end, func() { s.finish(r) })
+	} else {
+		s.finish(r)
+	}
+}
+
+// validate checks a request's backends before it runs (the app server
+// answers 400 to an unknown one).
+func (s *Sim) validate(req *trace.Request) error {
+	for li, layer := range req.Layers {
+		for i := range layer {
+			if _, ok := s.byName[layer[i].Backend]; !ok {
+				return fmt.Errorf("d[%d].%s: unknown backend %q", li, layer[i].Backend, layer[i].Backend)
+			}
+		}
+	}
+	return nil
+}
+
+// newBackend builds a backend's replicas on the simulated clock.
+func (s *Sim) newBackend(b config.Backend) (*backend, error) {
+	be := &backend{id: b.ID, name: b.Name, typ: b.Type, service: s.cal.Service[b.Type]}
+	if b.Type == config.TypeCompute {
+		n := 96
+		if b.Compute != nil && b.Compute.MatrixSize > 0 {
+			n = b.Compute.MatrixSize
+		}
+		be.extra = time.Duration(s.cal.ComputePerCellUs * float64(n*n*n) * float64(time.Microsecond))
+	}
+	lim := b.Limits
+	lim.Rate *= s.cfg.Sample // a miniature's backends see its share of the load
+	for i := range b.Replicas {
+		r := &replica{}
+		clk := &Clock{Engine: s.eng, Epoch: s.epoch}
+		m, err := capacity.New(lim, b.Seed+uint64(i), clk)
+		if err != nil {
+			return nil, fmt.Errorf("backend %s: %w", b.Name, err)
+		}
+		r.model = m
+		clk.After = func() { s.drain(be, r) }
+		be.replicas = append(be.replicas, r)
+	}
+	return be, nil
+}
+
+// report hands every app server's statistics of the last interval to the
+// statistics store (the app server's report batches).
+func (s *Sim) report() {
+	at := s.epoch.Add(s.eng.Now())
+	for _, a := range s.apps {
+		reps := make([]stats.Report, 0, len(a.stats))
+		for id, st := range a.stats {
+			if st == nil {
+				continue
+			}
+			rep := stats.Report{Backend: uint32(id), Hits: st.hits, Misses: st.misses, ShadowHits: st.shadowH,
+				Latency: st.latency.Drain()}
+			if st.cache != nil {
+				rep.LimitBytes = uint64(st.cache.Limit())
+			}
+			if st.shadow != nil {
+				rep.ShadowBytes = uint64(st.shadow.Shadow())
+			}
+			st.hits, st.misses, st.shadowH = 0, 0, 0
+			if rep.Hits+rep.Misses == 0 && len(rep.Latency.Index) == 0 {
+				continue
+			}
+			reps = append(reps, rep)
+		}
+		s.store.Add(at, a.id, reps)
+	}
+}
