@@ -1,17 +1,16 @@
 package sim
 
-import "math"
-
 // The memory model of one memcached instance (docs/simulator.md, "Caches").
 // memcached stores an item in a chunk of the smallest slab class that holds
 // it (classes grow by a factor of 1.25 from 96 bytes, up to half a 1 MiB
-// page; larger items span several such chunks) and counts its memory in
-// whole pages against the limit. The model keeps one LRU list per instance
-// (memcached keeps one per slab class; with slab automove off, as the
-// controller sets it, the pages stay where the fill put them) and charges
-// each item its chunk, so internal fragmentation is counted; an instance
-// holds items while the pages their chunks need (whole pages per class, as
-// memcached allocates them) fit in the limit.
+// page; a larger item spans several chunks of that largest class). Memory
+// comes in 1 MiB pages, each given to one class when the class needs room
+// and the limit allows another page; when it does not, the class evicts its
+// own least recently used item (memcached keeps one LRU per class). The
+// controller turns slab automove off, so pages stay with their class until
+// a shrink takes them back — from the class with the most pages, as the
+// controller's resize does (docs/controller.md), evicting that page's worth
+// of the class's least recent items.
 const (
 	pageBytes     = 1 << 20
 	chunkMax      = pageBytes / 2
@@ -40,16 +39,15 @@ var slabClasses = func() []int64 {
 // ItemCharge is the memory one item takes in memcached: its chunk (or its
 // chunks, for an item larger than the largest class).
 func ItemCharge(keyLen int, size int64) int64 {
-	c, _ := chargeClass(keyLen, size)
-	return c
+	class, n := classOf(keyLen, size)
+	return slabClasses[class] * n
 }
 
-// chargeClass is an item's charge and its slab class (len(slabClasses) for
-// items spanning several chunks).
-func chargeClass(keyLen int, size int64) (int64, int) {
-	item := int64(itemHeader+keyLen+1) + size + 2
+// classOf is an item's slab class and how many of its chunks it takes.
+func classOf(keyLen int, size int64) (class int, chunks int64) {
+	item := itemBytes(keyLen, size)
 	if item > chunkMax {
-		return int64(math.Ceil(float64(item)/chunkMax)) * chunkMax, len(slabClasses)
+		return len(slabClasses) - 1, (item + chunkMax - 1) / chunkMax
 	}
 	lo, hi := 0, len(slabClasses)-1
 	for lo < hi {
@@ -60,34 +58,40 @@ func chargeClass(keyLen int, size int64) (int64, int) {
 			lo = m + 1
 		}
 	}
-	return slabClasses[lo], lo
+	return lo, 1
 }
+
+// itemBytes is an item's size as memcached counts it: header, key, value.
+func itemBytes(keyLen int, size int64) int64 { return int64(itemHeader+keyLen+1) + size + 2 }
 
 type entry struct {
 	prev, next int32
-	charge     int64
-	size       int64
 	class      int32
+	chunks     int32
+	size       int64
 	key        string
 }
 
-// Cache is one memcached instance's contents: an LRU list of keys charged
-// their chunks, within a limit. Not safe for concurrent use.
+// slabClass is one class's pages, chunks in use and LRU list.
+type slabClass struct {
+	perPage    int64 // chunks per page
+	pages      int64
+	used       int64 // chunks holding items
+	head, tail int32 // most and least recent; -1 when empty
+}
+
+// Cache is one memcached instance's contents. Not safe for concurrent use.
 type Cache struct {
 	page    int64 // bytes per page: 1 MiB, scaled in a miniature simulation
 	limit   int64
-	charged int64
-	// class[c] is the bytes charged in slab class c; pages their whole pages.
-	class   []int64
 	pages   int64
 	items   int64 // sum of item sizes (header, key, value): memcached's "bytes"
+	classes []slabClass
 	index   map[string]int32
 	entries []entry
 	free    []int32
-	head    int32 // most recent; -1 when empty
-	tail    int32
 
-	Hits, Misses, Evictions uint64
+	Hits, Misses, Evictions, OutOfMemory uint64
 }
 
 // NewCache returns an empty cache with limitBytes of memory.
@@ -96,9 +100,14 @@ func NewCache(limitBytes int64) *Cache {
 }
 
 // NewScaledCache returns an empty cache whose pages hold page bytes (a
-// miniature simulation scales memcached's pages with its caches).
+// miniature simulation scales memcached's pages with its caches; a page
+// always holds at least one chunk of every class).
 func NewScaledCache(limitBytes, page int64) *Cache {
-	return &Cache{page: max(page, 1), limit: limitBytes, index: map[string]int32{}, head: -1, tail: -1, class: make([]int64, len(slabClasses)+1)}
+	c := &Cache{page: max(page, 1), limit: limitBytes, index: map[string]int32{}, classes: make([]slabClass, len(slabClasses))}
+	for i, size := range slabClasses {
+		c.classes[i] = slabClass{perPage: max(c.page/size, 1), head: -1, tail: -1}
+	}
+	return c
 }
 
 // Limit is the memory limit in bytes.
@@ -107,22 +116,39 @@ func (c *Cache) Limit() int64 { return c.limit }
 // Len is the number of items.
 func (c *Cache) Len() int { return len(c.index) }
 
-// Malloced is the memory in whole pages the items occupy (memcached's
+// Malloced is the memory of the pages the classes hold (memcached's
 // total_malloced).
 func (c *Cache) Malloced() int64 { return c.pages * c.page }
 
 // ItemBytes is the bytes the items hold (memcached's "bytes" stat).
 func (c *Cache) ItemBytes() int64 { return c.items }
 
-// SetLimit changes the limit, evicting from the LRU end down to it.
+func (c *Cache) limitPages() int64 { return c.limit / c.page }
+
+// SetLimit changes the limit; a lower one takes pages back from the classes
+// with the most pages, evicting what no longer fits.
 func (c *Cache) SetLimit(limitBytes int64) {
 	c.limit = limitBytes
-	c.shrink(-1, 0)
+	for c.pages > c.limitPages() {
+		best := -1
+		for i := range c.classes {
+			if c.classes[i].pages > 0 && (best < 0 || c.classes[i].pages > c.classes[best].pages) {
+				best = i
+			}
+		}
+		cl := &c.classes[best]
+		cl.pages--
+		c.pages--
+		for cl.used > cl.pages*cl.perPage && cl.tail >= 0 {
+			c.remove(cl.tail)
+			c.Evictions++
+		}
+	}
 }
 
 // Get looks a key up with the size the query expects: a hit moves it to the
-// front; a miss, or an item of another size (which the app server refetches
-// and refills), counts a miss.
+// front of its class; a miss, or an item of another size (which the app
+// server refetches and refills), counts a miss.
 func (c *Cache) Get(key string, size int64) bool {
 	i, ok := c.index[key]
 	if !ok || c.entries[i].size != size {
@@ -134,99 +160,86 @@ func (c *Cache) Get(key string, size int64) bool {
 	return true
 }
 
-// Set stores a key after a miss (a fill), replacing an older value; an item
-// memcached would refuse (over 1 MiB, or a key too long) is not stored.
+// Set stores a key after a miss (a fill), replacing an older value. An item
+// memcached would refuse (over 1 MiB, a key too long) is not stored, nor one
+// whose class has no room, may take no new page and holds nothing to evict
+// (memcached's out-of-memory error).
 func (c *Cache) Set(key string, size int64) {
-	if len(key) > memcachedKey || int64(itemHeader+len(key)+1)+size+2 > itemSizeLimit {
+	if len(key) > memcachedKey || itemBytes(len(key), size) > itemSizeLimit {
 		return
 	}
-	charge, class := chargeClass(len(key), size)
 	if i, ok := c.index[key]; ok {
 		c.remove(i)
 	}
-	if charge > c.limit {
-		return
+	class, n := classOf(len(key), size)
+	cl := &c.classes[class]
+	for cl.used+n > cl.pages*cl.perPage {
+		switch {
+		case c.pages < c.limitPages():
+			cl.pages++
+			c.pages++
+		case cl.tail >= 0:
+			c.remove(cl.tail)
+			c.Evictions++
+		default:
+			c.OutOfMemory++
+			return
+		}
 	}
-	c.shrink(class, charge)
 	var i int32
-	if n := len(c.free); n > 0 {
-		i = c.free[n-1]
-		c.free = c.free[:n-1]
+	if k := len(c.free); k > 0 {
+		i = c.free[k-1]
+		c.free = c.free[:k-1]
 	} else {
 		c.entries = append(c.entries, entry{})
 		i = int32(len(c.entries) - 1)
 	}
-	e := &c.entries[i]
-	*e = entry{prev: -1, next: c.head, charge: charge, size: size, class: int32(class), key: key}
-	if c.head >= 0 {
-		c.entries[c.head].prev = i
+	c.entries[i] = entry{prev: -1, next: cl.head, class: int32(class), chunks: int32(n), size: size, key: key}
+	if cl.head >= 0 {
+		c.entries[cl.head].prev = i
 	}
-	c.head = i
-	if c.tail < 0 {
-		c.tail = i
+	cl.head = i
+	if cl.tail < 0 {
+		cl.tail = i
 	}
+	cl.used += n
 	c.index[key] = i
-	c.charged += charge
-	c.account(class, charge)
-	c.items += int64(itemHeader+len(key)+1) + size + 2
-}
-
-// shrink evicts from the tail until extra more bytes of class fit in the
-// limit's pages (class < 0: nothing to add).
-func (c *Cache) shrink(class int, extra int64) {
-	for c.tail >= 0 && c.pagesWith(class, extra) > c.limit/c.page {
-		c.remove(c.tail)
-		c.Evictions++
-	}
-}
-
-func pagesOf(b, page int64) int64 { return (b + page - 1) / page }
-
-// pagesWith is the page count after adding extra bytes to class.
-func (c *Cache) pagesWith(class int, extra int64) int64 {
-	if class < 0 || extra == 0 {
-		return c.pages
-	}
-	return c.pages - pagesOf(c.class[class], c.page) + pagesOf(c.class[class]+extra, c.page)
-}
-
-func (c *Cache) account(class int, delta int64) {
-	c.pages += pagesOf(c.class[class]+delta, c.page) - pagesOf(c.class[class], c.page)
-	c.class[class] += delta
+	c.items += itemBytes(len(key), size)
 }
 
 func (c *Cache) touch(i int32) {
-	if c.head == i {
+	e := &c.entries[i]
+	cl := &c.classes[e.class]
+	if cl.head == i {
 		return
 	}
-	e := &c.entries[i]
 	c.entries[e.prev].next = e.next
 	if e.next >= 0 {
 		c.entries[e.next].prev = e.prev
 	} else {
-		c.tail = e.prev
+		cl.tail = e.prev
 	}
-	e.prev, e.next = -1, c.head
-	c.entries[c.head].prev = i
-	c.head = i
+	e.prev, e.next = -1, cl.head
+	c.entries[cl.head].prev = i
+	cl.head = i
 }
 
 func (c *Cache) remove(i int32) {
 	e := &c.entries[i]
+	cl := &c.classes[e.class]
 	if e.prev >= 0 {
 		c.entries[e.prev].next = e.next
 	} else {
-		c.head = e.next
+		cl.head = e.next
 	}
 	if e.next >= 0 {
 		c.entries[e.next].prev = e.prev
 	} else {
-		c.tail = e.prev
+		cl.tail = e.prev
 	}
 	delete(c.index, e.key)
-	c.charged -= e.charge
-	c.account(int(e.class), -e.charge)
-	c.items -= int64(itemHeader+len(e.key)+1) + e.size + 2
+	cl.used -= int64(e.chunks)
+	c.items -= itemBytes(len(e.key), e.size)
 	e.key = ""
 	c.free = append(c.free, i)
 }

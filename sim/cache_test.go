@@ -8,7 +8,7 @@ import (
 
 func TestItemChargeIsTheSmallestSlabClassThatHoldsTheItem(t *testing.T) {
 	for i := 1; i < len(slabClasses); i++ {
-		if slabClasses[i] <= slabClasses[i-1] || slabClasses[i]%chunkAlign != 0 && slabClasses[i] != chunkMax {
+		if slabClasses[i] <= slabClasses[i-1] || slabClasses[i]%chunkAlign != 0 {
 			t.Fatalf("class %d: %d after %d", i, slabClasses[i], slabClasses[i-1])
 		}
 	}
@@ -16,7 +16,7 @@ func TestItemChargeIsTheSmallestSlabClassThatHoldsTheItem(t *testing.T) {
 		t.Fatalf("classes run from %d to %d", slabClasses[0], slabClasses[len(slabClasses)-1])
 	}
 	for _, size := range []int64{0, 1, 100, 1000, 16384, 100000, chunkMax - 200, chunkMax, 900000} {
-		item := int64(itemHeader+10+1) + size + 2
+		item := itemBytes(10, size)
 		c := ItemCharge(10, size)
 		if c < item {
 			t.Fatalf("size %d: charge %d below the item's %d bytes", size, c, item)
@@ -33,77 +33,102 @@ func TestItemChargeIsTheSmallestSlabClassThatHoldsTheItem(t *testing.T) {
 	}
 }
 
-// refLRU is the obvious LRU of the same rule: items charged their chunks,
-// evicted from the least recent while the whole pages of any slab class
-// exceed the limit.
-type refLRU struct {
+// refSlabs is the obvious model of the same rule: per slab class, a list
+// of keys (least recent first) and a page count; a class takes a free page
+// while the limit allows, else evicts its own least recent key; a shrink
+// takes pages from the class with the most (the lowest class on a tie).
+type refSlabs struct {
 	limit int64
-	order []string // least recent first
+	order map[int][]string
+	pages map[int]int64
 	size  map[string]int64
 }
 
-func (r *refLRU) pages() int64 {
-	per := map[int]int64{}
-	for _, k := range r.order {
-		c, cl := chargeClass(len(k), r.size[k])
-		per[cl] += c
-	}
-	var p int64
-	for _, b := range per {
-		p += pagesOf(b, pageBytes)
+func newRef(limit int64) *refSlabs {
+	return &refSlabs{limit: limit, order: map[int][]string{}, pages: map[int]int64{}, size: map[string]int64{}}
+}
+
+func (r *refSlabs) total() (p int64) {
+	for _, n := range r.pages {
+		p += n
 	}
 	return p
 }
 
-func (r *refLRU) drop(k string) {
-	for i, x := range r.order {
+func (r *refSlabs) used(cl int) (u int64) {
+	for _, k := range r.order[cl] {
+		_, n := classOf(len(k), r.size[k])
+		u += n
+	}
+	return u
+}
+
+func (r *refSlabs) drop(k string) {
+	cl, _ := classOf(len(k), r.size[k])
+	for i, x := range r.order[cl] {
 		if x == k {
-			r.order = append(r.order[:i], r.order[i+1:]...)
+			r.order[cl] = append(r.order[cl][:i:i], r.order[cl][i+1:]...)
 			delete(r.size, k)
 			return
 		}
 	}
 }
 
-func (r *refLRU) get(k string, size int64) bool {
+func (r *refSlabs) get(k string, size int64) bool {
 	if s, ok := r.size[k]; ok && s == size {
+		cl, _ := classOf(len(k), size)
 		r.drop(k)
-		r.order = append(r.order, k)
+		r.order[cl] = append(r.order[cl], k)
 		r.size[k] = size
 		return true
 	}
 	return false
 }
 
-func (r *refLRU) set(k string, size int64) {
-	r.drop(k)
-	if c, _ := chargeClass(len(k), size); c > r.limit {
-		return
-	}
-	r.order = append(r.order, k)
-	r.size[k] = size
-	for len(r.order) > 1 && r.pages() > r.limit/pageBytes {
-		r.drop(r.order[0])
-	}
-	if r.pages() > r.limit/pageBytes { // the new item alone does not fit
+func (r *refSlabs) set(k string, size int64) {
+	if _, ok := r.size[k]; ok {
 		r.drop(k)
 	}
+	cl, n := classOf(len(k), size)
+	per := pageBytes / slabClasses[cl]
+	for r.used(cl)+n > r.pages[cl]*per {
+		if r.total() < r.limit/pageBytes {
+			r.pages[cl]++
+		} else if len(r.order[cl]) > 0 {
+			r.drop(r.order[cl][0])
+		} else {
+			return
+		}
+	}
+	r.order[cl] = append(r.order[cl], k)
+	r.size[k] = size
 }
 
-func (r *refLRU) shrinkTo(limit int64) {
+func (r *refSlabs) shrinkTo(limit int64) {
 	r.limit = limit
-	for len(r.order) > 0 && r.pages() > r.limit/pageBytes {
-		r.drop(r.order[0])
+	for r.total() > limit/pageBytes {
+		best := -1
+		for cl := range slabClasses {
+			if r.pages[cl] > 0 && (best < 0 || r.pages[cl] > r.pages[best]) {
+				best = cl
+			}
+		}
+		r.pages[best]--
+		per := pageBytes / slabClasses[best]
+		for r.used(best) > r.pages[best]*per && len(r.order[best]) > 0 {
+			r.drop(r.order[best][0])
+		}
 	}
 }
 
-func TestCacheMatchesAReferenceLRU(t *testing.T) {
+func TestCacheMatchesAReferenceModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	c := NewCache(4 << 20)
-	ref := &refLRU{limit: 4 << 20, size: map[string]int64{}}
+	ref := newRef(4 << 20)
+	sizes := []int64{900, 5000, 40000, 200000, 700000}
 	for i := range 20000 {
 		k := fmt.Sprintf("k%d", int(rng.ExpFloat64()*60))
-		size := int64(1000 + rng.IntN(3)*40000)
+		size := sizes[int(rng.ExpFloat64())%len(sizes)]
 		if i%5000 == 4999 { // resizes, down and up
 			lim := int64(2+rng.IntN(5)) << 20
 			c.SetLimit(lim)
@@ -117,8 +142,8 @@ func TestCacheMatchesAReferenceLRU(t *testing.T) {
 			c.Set(k, size)
 			ref.set(k, size)
 		}
-		if c.Len() != len(ref.order) || c.Malloced() != ref.pages()*pageBytes {
-			t.Fatalf("access %d: %d items in %d B, the reference has %d in %d B", i, c.Len(), c.Malloced(), len(ref.order), ref.pages()*pageBytes)
+		if c.Len() != len(ref.size) || c.Malloced() != ref.total()*pageBytes {
+			t.Fatalf("access %d: %d items in %d B, the reference has %d in %d B", i, c.Len(), c.Malloced(), len(ref.size), ref.total()*pageBytes)
 		}
 		if c.Malloced() > c.Limit() {
 			t.Fatalf("access %d: %d B malloced over the %d B limit", i, c.Malloced(), c.Limit())

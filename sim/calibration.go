@@ -23,8 +23,8 @@ func (c Cost) Of(n int64) time.Duration {
 // Calibration is every time the simulator does not get from the capacity
 // model: how long a cache lookup, a backend RPC and a backend's data path
 // take. The defaults are measured on the real components (docs/simulator.md,
-// "Calibration", says how, and `bin/sim calibrate` measures them again); a
-// JSON file of the same shape (--calibration) replaces them.
+// "Calibration", says how, and scripts/sim-calibrate.sh measures the data
+// paths again); a JSON file of the same shape (--calibration) replaces them.
 type Calibration struct {
 	// CacheLookup is one multi-get round trip to memcached, per KiB of the
 	// values it returns.
@@ -42,15 +42,22 @@ type Calibration struct {
 }
 
 // DefaultCalibration is measured on the project's machine (2 cores,
-// 2026-11-23) with `bin/sim calibrate` against real processes on loopback;
-// docs/simulator.md records the run.
+// 2026-11-23; docs/simulator.md, "Calibration"): the data path per query
+// from real bin/backend processes under a light load
+// (scripts/sim-calibrate.sh), the lookup and RPC round trips from the app
+// server's query latency histograms during a testbed run of the demo, on
+// the backends that never lost capacity.
 func DefaultCalibration() Calibration {
 	return Calibration{
-		CacheLookup:      Cost{BaseUs: 180, PerKBUs: 0.6},
-		RPC:              Cost{BaseUs: 220, PerKBUs: 0.9},
-		Service:          map[string]Cost{"kv": {BaseUs: 4, PerKBUs: 0.25}, "sql": {BaseUs: 60, PerKBUs: 0.5}, "compute": {BaseUs: 5, PerKBUs: 0.25}},
-		ComputePerCellUs: 0.0005,
-		Note:             "defaults",
+		CacheLookup: Cost{BaseUs: 420, PerKBUs: 1.5},
+		RPC:         Cost{BaseUs: 2500, PerKBUs: 3},
+		Service: map[string]Cost{
+			"kv":      {BaseUs: 8, PerKBUs: 1.5},
+			"sql":     {BaseUs: 180, PerKBUs: 0.5},
+			"compute": {BaseUs: 8, PerKBUs: 1.5},
+		},
+		ComputePerCellUs: 0.0014,
+		Note:             "measured 2026-11-23 (docs/simulator.md)",
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -121,6 +122,7 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	calPath := fs.String("calibration", "", "calibration JSON replacing the measured defaults (docs/simulator.md)")
 	shadowBytes := fs.Int64("shadow-bytes", 0, "each partition's shadow region in bytes (default: the app server's, 4 MiB)")
 	sample := fs.Float64("sample", 1, "miniature simulation: simulate this fraction of the keys, in (0, 1], with caches and backend rates scaled to it")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the simulation here (go tool pprof)")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -178,6 +180,22 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			break
+		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if os.Getenv("ROBINHOOD_BIN") == "" { // the oracle policy runs bin/tracegen
+		if exe, err := os.Executable(); err == nil {
+			os.Setenv("ROBINHOOD_BIN", filepath.Dir(exe))
 		}
 	}
 	res, err := sim.Run(cfg)
