@@ -14,8 +14,9 @@ GOTEST_FLAGS ?= -count=1 -timeout 15m
 PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
+# SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: build test demo rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: build test demo sim-demo rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 ## build: every Go binary into bin/
 build: deps
@@ -74,6 +75,10 @@ bench: build
 ## demo: the local testbed: the arms of examples/demo.yaml (robinhood, static, shared)
 demo: build
 	$(VENV)/bin/robinhood-testbed compare --experiment examples/demo.yaml $(DEMO_FLAGS)
+
+## sim-demo: the demo experiment in the simulator (bin/sim), every allocation policy and the shared cache
+sim-demo: build venv
+	$(VENV)/bin/robinhood-testbed compare --engine sim --experiment examples/demo.yaml --policies all $(SIM_FLAGS)
 
 ## rbc-demo: the RBC server alone, fed by a synthetic load
 rbc-demo: build

@@ -212,10 +212,7 @@ func (s *Sim) lookupCall(c *call) {
 		c.lookup = s.cal.CacheLookup.Of(hitBytes)
 		st.hits += uint64(c.hits)
 		st.misses += uint64(looked - c.hits)
-		us := float64(c.lookup) / float64(time.Microsecond)
-		for range c.hits {
-			st.latency.Observe(us)
-		}
+		st.latency.ObserveN(float64(c.lookup)/float64(time.Microsecond), uint64(c.hits))
 	}
 	s.hits += uint64(c.hits)
 	s.misses += uint64(looked - c.hits)
@@ -314,10 +311,7 @@ func (s *Sim) opDone(o *op) {
 func (s *Sim) callDone(c *call) {
 	a := c.r.app
 	st := a.stats[c.b.id]
-	us := float64(c.done-c.start) / float64(time.Microsecond)
-	for range c.missed {
-		st.latency.Observe(us)
-	}
+	st.latency.ObserveN(float64(c.done-c.start)/float64(time.Microsecond), uint64(len(c.missed)))
 	if !c.failed {
 		var cache *Cache
 		if p := a.parts[c.b.id]; p != nil {

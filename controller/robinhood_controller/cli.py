@@ -1,5 +1,6 @@
-"""`robinhood-controller run|plan|status --topology FILE --id ID [overrides]` and
-`robinhood-controller policies`.
+"""`robinhood-controller run|plan|status --topology FILE --id ID [overrides]`,
+`robinhood-controller policies` and `robinhood-controller policy-server` (the
+simulator's controller: JSON lines on stdin/stdout, see policy_server.py).
 
 Exit status: 0 done, 1 the controller could not start (a partition is unreachable or
 cannot be resized), 2 invalid configuration or usage (nothing was contacted).
@@ -21,6 +22,7 @@ from .controller import Controller, StartupError, TickReport
 from .memcached import MemcachedPartition, PartitionError, PartitionStats
 from .metrics import Metrics
 from .plan import MIB
+from .policy_server import serve_stdio
 from .timeline import TimelineWriter
 
 log = logging.getLogger("robinhood_controller")
@@ -85,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     pol = sub.add_parser("policies", help="list the allocation policies, one a line: name, parameters with defaults")
     pol.add_argument("--json", action="store_true", help="print JSON (with descriptions) instead")
+    srv = sub.add_parser("policy-server", help="run the policies for the simulator: JSON requests on stdin, "
+                                                "one JSON answer a line on stdout (docs/controller.md)")
+    srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                     help="logs go to stderr")
     return p
 
 
@@ -327,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_policies(ns.json, sys.stdout)
     logging.basicConfig(level=getattr(logging, ns.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s level=%(levelname)s %(message)s")
+    if ns.command == "policy-server":
+        return serve_stdio()
     try:
         cfg = load_config(ns)
     except ConfigError as e:

@@ -112,6 +112,11 @@ class ControllerConfig:
             run=self.settings.run,
         )
 
+    def build_policy(self) -> policies.AllocationPolicy:
+        """The configured allocation policy, built with its parameters and
+        :meth:`context` (PolicyError when it cannot be built)."""
+        return policies.build(self.settings.policy.name, self.settings.policy.params(), self.context())
+
 
 def parse_param(text: str) -> tuple[str, Any]:
     """KEY=VALUE of --policy-param; the value is read as YAML (0.02, true, text)."""

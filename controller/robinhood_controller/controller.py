@@ -7,9 +7,10 @@ Each tick (docs/controller.md, paper §4.2):
   2. read the RBC snapshot (deadline `rbc_timeout`); when that fails a policy that
      needs RBC keeps its targets;
   3. on the first tick, adopt targets from the actual limits (plan.adopt); then let the
-     policy plan the reachable partitions;
-  4. round the targets to whole-MB limits that sum to the budget and reconcile
-     memcached towards them (resize.reconcile), unless dry-run;
+     policy plan the reachable partitions, and round the targets to whole-MB limits
+     that sum to the budget (this step is decide.decide, which the simulator's policy
+     server runs too);
+  4. reconcile memcached towards the limits (resize.reconcile), unless dry-run;
   5. export metrics, append the timeline, log one line.
 The targets (bytes) are the only state kept between ticks, and a new process
 recreates them from memcached, so the loop is level-triggered.
@@ -24,28 +25,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import ControllerConfig
+from .decide import check_decision, decide
 from .memcached import MemcachedPartition, PartitionError, PartitionStats, Unreachable, Unsupported
 from .metrics import Metrics
-from .plan import MIB, adopt, round_limits
-from .policies import PartitionSample, PlanInput, build
+from .plan import MIB
+from .policies import PartitionSample
 from .rbc import RBCClient, RBCError, RBCSnapshot
 from .resize import Outcome, Target, reconcile
-from .timeline import TimelineWriter
+from .timeline import PartitionAfter, TimelineWriter, tick_record
 
 log = logging.getLogger("robinhood_controller")
 
+__all__ = ["Controller", "StartupError", "TickReport", "check_decision", "sample"]
 
-def check_decision(before: dict[str, int], after: dict[str, int], floor: int) -> str:
-    """Why a policy's targets cannot be applied ("" when they can): the same
-    partitions, the same sum, none below the floor."""
-    if set(after) != set(before):
-        return f"targets for {sorted(after)}, not {sorted(before)}"
-    if sum(after.values()) != sum(before.values()):
-        return f"targets sum to {sum(after.values())} bytes, not {sum(before.values())}"
-    low = [n for n, v in after.items() if v < min(floor, before[n])]
-    if low:
-        return f"targets below the floor for {low}"
-    return ""
+
+def sample(st: PartitionStats) -> PartitionSample:
+    """What a policy may know of a partition reading."""
+    return PartitionSample(
+        limit_bytes=st.limit_bytes, malloced_bytes=st.malloced_bytes, item_bytes=st.item_bytes,
+        items=st.items, evictions=st.evictions, get_hits=st.get_hits, get_misses=st.get_misses)
 
 
 class StartupError(Exception):
@@ -93,7 +91,7 @@ class Controller:
         self.clock = clock
         self.names = [p.name for p in cfg.partitions]
         self.drivers = {p.name: MemcachedPartition(p.name, p.addr, s.memcached_timeout) for p in cfg.partitions}
-        self.policy = build(s.policy.name, s.policy.params(), cfg.context())
+        self.policy = cfg.build_policy()
         self.rbc = (RBCClient(cfg.rbc_addr, s.rbc_timeout, cfg.rbc_window, cfg.app_server)
                     if cfg.rbc_addr else None)
         self.names_by_id = cfg.backend_names()
@@ -199,18 +197,13 @@ class Controller:
             self._last[name] = st
         return out
 
-    def _used(self, st: PartitionStats) -> int:
-        return st.malloced_bytes if self.cfg.settings.used_source == "malloced" else st.item_bytes
-
     def tick(self) -> TickReport:
-        """One tick; see the module doc."""
+        """One tick; see the module doc. The decision is :func:`decide.decide`."""
         t0 = self.clock()
         wall = time.time()
         self.ticks += 1
-        notes: list[str] = []
         stats = self.observe()
-        live = [n for n in self.names if stats[n] is not None]
-        used = {n: self._used(stats[n]) for n in live}  # type: ignore[arg-type]
+        samples = {n: sample(st) for n in self.names if (st := stats[n]) is not None}
 
         snap: RBCSnapshot | None = None
         rbc_error: str | None = None
@@ -223,66 +216,30 @@ class Controller:
         else:
             rbc_error = "no rbc_server.grpc configured"
 
-        if self.targets is None and len(live) == len(self.names):
-            limits = {n: stats[n].limit_bytes // MIB for n in self.names}  # type: ignore[union-attr]
-            adopted = adopt(limits, self.cfg.budget_mb, self.cfg.settings.min_partition_mb)
-            self.targets = self.policy.initial_targets(adopted)
-            notes.append("adopted " + " ".join(f"{n}:{limits[n]}MB" for n in self.names))
-        elif self.targets is None:
-            notes.append("waiting for every partition to answer before adopting targets")
-
-        before = dict(self.targets) if self.targets is not None else None
-        eligible: dict[str, bool] = {}
-        planned: dict[str, int] | None = None
+        s = self.cfg.settings
+        d = decide(self.policy, self.names, self.targets, samples, snap, budget_mb=self.cfg.budget_mb,
+                   floor_mb=s.min_partition_mb, used_source=s.used_source, now=wall)
+        if d.policy_error:
+            self._error("policy", "", f"policy {self.policy.name}: {d.policy_error}; targets kept")
+        self.targets = d.targets
+        planned = d.limits_mb
         outcome: Outcome | None = None
-        if self.targets is not None:
-            if self.policy.needs_rbc and snap is None:
-                notes.append("rbc unavailable: targets kept")
-            elif live:
-                counts = snap.counts if snap is not None else {}
-                samples = {
-                    n: PartitionSample(
-                        limit_bytes=st.limit_bytes, malloced_bytes=st.malloced_bytes, item_bytes=st.item_bytes,
-                        items=st.items, evictions=st.evictions, get_hits=st.get_hits, get_misses=st.get_misses)
-                    for n in live if (st := stats[n]) is not None
-                }
-                inp = PlanInput(
-                    targets={n: self.targets[n] for n in live},
-                    used=used,
-                    rbc={n: counts.get(n, 0) for n in live},
-                    stats=({n: snap.stats[n] for n in live if n in snap.stats} if snap is not None else {}),
-                    local=({n: snap.local[n] for n in live if n in snap.local} if snap is not None else {}),
-                    now=wall,
-                    samples=samples,
-                )
-                try:
-                    decision = self.policy.plan(inp)
-                    problem = check_decision(inp.targets, decision.targets, self.cfg.settings.min_partition_mb * MIB)
-                except Exception as e:  # noqa: BLE001 - a policy's failure must not end the loop
-                    decision, problem = None, f"{type(e).__name__}: {e}"
-                if decision is None or problem:
-                    self._error("policy", "", f"policy {self.policy.name}: {problem}; targets kept")
-                    notes.append(f"policy failed: {problem}; targets kept")
-                else:
-                    self.targets.update(decision.targets)
-                    eligible.update(decision.eligible or {})
-            planned = round_limits(self.targets, self.cfg.budget_mb)
-            if not self.read_only:
-                rt0 = self.clock()
-                outcome = reconcile(
-                    [Target(name=n, driver=self.drivers[n], stats=stats[n], desired_mb=planned[n],
-                            last_limit_mb=self._last[n].limit_bytes // MIB if n in self._last else 0)
-                     for n in self.names],
-                    self.cfg.budget_mb,
-                    self.cfg.shrink_budget,
-                )
-                self._account(outcome, rt0)
+        if planned is not None and not self.read_only:
+            rt0 = self.clock()
+            outcome = reconcile(
+                [Target(name=n, driver=self.drivers[n], stats=stats[n], desired_mb=planned[n],
+                        last_limit_mb=self._last[n].limit_bytes // MIB if n in self._last else 0)
+                 for n in self.names],
+                self.cfg.budget_mb,
+                self.cfg.shrink_budget,
+            )
+            self._account(outcome, rt0)
 
         report = TickReport(
             tick=self.ticks, time=wall, stats=stats, rbc=snap, rbc_error=rbc_error,
-            targets_before=before, targets=dict(self.targets) if self.targets is not None else None,
-            limits_planned=planned, eligible=eligible, used=used, outcome=outcome,
-            seconds=self.clock() - t0, notes=notes,
+            targets_before=d.before, targets=dict(d.targets) if d.targets is not None else None,
+            limits_planned=planned, eligible=dict(d.eligible), used=dict(d.used), outcome=outcome,
+            seconds=self.clock() - t0, notes=list(d.notes),
         )
         self._export(report)
         return report
@@ -331,38 +288,25 @@ class Controller:
         log.info("%s", self.log_line(r))
 
     def timeline_record(self, r: TickReport) -> dict[str, Any]:
-        """The timeline line of a tick (schema in docs/controller.md)."""
+        """The timeline line of a tick (:func:`timeline.tick_record`; schema in
+        docs/controller.md): memcached after the tick where the reconcile saw it,
+        else as read."""
         o = r.outcome
-        parts: dict[str, Any] = {}
+        after: dict[str, PartitionAfter | None] = {}
         for n in self.names:
             st = r.stats[n]
-            parts[n] = {
-                "up": st is not None,
-                "target_bytes": r.targets[n] if r.targets is not None else None,
-                "planned_limit_bytes": r.limits_planned[n] * MIB if r.limits_planned is not None else None,
-                "limit_bytes": (o.limits_mb[n] * MIB if o is not None and n in o.limits_mb
-                                else (st.limit_bytes if st is not None else None)),
-                "malloced_bytes": (o.malloced[n] if o is not None and n in o.malloced
-                                   else (st.malloced_bytes if st is not None else None)),
-                "used_bytes": r.used.get(n),
-                "item_bytes": st.item_bytes if st is not None else None,
-                "rbc": r.rbc.counts.get(n, 0) if r.rbc is not None else None,
-                "eligible": r.eligible.get(n),
-                "pages_moved": o.pages_moved.get(n, 0) if o is not None else 0,
-                "hit_ratio": st.hit_ratio if st is not None else None,
-            }
-        return {
-            "time": round(r.time, 3),
-            "tick": r.tick,
-            "app_server": self.cfg.app_server,
-            "policy": self.policy.name,
-            "dry_run": self.read_only,
-            "budget_bytes": self.cfg.budget_bytes,
-            "rbc_ok": r.rbc is not None,
-            "window_requests": r.rbc.window_requests if r.rbc is not None else None,
-            "pages_moved": sum(o.pages_moved.values()) if o is not None else 0,
-            "partitions": parts,
-        }
+            after[n] = None if st is None else PartitionAfter(
+                limit_bytes=o.limits_mb[n] * MIB if o is not None and n in o.limits_mb else st.limit_bytes,
+                malloced_bytes=o.malloced[n] if o is not None and n in o.malloced else st.malloced_bytes,
+                item_bytes=st.item_bytes,
+                hit_ratio=st.hit_ratio,
+                pages_moved=o.pages_moved.get(n, 0) if o is not None else 0,
+            )
+        return tick_record(
+            time=r.time, tick=r.tick, app_server=self.cfg.app_server, policy=self.policy.name,
+            dry_run=self.read_only, budget_bytes=self.cfg.budget_bytes, names=self.names, after=after,
+            targets=r.targets, limits_mb=r.limits_planned, used=r.used, rbc=r.rbc, eligible=r.eligible,
+        )
 
     def log_line(self, r: TickReport) -> str:
         """The one key=value line logged per tick."""

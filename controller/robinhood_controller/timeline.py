@@ -1,10 +1,91 @@
 """The allocation timeline: one JSON line per tick (`--timeline FILE`), from which the
-testbed plots allocations over time (paper Fig. 13). Schema in docs/controller.md."""
+testbed plots allocations over time (paper Fig. 13). Schema in docs/controller.md.
+
+:func:`tick_record` builds the line; the controller loop and the simulator's policy
+server both use it, so their timelines have one schema."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+from .plan import MIB
+
+if TYPE_CHECKING:
+    from .rbc import RBCSnapshot
+
+
+@dataclass(frozen=True)
+class PartitionAfter:
+    """What memcached reports of a partition after a tick (None in a record's
+    ``partitions`` for one that did not answer)."""
+
+    limit_bytes: int
+    """limit_maxbytes after the tick (the limit set, or the one read)."""
+    malloced_bytes: int
+    """total_malloced after the tick."""
+    item_bytes: int
+    """bytes: the size of the stored items."""
+    hit_ratio: float | None
+    """get_hits / gets since memcached started; None before the first get."""
+    pages_moved: int = 0
+    """Pages given back this tick."""
+
+
+def tick_record(
+    *,
+    time: float,
+    tick: int,
+    app_server: str,
+    policy: str,
+    dry_run: bool,
+    budget_bytes: int,
+    names: Sequence[str],
+    after: Mapping[str, PartitionAfter | None],
+    targets: Mapping[str, int] | None,
+    limits_mb: Mapping[str, int] | None,
+    used: Mapping[str, int],
+    rbc: RBCSnapshot | None,
+    eligible: Mapping[str, bool],
+) -> dict[str, Any]:
+    """The timeline line of a tick (schema in docs/controller.md).
+
+    names: every partition, in order; after: per partition, memcached after the tick
+    (None or missing: it did not answer); targets and limits_mb: the tick's targets
+    (bytes) and planned whole-MB limits (None before adoption); used: u_i of the
+    reachable partitions; rbc: the snapshot read (None: not read); eligible: per
+    planned partition.
+    """
+    parts: dict[str, Any] = {}
+    for n in names:
+        a = after.get(n)
+        parts[n] = {
+            "up": a is not None,
+            "target_bytes": targets[n] if targets is not None else None,
+            "planned_limit_bytes": limits_mb[n] * MIB if limits_mb is not None else None,
+            "limit_bytes": a.limit_bytes if a is not None else None,
+            "malloced_bytes": a.malloced_bytes if a is not None else None,
+            "used_bytes": used.get(n),
+            "item_bytes": a.item_bytes if a is not None else None,
+            "rbc": rbc.counts.get(n, 0) if rbc is not None else None,
+            "eligible": eligible.get(n),
+            "pages_moved": a.pages_moved if a is not None else 0,
+            "hit_ratio": a.hit_ratio if a is not None else None,
+        }
+    return {
+        "time": round(time, 3),
+        "tick": tick,
+        "app_server": app_server,
+        "policy": policy,
+        "dry_run": dry_run,
+        "budget_bytes": budget_bytes,
+        "rbc_ok": rbc is not None,
+        "window_requests": rbc.window_requests if rbc is not None else None,
+        "pages_moved": sum(a.pages_moved for a in after.values() if a is not None),
+        "partitions": parts,
+    }
 
 
 class TimelineWriter:

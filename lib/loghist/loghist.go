@@ -43,6 +43,14 @@ type Histogram struct {
 // Observe counts one latency in microseconds.
 func (h *Histogram) Observe(us float64) { h.counts[Index(us)].Add(1) }
 
+// ObserveN counts n queries of the same latency (a batch's queries all
+// finish together).
+func (h *Histogram) ObserveN(us float64, n uint64) {
+	if n > 0 {
+		h.counts[Index(us)].Add(n)
+	}
+}
+
 // Drain returns the counts since the last Drain as a sparse snapshot and
 // resets them. Concurrent Observes land in this snapshot or the next one.
 func (h *Histogram) Drain() Sparse {

@@ -3,6 +3,7 @@ package loghist
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"sort"
 	"sync"
 	"testing"
@@ -62,5 +63,19 @@ func TestDrainResetsAndMerges(t *testing.T) {
 	}
 	if Index(0) != 0 || Index(1e12) != Buckets-1 {
 		t.Fatal("edges")
+	}
+}
+
+func TestObserveNCountsLikeNObserves(t *testing.T) {
+	var a, b Histogram
+	for _, us := range []float64{3, 250, 250, 9000} {
+		a.ObserveN(us, 3)
+		for range 3 {
+			b.Observe(us)
+		}
+	}
+	a.ObserveN(42, 0)
+	if x, y := a.Drain(), b.Drain(); !reflect.DeepEqual(x, y) {
+		t.Fatalf("ObserveN %+v, Observe %+v", x, y)
 	}
 }

@@ -3,6 +3,7 @@
   robinhood-testbed compare --experiment FILE [--cache-modes partitioned,shared]
                             [--policies robinhood,static] [--dispatch random]
   robinhood-testbed run     --experiment FILE [--cache-mode M] [--policy P] [--dispatch D]
+  (run and compare take --engine sim: the same experiment in the simulator, bin/sim)
   robinhood-testbed up      --experiment FILE [--cache-mode M] [--policy P] [--dispatch D] [--prometheus]
   robinhood-testbed up      --topology FILE [--id ID ...] [--prometheus]
   robinhood-testbed compose --experiment FILE [--policy P] --out DIR
@@ -36,7 +37,7 @@ from .deploy import REPO, Deployment, go_bin
 from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
-from .run import deployment, prepare_inputs, run_arm
+from .run import deployment, prepare_inputs, run_arm, run_arm_sim
 
 log = logging.getLogger("robinhood_testbed")
 CACHE_MODES = ("partitioned", "shared", "none")
@@ -73,6 +74,10 @@ def _arms(args: argparse.Namespace, exp: Experiment, single: bool = False) -> li
     else:
         modes = _names(args.cache_modes, "--cache-modes") if args.cache_modes else None
         pols = _names(args.policies, "--policies") if args.policies else None
+        if pols == ["all"]:  # every registered allocation policy, the paper's first
+            names = allocation.names()
+            pols = [n for n in ("robinhood", "static") if n in names] + \
+                [n for n in names if n not in ("robinhood", "static")]
         disp = _names(args.dispatch, "--dispatch") if args.dispatch else None
     for m in modes or []:
         if m not in CACHE_MODES:
@@ -86,7 +91,8 @@ def _arms(args: argparse.Namespace, exp: Experiment, single: bool = False) -> li
     if single:
         if modes is None:
             modes = ["partitioned"] if pols else [exp.compare.cache_modes[0]]
-        pols = pols or [exp.compare.policies[0].name]
+        # The experiment's first policy; without a compare.policies list, the paper's.
+        pols = pols or [exp.compare.policies[0].name if exp.compare.policies else "robinhood"]
         disp = disp or [exp.compare.dispatch[0].policy]
     by_name = {p.name: p.model_dump() for p in exp.compare.policies}
     pol_specs = [by_name.get(p, {"name": p}) for p in pols] if pols else None
@@ -111,6 +117,14 @@ def _load(args: argparse.Namespace) -> Experiment:
             exp = from_document(doc, exp.base_dir)
         except ConfigError as e:
             raise ExperimentError(f"--duration: {e}") from None
+    if getattr(args, "seed", None) is not None:
+        from robinhood_common.experiment import from_document
+        doc = dict(exp.document)
+        doc["seed"] = args.seed
+        try:
+            exp = from_document(doc, exp.base_dir)
+        except ConfigError as e:
+            raise ExperimentError(f"--seed: {e}") from None
     return exp
 
 
@@ -148,14 +162,32 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
     if out.exists() and any(out.iterdir()):
         raise ExperimentError(f"--out: {out} exists and is not empty")
     names = [a.name for a in todo]
-    minutes = len(todo) * (exp.duration + ARM_OVERHEAD_S) / 60
-    console.print(f"Experiment [bold]{exp.name}[/]: {len(todo)} arms ({', '.join(names)}), {exp.duration:g} s each: "
-                  f"about {minutes:.0f} minutes in all; results in {out}")
+    sim = args.engine == "sim"
+    if sim and args.prometheus:
+        raise ExperimentError("--prometheus: the simulator runs no processes to scrape (use --engine testbed)")
+    calibration = Path(args.calibration) if getattr(args, "calibration", None) else None
+    if calibration is not None and not sim:
+        raise ExperimentError("--calibration is for --engine sim")
+    sample = getattr(args, "sample", None)
+    if sample is not None and not sim:
+        raise ExperimentError("--sample is for --engine sim")
+    if sample is not None and not 0 < sample <= 1:
+        raise ExperimentError(f"--sample: {sample:g} is not in (0, 1]")
+    if sim:
+        console.print(f"Experiment [bold]{exp.name}[/] in the simulator: {len(todo)} arms ({', '.join(names)}), "
+                      f"{exp.duration:g} simulated s each; results in {out}")
+    else:
+        minutes = len(todo) * (exp.duration + ARM_OVERHEAD_S) / 60
+        console.print(f"Experiment [bold]{exp.name}[/]: {len(todo)} arms ({', '.join(names)}), {exp.duration:g} s each: "
+                      f"about {minutes:.0f} minutes in all; results in {out}")
     trace, scenario = prepare_inputs(exp, out)
     for arm in todo:
-        with LiveView([b.name for b in exp.backends]) as view:
-            res = run_arm(exp, arm, out, trace, scenario, out / "data",
-                          view=None if args.quiet else view, prometheus=args.prometheus)
+        if sim:
+            res = run_arm_sim(exp, arm, out, trace, scenario, calibration, sample)
+        else:
+            with LiveView([b.name for b in exp.backends]) as view:
+                res = run_arm(exp, arm, out, trace, scenario, out / "data",
+                              view=None if args.quiet else view, prometheus=args.prometheus)
         viol = analysis.PolicyRun.load(res.run_dir).violation_pct()
         console.print(f"[bold]{arm.name}[/] done: P99 SLO violations "
                       f"{analysis.fmt(viol, '{:.1f}')} % (results in {res.run_dir})")
@@ -194,6 +226,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not arms:
         raise ExperimentError(f"--dir: {out} holds no finished run (no <arm>/replay/summary.json)")
     finish(exp, out, arms, console)
+    return 0
+
+
+def cmd_versus(args: argparse.Namespace) -> int:
+    """The same experiment from both engines: the table (and with --plot the figure)."""
+    from . import versus
+    tb, sm = Path(args.testbed), Path(args.sim)
+    for flag, d in (("--testbed", tb), ("--sim", sm)):
+        if not d.is_dir():
+            raise ExperimentError(f"{flag}: {d} is not a folder")
+    table = versus.rows(tb, sm)
+    if not table:
+        raise ExperimentError(f"{tb} and {sm} have no finished arm in common")
+    print(versus.markdown(table))
+    if args.plot:
+        print(f"figure: {versus.figure(tb, sm, Path(args.plot))}")
     return 0
 
 
@@ -277,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--out", help="results folder (default runs/<name>-<time>)")
         p.add_argument("--prometheus", action="store_true", help="also run a Prometheus server scraping every component")
         p.add_argument("--duration", help="override the experiment's duration (e.g. 60s)")
+        p.add_argument("--seed", type=int, help="override the experiment's seed (trace, hiccups, random choices)")
         p.add_argument("--log-level", default="warning")
 
     def one_arm(p: argparse.ArgumentParser) -> None:
@@ -293,21 +342,36 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --topology: start only this component (app server id, backend name or rbc_server); "
                          "repeatable")
     up.add_argument("--ready-file", help="once everything is up, write the endpoints here (JSON)")
+    def engine(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--engine", choices=("testbed", "sim"), default="testbed",
+                       help="testbed: real processes in real time (default); sim: bin/sim, the discrete-event "
+                            "simulator (docs/simulator.md)")
+        p.add_argument("--calibration", help="with --engine sim: a calibration file replacing the measured defaults")
+        p.add_argument("--sample", type=float, help="with --engine sim: a miniature simulation of this fraction of "
+                       "the keys, in (0, 1]")
+
     run = sub.add_parser("run", help="run one arm of an experiment")
     common(run)
     one_arm(run)
+    engine(run)
     run.add_argument("--quiet", action="store_true", help="no live view")
     cmp = sub.add_parser("compare", help="run the same trace, scenario and seed once per arm")
     common(cmp)
     cmp.add_argument("--cache-modes", help="comma-separated cache modes (default: the experiment's compare.cache_modes)")
-    cmp.add_argument("--policies", help="comma-separated allocation policies (default: compare.policies)")
+    cmp.add_argument("--policies", help="comma-separated allocation policies, or all (default: compare.policies)")
     cmp.add_argument("--dispatch", help="comma-separated dispatch policies (default: compare.dispatch)")
+    engine(cmp)
     cmp.add_argument("--quiet", action="store_true", help="no live view")
     rep = sub.add_parser("report", help="rebuild the report, plots and table of a results folder (runs nothing)")
     rep.add_argument("--experiment", required=True, help="the experiment file the folder was run from")
     rep.add_argument("--dir", required=True, help="the results folder")
     rep.add_argument("--arms", help="comma-separated arms, in this order (default: every finished arm)")
     rep.add_argument("--log-level", default="warning")
+    vs = sub.add_parser("versus", help="hold the simulator to the testbed: two results folders of one experiment")
+    vs.add_argument("--testbed", required=True, help="results folder of the testbed (engine testbed)")
+    vs.add_argument("--sim", required=True, help="results folder of the simulator (engine sim)")
+    vs.add_argument("--plot", help="write the P99-over-time figure of both here (PNG)")
+    vs.add_argument("--log-level", default="warning")
     cmps = sub.add_parser("compose", help="write docker-compose.yml and its configuration for one arm")
     cmps.add_argument("--experiment", required=True, help="experiment file")
     one_arm(cmps)
@@ -327,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compose(args)
         if args.cmd == "report":
             return cmd_report(args)
+        if args.cmd == "versus":
+            return cmd_versus(args)
         return cmd_compare(args)
     except ExperimentError as e:
         print(f"robinhood-testbed: {e}", file=sys.stderr)

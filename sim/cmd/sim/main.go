@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -192,6 +193,11 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if os.Getenv("GOGC") == "" {
+		// The simulation allocates many short-lived objects and keeps a
+		// modest heap: fewer collections, measurably faster.
+		debug.SetGCPercent(400)
 	}
 	if os.Getenv("ROBINHOOD_BIN") == "" { // the oracle policy runs bin/tracegen
 		if exe, err := os.Executable(); err == nil {

@@ -1,0 +1,78 @@
+"""Holding the simulator to the testbed (docs/simulator.md): the same experiment's
+results folders from both engines side by side — SLO violation % per arm, its
+difference, whether the two rank the arms alike, and P99 over time in one figure."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .analysis import PolicyRun, fmt
+from .plots import _color, _grid, _p99_frame, _p99_points, plt
+
+
+def common_arms(testbed: Path, sim: Path) -> list[str]:
+    """The arms both folders finished, in the testbed folder's order."""
+    from .cli import results_arms  # the compare order
+    tb = results_arms(testbed)
+    sm = set(results_arms(sim))
+    return [a for a in tb if a in sm]
+
+
+def rank(values: dict[str, float]) -> dict[str, int]:
+    """Competition rank (1 = fewest violations; ties share the lower rank)."""
+    return {a: 1 + sum(1 for w in values.values() if w < v) for a, v in values.items()}
+
+
+def rows(testbed: Path, sim: Path) -> list[dict[str, Any]]:
+    """One row per common arm: violation % and max P99 in each engine, the difference."""
+    out = []
+    arms = common_arms(testbed, sim)
+    tv = {a: PolicyRun.load(testbed / a).violation_pct() or 0.0 for a in arms}
+    sv = {a: PolicyRun.load(sim / a).violation_pct() or 0.0 for a in arms}
+    tr, sr = rank(tv), rank(sv)
+    for a in arms:
+        t, s = PolicyRun.load(testbed / a), PolicyRun.load(sim / a)
+        tp, sp = t.measured_series("p99_ms"), s.measured_series("p99_ms")
+        out.append({"arm": a, "testbed_pct": tv[a], "sim_pct": sv[a], "diff_pp": sv[a] - tv[a],
+                    "testbed_rank": tr[a], "sim_rank": sr[a],
+                    "testbed_max_p99": max(tp) if tp else None, "sim_max_p99": max(sp) if sp else None,
+                    "testbed_hit": t.result.get("overall_hit_ratio"), "sim_hit": s.result.get("overall_hit_ratio")})
+    return out
+
+
+def markdown(table: list[dict[str, Any]]) -> str:
+    head = ("| arm | testbed viol. % | sim viol. % | difference (pp) | rank testbed / sim | "
+            "max P99 testbed / sim (ms) | hit ratio testbed / sim |\n|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in table:
+        lines.append(f"| {r['arm']} | {r['testbed_pct']:.1f} | {r['sim_pct']:.1f} | {r['diff_pp']:+.1f} | "
+                     f"{r['testbed_rank']} / {r['sim_rank']} | {fmt(r['testbed_max_p99'], '{:.0f}')} / "
+                     f"{fmt(r['sim_max_p99'], '{:.0f}')} | {fmt(r['testbed_hit'], '{:.3f}')} / "
+                     f"{fmt(r['sim_hit'], '{:.3f}')} |")
+    worst = max((abs(r["diff_pp"]) for r in table), default=0.0)
+    same = all(r["testbed_rank"] == r["sim_rank"] for r in table)
+    lines.append("")
+    lines.append(f"Largest difference: {worst:.1f} percentage points; the two engines rank the arms "
+                 f"{'alike' if same else 'differently'}.")
+    return "\n".join(lines)
+
+
+def figure(testbed: Path, sim: Path, out: Path) -> Path:
+    """P99 over time per arm: the testbed solid, the simulator dashed."""
+    arms = common_arms(testbed, sim)
+    fig, axes = _grid(len(arms), 4.2, 3.0, sharey=True)
+    for i, (ax, a) in enumerate(zip(axes, arms)):
+        t, s = PolicyRun.load(testbed / a), PolicyRun.load(sim / a)
+        _p99_frame(ax, [t], a)
+        c = _color(a, i)
+        ax.plot(*_p99_points(t), color=c, lw=1.6, label="testbed")
+        ax.plot(*_p99_points(s), color=c, lw=1.4, ls="--", label="simulator")
+        ax.set_xlabel("time (s)")
+        if i % 4 == 0:
+            ax.set_ylabel("P99 (ms)")
+        ax.legend(fontsize=7)
+    fig.suptitle("P99 request latency over time (windowed): testbed (solid) and simulator (dashed)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

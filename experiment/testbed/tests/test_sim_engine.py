@@ -1,0 +1,87 @@
+"""The simulator as the testbed's second engine: `compare --engine sim` runs bin/sim
+on the testbed's own arms, trace, topologies and report, with the controller's own
+policy code behind `robinhood-controller policy-server`."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_testbed_e2e import TINY, cli_args
+
+
+@pytest.fixture
+def built(gobin: Callable[[str], Path]) -> None:
+    for name in ("sim", "tracegen", "appserver"):
+        gobin(name)
+
+
+def run_sim(tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    exp = tmp_path / "tiny.yaml"
+    exp.write_text(yaml.safe_dump(TINY))
+    return subprocess.run(cli_args("compare", "--engine", "sim", "--experiment", str(exp), "--out",
+                                   str(tmp_path / out), "--policies", "all", *extra),
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_every_policy_in_the_simulator(tmp_path: Path, built: None) -> None:
+    res = run_sim(tmp_path, "a")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = tmp_path / "a"
+    arms = ["robinhood", "static", "cliffhanger++", "fair++", "lama++", "oracle", "tao++", "shared"]
+    for arm in arms:
+        d = out / arm
+        summary = json.loads((d / "replay" / "summary.json").read_text())
+        assert summary["sent"] > 1500 and summary["slo"]["points_counted"] > 5, arm
+        assert (d / "rbc.jsonl").read_text().count("\n") >= 20, f"{arm}: one RBC line a simulated second"
+        result = json.loads((d / "result.json").read_text())
+        assert result["engine"] == "sim" and set(result["hit_ratio"]) == {"alpha", "beta"}
+        sim = json.loads((d / "sim.json").read_text())
+        assert sim["requests"] == summary["sent"]
+        if arm != "shared":
+            ticks = [json.loads(line) for line in (d / "controller-app0.jsonl").read_text().splitlines()]
+            assert len(ticks) >= 20, f"{arm}: one tick a simulated second"
+            for t in ticks:
+                limits = [p["limit_bytes"] for p in t["partitions"].values()]
+                assert sum(limits) == 40 << 20 and min(limits) >= 16 << 20, f"{arm}: limits {limits}"
+    # RobinHood moves space to beta, whose rate drops to 40 queries/s at 10 s.
+    ticks = [json.loads(line) for line in (out / "robinhood" / "controller-app0.jsonl").read_text().splitlines()]
+    assert ticks[-1]["partitions"]["beta"]["target_bytes"] > ticks[0]["partitions"]["beta"]["target_bytes"]
+    assert (out / "report.html").is_file() and (out / "comparison.md").read_text().count("\n") == len(arms) + 2
+
+    # Deterministic: the same experiment again gives the same files.
+    res = run_sim(tmp_path, "b")
+    assert res.returncode == 0, res.stderr[-3000:]
+    def summary(folder: Path) -> dict:
+        s = json.loads((folder / "replay" / "summary.json").read_text())
+        s.pop("trace"), s["scenario"].pop("file")  # the folders' own paths
+        return s
+
+    for arm in arms:
+        assert summary(out / arm) == summary(tmp_path / "b" / arm), arm
+        assert (out / arm / "rbc.jsonl").read_text() == (tmp_path / "b" / arm / "rbc.jsonl").read_text(), arm
+
+    # versus: a folder against itself differs by nothing.
+    res = subprocess.run(cli_args("versus", "--testbed", str(out), "--sim", str(tmp_path / "b"),
+                                  "--plot", str(tmp_path / "vs.png")), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "Largest difference: 0.0 percentage points; the two engines rank the arms alike." in res.stdout
+    assert (tmp_path / "vs.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sim_engine_bad_flags(tmp_path: Path, built: None) -> None:
+    res = run_sim(tmp_path, "c", "--prometheus")
+    assert res.returncode == 2 and "--prometheus: the simulator runs no processes" in res.stderr
+    res = run_sim(tmp_path, "d", "--sample", "2")
+    assert res.returncode == 2 and "--sample: 2 is not in (0, 1]" in res.stderr
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
+    exp = tmp_path / "tiny.yaml"
+    res = subprocess.run(cli_args("run", "--experiment", str(exp), "--sample", "0.5", "--out", str(tmp_path / "e")),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--sample is for --engine sim" in res.stderr
+
