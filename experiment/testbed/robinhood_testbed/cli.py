@@ -229,6 +229,36 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """One parameter over a range, every point in the simulator, several seeds."""
+    from . import sweep
+    console = Console()
+    exp = _load(args)
+    out = _out_dir(args, exp)
+    if out.exists() and any(out.iterdir()):
+        raise ExperimentError(f"--out: {out} exists and is not empty")
+    values = [v.strip() for v in args.values.split(",") if v.strip()]
+    if not values:
+        raise ExperimentError("--values: give at least one value")
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError:
+        raise ExperimentError(f"--seeds: {args.seeds!r} is not a list of integers") from None
+    if not seeds:
+        raise ExperimentError("--seeds: give at least one seed")
+    if args.sample is not None and not 0 < args.sample <= 1:
+        raise ExperimentError(f"--sample: {args.sample:g} is not in (0, 1]")
+    _arms(args, exp)  # the policies and cache modes are checked before anything runs
+    console.print(f"Sweep of {args.param} over {', '.join(values)} on {exp.name}, seeds {args.seeds}, in the "
+                  f"simulator; results in {out}")
+    rows = sweep.run(exp, lambda e: _arms(args, e), args.param, values, seeds, out, args.sample,
+                     Path(args.calibration) if args.calibration else None, progress=console.print)
+    csv_path, md, png = sweep.write(rows, out, args.param, values)
+    console.print(md.read_text())
+    console.print(f"Every run: {csv_path}; figure: {png}")
+    return 0
+
+
 def cmd_versus(args: argparse.Namespace) -> int:
     """The same experiment from both engines: the table (and with --plot the figure)."""
     from . import versus
@@ -367,6 +397,17 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--dir", required=True, help="the results folder")
     rep.add_argument("--arms", help="comma-separated arms, in this order (default: every finished arm)")
     rep.add_argument("--log-level", default="warning")
+    sw = sub.add_parser("sweep", help="one parameter over a range, in the simulator: SLO violations per policy")
+    common(sw)
+    sw.add_argument("--param", required=True, help="budget, interval, tax, spike-depth, ramp-time, or a dotted path "
+                    "of the experiment (docs/simulator.md)")
+    sw.add_argument("--values", required=True, help="comma-separated values of the parameter")
+    sw.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
+    sw.add_argument("--cache-modes", help="comma-separated cache modes (default: the experiment's compare.cache_modes)")
+    sw.add_argument("--policies", help="comma-separated allocation policies, or all (default: compare.policies)")
+    sw.add_argument("--dispatch", help="comma-separated dispatch policies (default: compare.dispatch)")
+    sw.add_argument("--sample", type=float, help="a miniature simulation of this fraction of the keys, in (0, 1]")
+    sw.add_argument("--calibration", help="a calibration file replacing the measured defaults")
     vs = sub.add_parser("versus", help="hold the simulator to the testbed: two results folders of one experiment")
     vs.add_argument("--testbed", required=True, help="results folder of the testbed (engine testbed)")
     vs.add_argument("--sim", required=True, help="results folder of the simulator (engine sim)")
@@ -393,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.cmd == "versus":
             return cmd_versus(args)
+        if args.cmd == "sweep":
+            return cmd_sweep(args)
         return cmd_compare(args)
     except ExperimentError as e:
         print(f"robinhood-testbed: {e}", file=sys.stderr)

@@ -85,3 +85,34 @@ def test_sim_engine_bad_flags(tmp_path: Path, built: None) -> None:
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--sample is for --engine sim" in res.stderr
 
+
+
+def test_sweep(tmp_path: Path, built: None) -> None:
+    from robinhood_testbed import sweep
+    doc = dict(TINY)
+    assert sweep.apply(doc, "spike-depth", "0.5")["scenario"]["events"][0]["set"]["rate"] == 20
+    assert sweep.apply(doc, "budget", "48")["cache"]["budget_mb"] == 48
+    assert doc["cache"]["budget_mb"] == 40, "apply changes a copy"
+    exp = tmp_path / "tiny.yaml"
+    exp.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / "sw"
+    res = subprocess.run(cli_args("sweep", "--experiment", str(exp), "--param", "spike-depth", "--values", "0.5,2",
+                                  "--seeds", "1,2", "--policies", "robinhood,static", "--out", str(out)),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows = (out / "sweep.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 * 3, "value × seed × arm (robinhood, static, shared)"
+    table = (out / "sweep.md").read_text()
+    assert "| robinhood |" in table and "spike-depth = 0.5" in table
+    assert (out / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    # A deeper cut cannot be easier than a shallower one for the static split.
+    static = {r.split(",")[1] + r.split(",")[2]: float(r.split(",")[4]) for r in rows[1:] if ",static," in r}
+    assert static["0.51"] >= static["21"] and static["0.52"] >= static["22"]
+    # Bad input: named, nothing run.
+    for args, msg in ((["--param", "spike-depth", "--values", "deep"], "spike-depth needs numbers"),
+                      (["--param", "nope.x", "--values", "1"], "the experiment has no 'nope' block"),
+                      (["--param", "budget", "--values", "2"], "the experiment becomes invalid")):
+        res = subprocess.run(cli_args("sweep", "--experiment", str(exp), "--seeds", "1", "--policies", "static",
+                                      "--out", str(tmp_path / "bad"), *args), capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and msg in res.stderr, (args, res.stderr)
+        assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").rglob("summary.json"))

@@ -2,6 +2,7 @@
 //
 //	sim run --experiment FILE --policy NAME --out DIR      one arm, simulated
 //	sim compare --experiment FILE --out DIR                every arm, simulated
+//	sim sweep --experiment FILE --param P --values A,B,... one parameter over a range, several seeds
 //	sim arm --topology FILE --trace FILE --out DIR ...     one prepared arm (what the testbed calls)
 //
 // run and compare are the testbed's own commands with --engine sim (the
@@ -34,9 +35,11 @@ import (
 const usage = `usage:
   sim run --experiment FILE --policy NAME --out DIR [testbed run flags]
   sim compare --experiment FILE --out DIR [testbed compare flags]
+  sim sweep --experiment FILE --param P --values A,B,... [--seeds 1,2,3] [--policies ...] --out DIR
   sim arm --topology FILE --trace FILE --out DIR --duration D [flags]
 
-run and compare are robinhood-testbed run/compare --engine sim.
+run and compare are robinhood-testbed run/compare --engine sim; sweep is
+robinhood-testbed sweep.
 'sim arm -h' lists the flags of one prepared arm.
 `
 
@@ -55,6 +58,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "run", "compare":
 		return testbed(args[0], args[1:])
+	case "sweep":
+		return testbedSweep(args[1:])
 	case "arm":
 		return cmdArm(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -89,6 +94,15 @@ func testbed(cmd string, args []string) error {
 	}
 	argv := append([]string{tb, cmd, "--engine", "sim"}, args...)
 	return syscall.Exec(tb, argv, os.Environ())
+}
+
+// testbedSweep runs robinhood-testbed sweep (always the simulator).
+func testbedSweep(args []string) error {
+	tb, ok := repoFile(".venv/bin/robinhood-testbed", "robinhood-testbed")
+	if !ok {
+		return errors.New("robinhood-testbed not found (run `make venv`, or put it on PATH)")
+	}
+	return syscall.Exec(tb, append([]string{tb, "sweep"}, args...), os.Environ())
 }
 
 // controllerCommand is the robinhood-controller the policies run in.
