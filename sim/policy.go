@@ -140,7 +140,7 @@ func (ps *PolicyServer) call(req any, answer any) error {
 	}
 	line, err := ps.out.ReadBytes('\n')
 	if err != nil {
-		return fmt.Errorf("policy server: no answer (%v)%s", err, ps.tail())
+		return fmt.Errorf("policy server (%s): no answer (%v)%s", strings.Join(ps.cmd.Args, " "), err, ps.tail())
 	}
 	if err := json.Unmarshal(line, answer); err != nil {
 		return fmt.Errorf("policy server: bad answer %q: %w", truncate(string(line), 200), err)

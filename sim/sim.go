@@ -173,6 +173,16 @@ func Run(cfg Config) (*Result, error) {
 	if err := s.buildApps(maxID); err != nil {
 		return nil, err
 	}
+	// Everything that can be wrong with the input fails here, before the
+	// run's folder is written.
+	if err := s.scheduleScenario(); err != nil {
+		return nil, err
+	}
+	src, err := openTrace(cfg.TracePath, cfg.Sample)
+	if err != nil {
+		return nil, err
+	}
+	defer src.close()
 	if err := os.MkdirAll(filepath.Join(cfg.OutDir, "replay"), 0o755); err != nil {
 		return nil, err
 	}
@@ -190,14 +200,6 @@ func Run(cfg Config) (*Result, error) {
 			_ = s.policy.Close()
 		}
 	}()
-	if err := s.scheduleScenario(); err != nil {
-		return nil, err
-	}
-	src, err := openTrace(cfg.TracePath, cfg.Sample)
-	if err != nil {
-		return nil, err
-	}
-	defer src.close()
 
 	// Periodic work: reports every second (the app servers' batches), the
 	// RBC timeline every second, controller ticks every interval.

@@ -180,6 +180,14 @@ func TestBadInputIsNamed(t *testing.T) {
 	if _, err := Run(cfg); err == nil || !strings.Contains(err.Error(), "no ts_ms") {
 		t.Fatalf("no ts_ms: %v", err)
 	}
+	cfg.TracePath = filepath.Join(dir, "missing.jsonl")
+	cfg.OutDir = filepath.Join(dir, "never")
+	if _, err := Run(cfg); err == nil || !strings.Contains(err.Error(), "missing.jsonl") {
+		t.Fatalf("missing trace: %v", err)
+	}
+	if _, err := os.Stat(cfg.OutDir); !os.IsNotExist(err) {
+		t.Fatal("a run that cannot start must not write its folder")
+	}
 	cfg = simConfig(t, dir, strings.Replace(sharedTopology, "cache_mode: none,", "cache_mode: none, dispatch: {policy: hedge},", 1), "")
 	cfg.OutDir = filepath.Join(dir, "out2")
 	if _, err := Run(cfg); err == nil || !strings.Contains(err.Error(), "app_servers[1].dispatch.policy") {
