@@ -116,6 +116,15 @@ type app struct {
 	controlled bool
 }
 
+// cacheOf is the memcached instance holding b's values: its partition, the
+// shared cache, or nil without a cache.
+func (a *app) cacheOf(b *backend) *Cache {
+	if p := a.parts[b.id]; p != nil {
+		return p.cache
+	}
+	return a.shared
+}
+
 // request is one trace request in flight.
 type request struct {
 	app      *app
@@ -182,12 +191,7 @@ func (s *Sim) startLayer(r *request) {
 func (s *Sim) lookupCall(c *call) {
 	a, q := c.r.app, c.q
 	st := a.stats[c.b.id]
-	var cache *Cache
-	if p := a.parts[c.b.id]; p != nil {
-		cache = p.cache
-	} else if a.shared != nil {
-		cache = a.shared
-	}
+	cache := a.cacheOf(c.b)
 	var hitBytes int64
 	looked := 0
 	for i, k := range q.Keys {
@@ -313,13 +317,7 @@ func (s *Sim) callDone(c *call) {
 	st := a.stats[c.b.id]
 	st.latency.ObserveN(float64(c.done-c.start)/float64(time.Microsecond), uint64(len(c.missed)))
 	if !c.failed {
-		var cache *Cache
-		if p := a.parts[c.b.id]; p != nil {
-			cache = p.cache
-		} else {
-			cache = a.shared
-		}
-		if cache != nil {
+		if cache := a.cacheOf(c.b); cache != nil {
 			for _, i := range c.missed {
 				if c.q.Cacheable[i] {
 					cache.Set(s.cacheKey(a, c.b, c.q.Keys[i]), c.q.Sizes[i])

@@ -92,6 +92,7 @@ type Sim struct {
 
 	backends []*backend
 	byName   map[string]*backend
+	byID     map[uint32]*backend
 	apps     []*app
 
 	ring  *ring.Ring
@@ -144,7 +145,7 @@ func Run(cfg Config) (*Result, error) {
 		return nil, err
 	}
 	t := cfg.Topology
-	s := &Sim{cfg: cfg, cal: cal, eng: &Engine{}, epoch: cfg.Epoch, byName: map[string]*backend{},
+	s := &Sim{cfg: cfg, cal: cal, eng: &Engine{}, epoch: cfg.Epoch, byName: map[string]*backend{}, byID: map[uint32]*backend{},
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x7265706c696361)), // "replica"
 		appRng: rand.New(rand.NewPCG(cfg.Seed, 0x61707073)),       // "apps", as the replayer
 		status: map[string]int64{}, lastHM: map[*partition][2]uint64{}}
@@ -168,6 +169,7 @@ func Run(cfg Config) (*Result, error) {
 		}
 		s.backends = append(s.backends, be)
 		s.byName[b.Name] = be
+		s.byID[b.ID] = be
 		maxID = max(maxID, b.ID)
 	}
 	if err := s.buildApps(maxID); err != nil {
@@ -589,7 +591,17 @@ func (s *Sim) report1s() {
 		}
 	}
 	res := s.rbcNow()
-	counts := map[string]uint64{}
+	line, _ := json.Marshal(map[string]any{"t": s.eng.Now().Seconds(), "unix": float64(at) / 1e9, "rbc": s.rbcCounts(res),
+		"window_requests": res.N, "p99_latency_us": res.P99})
+	s.rbcOut.Write(append(line, '\n'))
+}
+
+func (s *Sim) backendByID(id uint32) *backend { return s.byID[id] }
+
+// rbcCounts is an RBC result by backend name, 0 for a backend that blocked
+// nothing.
+func (s *Sim) rbcCounts(res rbc.Result) map[string]uint64 {
+	counts := make(map[string]uint64, len(s.backends))
 	for _, b := range s.backends {
 		counts[b.name] = 0
 	}
@@ -598,18 +610,7 @@ func (s *Sim) report1s() {
 			counts[b.name] = c.Blocking
 		}
 	}
-	line, _ := json.Marshal(map[string]any{"t": s.eng.Now().Seconds(), "unix": float64(at) / 1e9, "rbc": counts,
-		"window_requests": res.N, "p99_latency_us": res.P99})
-	s.rbcOut.Write(append(line, '\n'))
-}
-
-func (s *Sim) backendByID(id uint32) *backend {
-	for _, b := range s.backends {
-		if b.id == id {
-			return b
-		}
-	}
-	return nil
+	return counts
 }
 
 // rbcNow is the RBC over the RBC server's window, now.
@@ -635,19 +636,21 @@ func (s *Sim) controllerTick() {
 	res := s.rbcNow()
 	window := time.Duration(s.cfg.Topology.RBCServer.Window)
 	total, perApp := s.store.Window(now, window)
+	// One RBC snapshot and one statistics window for every app server, as
+	// they read the same RBC server.
+	snap := &RBCSnapshot{Counts: s.rbcCounts(res), WindowRequests: res.N, BandRequests: res.Band, P99LatencyUs: res.P99}
+	all := map[string]QueryStats{}
+	for _, sum := range total {
+		if b := s.backendByID(sum.Backend); b != nil {
+			all[b.name] = s.queryStats(sum)
+		}
+	}
 	for _, a := range s.apps {
 		if !a.controlled {
 			continue
 		}
-		req := &TickRequest{AppServer: a.id, Now: float64(now.UnixNano()) / 1e9,
-			Partitions: map[string]PartitionSample{}, Stats: map[string]QueryStats{}, Local: map[string]QueryStats{}}
-		snap := &RBCSnapshot{Counts: map[string]uint64{}, WindowRequests: res.N, BandRequests: res.Band, P99LatencyUs: res.P99}
-		for _, c := range res.Backends {
-			if b := s.backendByID(c.Backend); b != nil {
-				snap.Counts[b.name] = c.Blocking
-			}
-		}
-		req.RBC = snap
+		req := &TickRequest{AppServer: a.id, Now: float64(now.UnixNano()) / 1e9, RBC: snap,
+			Partitions: map[string]PartitionSample{}, Stats: all, Local: map[string]QueryStats{}}
 		for _, p := range a.parts {
 			if p == nil {
 				continue
@@ -662,11 +665,6 @@ func (s *Sim) controllerTick() {
 			}
 			s.lastHM[p] = [2]uint64{c.Hits, c.Misses}
 			req.Partitions[p.backend.name] = sample
-		}
-		for _, sum := range total {
-			if b := s.backendByID(sum.Backend); b != nil {
-				req.Stats[b.name] = s.queryStats(sum)
-			}
 		}
 		for _, sum := range perApp[a.id] {
 			if b := s.backendByID(sum.Backend); b != nil {

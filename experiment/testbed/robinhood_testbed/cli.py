@@ -102,30 +102,27 @@ def _arms(args: argparse.Namespace, exp: Experiment, single: bool = False) -> li
 
 
 def _load(args: argparse.Namespace) -> Experiment:
+    """The experiment file, with --duration and --seed applied (and validated again)."""
     exp = load(args.experiment)
-    if getattr(args, "duration", None):
-        from robinhood_common.experiment import from_document
+    duration, seed = getattr(args, "duration", None), getattr(args, "seed", None)
+    if not duration and seed is None:
+        return exp
+    from robinhood_common.experiment import from_document
+    doc = dict(exp.document)
+    if duration:
         try:
-            d = parse_duration(args.duration)
+            d = parse_duration(duration)
         except ValueError as e:
             raise ExperimentError(f"--duration: {e}") from None
-        doc = dict(exp.document)
-        doc["duration"] = args.duration
+        doc["duration"] = duration
         if exp.slo.warmup >= d:
             doc["slo"] = {**doc["slo"], "warmup": f"{d / 4:g}s"}
-        try:
-            exp = from_document(doc, exp.base_dir)
-        except ConfigError as e:
-            raise ExperimentError(f"--duration: {e}") from None
-    if getattr(args, "seed", None) is not None:
-        from robinhood_common.experiment import from_document
-        doc = dict(exp.document)
-        doc["seed"] = args.seed
-        try:
-            exp = from_document(doc, exp.base_dir)
-        except ConfigError as e:
-            raise ExperimentError(f"--seed: {e}") from None
-    return exp
+    if seed is not None:
+        doc["seed"] = seed
+    try:
+        return from_document(doc, exp.base_dir)
+    except ConfigError as e:
+        raise ExperimentError(f"{'--duration' if duration else '--seed'}: {e}") from None
 
 
 #: Short console headings (the report and comparison.md use analysis.COLUMNS' long ones),
@@ -154,6 +151,18 @@ def finish(exp: Experiment, out: Path, arms: list[str], console: Console) -> lis
     return rows
 
 
+def _sim_options(args: argparse.Namespace, sim: bool) -> tuple[Path | None, float | None]:
+    """--calibration and --sample, checked: the simulator's only."""
+    calibration = Path(args.calibration) if args.calibration else None
+    if calibration is not None and not sim:
+        raise ExperimentError("--calibration is for --engine sim")
+    if args.sample is not None and not sim:
+        raise ExperimentError("--sample is for --engine sim")
+    if args.sample is not None and not 0 < args.sample <= 1:
+        raise ExperimentError(f"--sample: {args.sample:g} is not in (0, 1]")
+    return calibration, args.sample
+
+
 def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
     console = Console()
     exp = _load(args)
@@ -165,14 +174,7 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
     sim = args.engine == "sim"
     if sim and args.prometheus:
         raise ExperimentError("--prometheus: the simulator runs no processes to scrape (use --engine testbed)")
-    calibration = Path(args.calibration) if getattr(args, "calibration", None) else None
-    if calibration is not None and not sim:
-        raise ExperimentError("--calibration is for --engine sim")
-    sample = getattr(args, "sample", None)
-    if sample is not None and not sim:
-        raise ExperimentError("--sample is for --engine sim")
-    if sample is not None and not 0 < sample <= 1:
-        raise ExperimentError(f"--sample: {sample:g} is not in (0, 1]")
+    calibration, sample = _sim_options(args, sim)
     if sim:
         console.print(f"Experiment [bold]{exp.name}[/] in the simulator: {len(todo)} arms ({', '.join(names)}), "
                       f"{exp.duration:g} simulated s each; results in {out}")
@@ -246,13 +248,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ExperimentError(f"--seeds: {args.seeds!r} is not a list of integers") from None
     if not seeds:
         raise ExperimentError("--seeds: give at least one seed")
-    if args.sample is not None and not 0 < args.sample <= 1:
-        raise ExperimentError(f"--sample: {args.sample:g} is not in (0, 1]")
+    calibration, sample = _sim_options(args, True)
     _arms(args, exp)  # the policies and cache modes are checked before anything runs
     console.print(f"Sweep of {args.param} over {', '.join(values)} on {exp.name}, seeds {args.seeds}, in the "
                   f"simulator; results in {out}")
-    rows = sweep.run(exp, lambda e: _arms(args, e), args.param, values, seeds, out, args.sample,
-                     Path(args.calibration) if args.calibration else None, progress=console.print)
+    rows = sweep.run(exp, lambda e: _arms(args, e), args.param, values, seeds, out, sample, calibration,
+                     progress=console.print)
     csv_path, md, png = sweep.write(rows, out, args.param, values)
     console.print(md.read_text())
     console.print(f"Every run: {csv_path}; figure: {png}")
@@ -372,13 +373,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --topology: start only this component (app server id, backend name or rbc_server); "
                          "repeatable")
     up.add_argument("--ready-file", help="once everything is up, write the endpoints here (JSON)")
+    def sim_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--calibration", help="simulator: a calibration file replacing the measured defaults")
+        p.add_argument("--sample", type=float, help="simulator: a miniature simulation of this fraction of the keys, "
+                       "in (0, 1]")
+
     def engine(p: argparse.ArgumentParser) -> None:
         p.add_argument("--engine", choices=("testbed", "sim"), default="testbed",
                        help="testbed: real processes in real time (default); sim: bin/sim, the discrete-event "
                             "simulator (docs/simulator.md)")
-        p.add_argument("--calibration", help="with --engine sim: a calibration file replacing the measured defaults")
-        p.add_argument("--sample", type=float, help="with --engine sim: a miniature simulation of this fraction of "
-                       "the keys, in (0, 1]")
+        sim_options(p)
+
+    def axes(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--cache-modes", help="comma-separated cache modes (default: the experiment's compare.cache_modes)")
+        p.add_argument("--policies", help="comma-separated allocation policies, or all (default: compare.policies)")
+        p.add_argument("--dispatch", help="comma-separated dispatch policies (default: compare.dispatch)")
 
     run = sub.add_parser("run", help="run one arm of an experiment")
     common(run)
@@ -387,9 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--quiet", action="store_true", help="no live view")
     cmp = sub.add_parser("compare", help="run the same trace, scenario and seed once per arm")
     common(cmp)
-    cmp.add_argument("--cache-modes", help="comma-separated cache modes (default: the experiment's compare.cache_modes)")
-    cmp.add_argument("--policies", help="comma-separated allocation policies, or all (default: compare.policies)")
-    cmp.add_argument("--dispatch", help="comma-separated dispatch policies (default: compare.dispatch)")
+    axes(cmp)
     engine(cmp)
     cmp.add_argument("--quiet", action="store_true", help="no live view")
     rep = sub.add_parser("report", help="rebuild the report, plots and table of a results folder (runs nothing)")
@@ -403,11 +410,8 @@ def main(argv: list[str] | None = None) -> int:
                     "of the experiment (docs/simulator.md)")
     sw.add_argument("--values", required=True, help="comma-separated values of the parameter")
     sw.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
-    sw.add_argument("--cache-modes", help="comma-separated cache modes (default: the experiment's compare.cache_modes)")
-    sw.add_argument("--policies", help="comma-separated allocation policies, or all (default: compare.policies)")
-    sw.add_argument("--dispatch", help="comma-separated dispatch policies (default: compare.dispatch)")
-    sw.add_argument("--sample", type=float, help="a miniature simulation of this fraction of the keys, in (0, 1]")
-    sw.add_argument("--calibration", help="a calibration file replacing the measured defaults")
+    axes(sw)
+    sim_options(sw)
     vs = sub.add_parser("versus", help="hold the simulator to the testbed: two results folders of one experiment")
     vs.add_argument("--testbed", required=True, help="results folder of the testbed (engine testbed)")
     vs.add_argument("--sim", required=True, help="results folder of the simulator (engine sim)")

@@ -57,9 +57,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "run", "compare":
-		return testbed(args[0], args[1:])
+		return testbed(append([]string{args[0], "--engine", "sim"}, args[1:]...))
 	case "sweep":
-		return testbedSweep(args[1:])
+		return testbed(args)
 	case "arm":
 		return cmdArm(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -86,23 +86,14 @@ func repoFile(rel, name string) (string, bool) {
 	return "", false
 }
 
-// testbed runs robinhood-testbed's run or compare with --engine sim.
-func testbed(cmd string, args []string) error {
+// testbed becomes robinhood-testbed with args (run and compare with
+// --engine sim; sweep always simulates).
+func testbed(args []string) error {
 	tb, ok := repoFile(".venv/bin/robinhood-testbed", "robinhood-testbed")
 	if !ok {
 		return errors.New("robinhood-testbed not found (run `make venv`, or put it on PATH)")
 	}
-	argv := append([]string{tb, cmd, "--engine", "sim"}, args...)
-	return syscall.Exec(tb, argv, os.Environ())
-}
-
-// testbedSweep runs robinhood-testbed sweep (always the simulator).
-func testbedSweep(args []string) error {
-	tb, ok := repoFile(".venv/bin/robinhood-testbed", "robinhood-testbed")
-	if !ok {
-		return errors.New("robinhood-testbed not found (run `make venv`, or put it on PATH)")
-	}
-	return syscall.Exec(tb, append([]string{tb, "sweep"}, args...), os.Environ())
+	return syscall.Exec(tb, append([]string{tb}, args...), os.Environ())
 }
 
 // controllerCommand is the robinhood-controller the policies run in.
