@@ -70,6 +70,10 @@ type entry struct {
 	chunks     int32
 	size       int64
 	key        string
+	// tag and weight feed Mass: a miniature's popularity mass of the items
+	// it holds per backend (SetWeighted); 0 and 0 otherwise.
+	tag    int32
+	weight float64
 }
 
 // slabClass is one class's pages, chunks in use and LRU list.
@@ -92,6 +96,9 @@ type Cache struct {
 	free    []int32
 
 	Hits, Misses, Evictions, OutOfMemory uint64
+
+	// mass[tag] is the summed weight of the items of that tag.
+	mass []float64
 }
 
 // NewCache returns an empty cache with limitBytes of memory.
@@ -164,7 +171,26 @@ func (c *Cache) Get(key string, size int64) bool {
 // memcached would refuse (over 1 MiB, a key too long) is not stored, nor one
 // whose class has no room, may take no new page and holds nothing to evict
 // (memcached's out-of-memory error).
-func (c *Cache) Set(key string, size int64) {
+func (c *Cache) Set(key string, size int64) { c.SetWeighted(key, size, 0, 0) }
+
+// Contains reports whether key is held with this size, without touching it
+// or counting a hit or a miss: a look at the cache's state.
+func (c *Cache) Contains(key string, size int64) bool {
+	i, ok := c.index[key]
+	return ok && c.entries[i].size == size
+}
+
+// Mass is the summed weight of the items of a tag (SetWeighted).
+func (c *Cache) Mass(tag int) float64 {
+	if tag < len(c.mass) {
+		return max(c.mass[tag], 0)
+	}
+	return 0
+}
+
+// SetWeighted is Set with the item counted in Mass(tag) with weight w while
+// it is held.
+func (c *Cache) SetWeighted(key string, size int64, tag int, w float64) {
 	if len(key) > memcachedKey || itemBytes(len(key), size) > itemSizeLimit {
 		return
 	}
@@ -194,7 +220,13 @@ func (c *Cache) Set(key string, size int64) {
 		c.entries = append(c.entries, entry{})
 		i = int32(len(c.entries) - 1)
 	}
-	c.entries[i] = entry{prev: -1, next: cl.head, class: int32(class), chunks: int32(n), size: size, key: key}
+	c.entries[i] = entry{prev: -1, next: cl.head, class: int32(class), chunks: int32(n), size: size, key: key, tag: int32(tag), weight: w}
+	if w != 0 {
+		for len(c.mass) <= tag {
+			c.mass = append(c.mass, 0)
+		}
+		c.mass[tag] += w
+	}
 	if cl.head >= 0 {
 		c.entries[cl.head].prev = i
 	}
@@ -240,6 +272,9 @@ func (c *Cache) remove(i int32) {
 	delete(c.index, e.key)
 	cl.used -= int64(e.chunks)
 	c.items -= itemBytes(len(e.key), e.size)
+	if e.weight != 0 {
+		c.mass[e.tag] -= e.weight
+	}
 	e.key = ""
 	c.free = append(c.free, i)
 }

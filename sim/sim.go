@@ -25,6 +25,7 @@ import (
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 	"github.com/robinhoodcache/robinhood/rbcserver/ring"
 	"github.com/robinhoodcache/robinhood/rbcserver/stats"
+	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
 // Config is one simulated run: one arm's topology driven by a trace and a
@@ -35,6 +36,9 @@ type Config struct {
 	TopologyPath string
 	Topology     *config.Topology
 	TracePath    string
+	// Synth, instead of a trace file, generates the requests in process
+	// (the options of `tracegen synth`; its Rate is the whole topology's).
+	Synth *synth.Options
 	// Scenario, when set, changes the backends' limits during the run;
 	// ScenarioSeed seeds its random walks.
 	Scenario     *scenario.Scenario
@@ -61,13 +65,24 @@ type Config struct {
 	// against caches, memcached pages, shadow regions and backend rates
 	// scaled by it. 0 or 1 simulates everything.
 	Sample float64
-	Log    *slog.Logger
+	// RequestSample, in (0, 1], is the fraction of requests a miniature of
+	// a generated workload simulates with their whole fan-out (default
+	// 0.1); Apps is how many of the topology's app servers it simulates,
+	// the first ones (default all): docs/simulator.md, "Miniature
+	// simulation".
+	RequestSample float64
+	Apps          int
+	Log           *slog.Logger
 }
 
 // Result is sim.json: what the simulator did besides the replay summary.
 type Result struct {
 	SimulatedS      float64            `json:"simulated_s"`
 	Sample          float64            `json:"sample"`
+	Engine          string             `json:"engine"`
+	RequestSample   float64            `json:"request_sample,omitempty"`
+	AppsSimulated   int                `json:"apps_simulated,omitempty"`
+	CacheAccesses   uint64             `json:"cache_accesses,omitempty"`
 	WallS           float64            `json:"wall_s"`
 	Requests        int64              `json:"requests"`
 	Queries         uint64             `json:"queries"`
@@ -115,6 +130,9 @@ type Sim struct {
 	peak     int64
 
 	queries, backendQueries, hits, misses, timeouts uint64
+	cacheAccesses                                   uint64
+	// mini is the miniature engine of a generated workload (mini.go).
+	mini *miniature
 	rbcOut                                          *bufio.Writer
 	err                                             error
 }
@@ -180,11 +198,29 @@ func Run(cfg Config) (*Result, error) {
 	if err := s.scheduleScenario(); err != nil {
 		return nil, err
 	}
-	src, err := openTrace(cfg.TracePath, cfg.Sample)
-	if err != nil {
-		return nil, err
+	var src source
+	var mini *miniature
+	switch {
+	case cfg.Synth != nil && cfg.Sample < 1:
+		if mini, err = s.newMiniature(); err != nil {
+			return nil, err
+		}
+		s.mini = mini
+		for _, a := range s.apps[s.cfg.Apps:] {
+			a.controlled = false // not simulated: no controller runs for it
+		}
+	case cfg.Synth != nil:
+		if src, err = newSynthSource(*cfg.Synth); err != nil {
+			return nil, err
+		}
+	default:
+		if src, err = openTrace(cfg.TracePath, cfg.Sample); err != nil {
+			return nil, err
+		}
 	}
-	defer src.close()
+	if src != nil {
+		defer src.close()
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.OutDir, "replay"), 0o755); err != nil {
 		return nil, err
 	}
@@ -220,7 +256,15 @@ func Run(cfg Config) (*Result, error) {
 	if s.policy != nil {
 		s.eng.At(0, every(s.interval, s.controllerTick))
 	}
-	if err := s.arrivals(src); err != nil {
+	var feed *traceFeed
+	if mini != nil {
+		err = mini.run()
+		feed = &mini.feed
+	} else {
+		err = s.arrivals(src)
+		feed = src.feed()
+	}
+	if err != nil {
 		return nil, err
 	}
 	// Requests sent before the end get their answers (within the request
@@ -232,7 +276,7 @@ func Run(cfg Config) (*Result, error) {
 	if err := s.rbcOut.Flush(); err != nil {
 		return nil, err
 	}
-	if err := s.writeSummary(src); err != nil {
+	if err := s.writeSummary(feed); err != nil {
 		return nil, err
 	}
 	res := s.result(time.Since(wall))
@@ -290,6 +334,10 @@ func (s *Sim) buildApps(maxID uint32) error {
 	s.pendingBe = make([][]uint32, len(s.apps))
 	return nil
 }
+
+// miniature reports whether the run is a miniature of a generated workload
+// (mini.go).
+func (s *Sim) miniature() bool { return s.cfg.Synth != nil && s.cfg.Sample < 1 }
 
 // scale is a size of the full system in the miniature.
 func (s *Sim) scale(b int64) int64 { return int64(math.Round(float64(b) * s.cfg.Sample)) }
@@ -375,7 +423,9 @@ func (s *Sim) scheduleScenario() error {
 			case capacity.FieldQueueLimit:
 				p.QueueLimit = &iv
 			case capacity.FieldRate:
-				v *= s.cfg.Sample
+				if !s.miniature() {
+					v *= s.cfg.Sample
+				}
 				p.Rate = &v
 			case capacity.FieldExtraLatencyMs:
 				p.ExtraLatencyMs = &v
@@ -388,6 +438,12 @@ func (s *Sim) scheduleScenario() error {
 			}
 		}
 		s.eng.At(c.At, func() {
+			if s.mini != nil {
+				if err := s.mini.applyLimits(b, p); err != nil && s.err == nil {
+					s.err = fmt.Errorf("scenario: line %d on %s: %w", c.Line, b.name, err)
+				}
+				return
+			}
 			for _, r := range b.replicas {
 				if _, _, err := r.model.Update(p); err != nil && s.err == nil {
 					s.err = fmt.Errorf("scenario: line %d on %s: %w", c.Line, b.name, err)
@@ -404,9 +460,26 @@ type traceSource struct {
 	sample uint64 // keep a query when its key's hash is below it (0: every query)
 	f      *os.File
 	br     *bufio.Reader
-	line   int64
+	line int64
+	traceFeed
+}
+
+// traceFeed is what the run's summary says about its request source.
+type traceFeed struct {
 	timing replay.Timing
 	ended  bool
+}
+
+// source is where requests come from: a trace file, or the generator in
+// process (synthSource).
+type source interface {
+	// next returns the next request and its send offset, io.EOF at the
+	// end; the request is the caller's.
+	next() (*trace.Request, time.Duration, error)
+	feed() *traceFeed
+	// where names the last request for errors ("trace line 7").
+	where() string
+	close()
 }
 
 func openTrace(path string, sample float64) (*traceSource, error) {
@@ -468,7 +541,9 @@ func (t *traceSource) keep(req *trace.Request) bool {
 	return n > 0
 }
 
-func (t *traceSource) close() { t.f.Close() }
+func (t *traceSource) close()            { t.f.Close() }
+func (t *traceSource) feed() *traceFeed { return &t.traceFeed }
+func (t *traceSource) where() string    { return fmt.Sprintf("trace line %d", t.line) }
 
 // next returns the next request and its send offset, io.EOF at the end.
 func (t *traceSource) next() (*trace.Request, time.Duration, error) {
@@ -510,7 +585,7 @@ func (t *traceSource) next() (*trace.Request, time.Duration, error) {
 
 // arrivals schedules the trace's requests one after another: each arrival
 // reads the next line, so the trace is never all in memory.
-func (s *Sim) arrivals(src *traceSource) error {
+func (s *Sim) arrivals(src source) error {
 	var arrive func(req *trace.Request, at time.Duration)
 	schedule := func() error {
 		req, at, err := src.next()
@@ -524,7 +599,7 @@ func (s *Sim) arrivals(src *traceSource) error {
 			return nil
 		}
 		if err := s.validate(req); err != nil {
-			return fmt.Errorf("trace line %d: %w", src.line, err)
+			return fmt.Errorf("%s: %w", src.where(), err)
 		}
 		s.eng.At(at, func() { arrive(req, at) })
 		return nil
@@ -697,7 +772,7 @@ func (s *Sim) queryStats(sum stats.Summary) QueryStats {
 		LimitBytes: uint64(s.unscale(int64(sum.LimitBytes)))}
 }
 
-func (s *Sim) writeSummary(src *traceSource) error {
+func (s *Sim) writeSummary(src *traceFeed) error {
 	p := s.cfg.SLO
 	end := s.cfg.Duration
 	sum := &replay.Summary{
@@ -733,9 +808,12 @@ func (s *Sim) writeSummary(src *traceSource) error {
 }
 
 func (s *Sim) result(wall time.Duration) *Result {
-	r := &Result{SimulatedS: s.cfg.Duration.Seconds(), Sample: s.cfg.Sample, WallS: wall.Seconds(), Requests: s.sent, Queries: s.queries,
+	r := &Result{SimulatedS: s.cfg.Duration.Seconds(), Sample: s.cfg.Sample, Engine: "exact", CacheAccesses: s.cacheAccesses, WallS: wall.Seconds(), Requests: s.sent, Queries: s.queries,
 		BackendQueries: s.backendQueries, Events: s.eng.Fired(), Timeouts: s.timeouts, ControllerTicks: s.ticks,
 		HitRatio: map[string]float64{}, Calibration: s.cal}
+	if s.mini != nil {
+		r.Engine, r.RequestSample, r.AppsSimulated = "miniature", s.cfg.RequestSample, s.cfg.Apps
+	}
 	if wall > 0 {
 		r.QueriesPerSec = float64(s.queries) / wall.Seconds()
 	}

@@ -30,13 +30,14 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/sim"
+	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
 const usage = `usage:
   sim run --experiment FILE --policy NAME --out DIR [testbed run flags]
   sim compare --experiment FILE --out DIR [testbed compare flags]
   sim sweep --experiment FILE --param P --values A,B,... [--seeds 1,2,3] [--policies ...] --out DIR
-  sim arm --topology FILE --trace FILE --out DIR --duration D [flags]
+  sim arm --topology FILE (--trace FILE | --synth "ARGS") --out DIR --duration D [flags]
 
 run and compare are robinhood-testbed run/compare --engine sim; sweep is
 robinhood-testbed sweep.
@@ -114,7 +115,10 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim arm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	topoPath := fs.String("topology", "", "the arm's topology file (required)")
-	tracePath := fs.String("trace", "", "trace file with ts_ms (required)")
+	tracePath := fs.String("trace", "", "trace file with ts_ms (this or --synth)")
+	synthArgs := fs.String("synth", "", "generate the requests in process: the flags of `tracegen synth` (without --requests, --duration, --out), e.g. \"--rate 200 --keys 10000\" (this or --trace)")
+	reqSample := fs.Float64("request-sample", 0, "miniature of a --synth workload: the fraction of requests simulated with their whole fan-out, in (0, 1] (default 0.1)")
+	apps := fs.Int("apps", 0, "miniature of a --synth workload: simulate the first N app servers; the others are taken to be identical (default all)")
 	out := fs.String("out", "", "the arm's folder: replay/summary.json, rbc.jsonl, controller-<app>.jsonl, sim.json (required)")
 	duration := fs.Duration("duration", 0, "simulated run length (required)")
 	scPath := fs.String("scenario", "", "capacity scenario (YAML)")
@@ -136,7 +140,19 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	for name, v := range map[string]string{"topology": *topoPath, "trace": *tracePath, "out": *out} {
+	if (*tracePath == "") == (*synthArgs == "") {
+		return errors.New("give one of --trace FILE and --synth \"ARGS\"")
+	}
+	if *synthArgs == "" && (*reqSample != 0 || *apps != 0) {
+		return errors.New("--request-sample and --apps need --synth (a trace file's miniature only samples keys)")
+	}
+	if *reqSample != 0 && !(*reqSample > 0 && *reqSample <= 1) {
+		return fmt.Errorf("--request-sample: %v is not in (0, 1]", *reqSample)
+	}
+	if *apps < 0 {
+		return fmt.Errorf("--apps: %d must not be negative", *apps)
+	}
+	for name, v := range map[string]string{"topology": *topoPath, "out": *out} {
 		if v == "" {
 			return fmt.Errorf("--%s is required", name)
 		}
@@ -157,8 +173,16 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := sim.Config{TopologyPath: *topoPath, Topology: topo, TracePath: *tracePath, Duration: *duration,
 		Seed: *seed, ScenarioSeed: *seed, OutDir: *out, ShadowBytes: *shadowBytes, Sample: *sample,
+		RequestSample: *reqSample, Apps: *apps,
 		SLO: slo.Params{SLO: *sloD, Step: *step, Window: *window, Warmup: *warmup},
 		Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	if *synthArgs != "" {
+		o, err := synth.ParseArgs(strings.Fields(*synthArgs))
+		if err != nil {
+			return fmt.Errorf("--synth: %w", err)
+		}
+		cfg.Synth = &o
+	}
 	if cfg.Epoch, err = runEpoch(*epoch, topo); err != nil {
 		return err
 	}

@@ -1,0 +1,439 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/lib/fanout"
+	"github.com/robinhoodcache/robinhood/workload/synth"
+)
+
+// The miniature of a generated workload (docs/simulator.md, "Miniature
+// simulation"). A trace file's miniature can only drop queries; with the
+// generator in process the simulator can keep what decides a request's
+// latency — its whole fan-out and the backends' queues at full load — and
+// still simulate a small fraction of the work:
+//
+//   - Caches see a spatial sample of the keys (rate Sample, SHARDS-style):
+//     per simulated app server and backend, a Poisson stream of the queries
+//     that ask for a sampled key, at the full system's rate of such
+//     queries, into a cache (pages, shadow region) scaled by Sample. Each
+//     cached item carries its key's popularity, so the cache knows the
+//     probability that a query of the full system hits it (Cache.Mass).
+//   - Requests are a fraction RequestSample of the full system's, each with
+//     its whole fan-out. A query of a request asks for a key drawn from the
+//     sampled keys with the backend's popularity and reads the cache's state
+//     (Cache.Contains): a hit exactly as often as the full system's query.
+//   - Backends are fluid queues at the full system's load: the arrival rate
+//     is every app server's query rate times its miss probability, the
+//     service rate the capacity model's limits (token rate, workers over
+//     the mean service time). A query waits for the backlog ahead of it,
+//     plus the M/D/1 wait at the current utilization; it is served with
+//     the calibrated data path, injected latency and hiccups.
+//   - App servers: the first Apps of the topology's are simulated; the
+//     others are taken to be statistically identical (they see the same
+//     request mix and run the same policy), so the backends see the load of
+//     all of them.
+type miniature struct {
+	s     *Sim
+	gen   *synth.Generator
+	keys  []*miniKeys // by generator backend index
+	apps  []*app
+	scale float64 // app servers of the topology per simulated one
+	rng   *rand.Rand
+
+	stream     synth.Alias // which backend a cache-stream access queries
+	streamRate float64     // cache-stream accesses/s per simulated app server
+	nextAccess []time.Duration
+	fluids     []*fluid // by generator backend index
+	lastStep   time.Duration
+
+	shape []synth.Batch
+	feed  traceFeed
+	// calls is scratch for one request's batches.
+	calls []fanout.Call[time.Duration]
+}
+
+// miniKeys is one backend's sampled keys.
+type miniKeys struct {
+	be        *backend
+	keys      []string // as the app server stores them (shared caches prefix the backend)
+	shared    []string
+	sizes     []int64
+	cacheable []bool
+	// probs[i] is the probability that a query of the full system asks
+	// for a key of sampled key i's stratum; mass is their sum (1 up to
+	// rounding).
+	probs  []float64
+	table  synth.Alias
+	mass   float64
+	perApp float64 // queries/s to the backend per app server, full system
+	// rate is the cache stream's accesses/s per app server: one stratum
+	// in `every` is a sampled key's.
+	rate float64
+}
+
+// fluid is one backend's queue at the full system's load.
+type fluid struct {
+	lim      capacity.Limits
+	replicas int
+	service  time.Duration // mean time a query holds a worker
+	mu       float64       // queries/s served when busy
+	lambda   float64       // queries/s arriving, at the last step
+	backlog  float64       // queries waiting
+	cap      float64       // most queries that can wait (queue limit, timeouts)
+}
+
+// miniStep is how often the cache streams and the fluid queues advance.
+const miniStep = 10 * time.Millisecond
+
+// DefaultRequestSample is the fraction of requests a miniature simulates.
+const DefaultRequestSample = 0.1
+
+func (s *Sim) newMiniature() (*miniature, error) {
+	cfg := s.cfg
+	q := cfg.RequestSample
+	if q == 0 {
+		q = DefaultRequestSample
+	}
+	if !(q > 0 && q <= 1) {
+		return nil, fmt.Errorf("request-sample: %v is not in (0, 1]", q)
+	}
+	n := cfg.Apps
+	if n == 0 {
+		n = len(s.apps)
+	}
+	if n < 1 || n > len(s.apps) {
+		return nil, fmt.Errorf("apps: %d is not between 1 and the topology's %d app servers", n, len(s.apps))
+	}
+	o := *cfg.Synth
+	full := o.Rate
+	o.Rate = full * q
+	g, err := synth.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	m := &miniature{s: s, gen: g, apps: s.apps[:n], scale: float64(len(s.apps)) / float64(n),
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x6d696e69))} // "mini"
+	s.cfg.RequestSample, s.cfg.Apps = q, n
+	every := max(int(math.Round(1/cfg.Sample)), 1)
+	var streamW []float64
+	for bi, name := range g.Names() {
+		be := s.byName[name]
+		if be == nil {
+			return nil, fmt.Errorf("synth: backend %s is not in the topology", name)
+		}
+		k := &miniKeys{be: be, perApp: full / float64(len(s.apps)) * g.QueriesPerRequest(bi)}
+		ranks, probs := g.SampleStrata(bi, every)
+		if len(ranks) == 0 {
+			return nil, fmt.Errorf("sample: %v keeps none of backend %s's %d keys; raise it", cfg.Sample, name, g.Keys(bi))
+		}
+		for i, r := range ranks {
+			key := synth.KeyString(int(r))
+			k.keys = append(k.keys, key)
+			k.shared = append(k.shared, name+":"+key)
+			k.sizes = append(k.sizes, g.KeySize(bi, int(r)))
+			k.cacheable = append(k.cacheable, g.Cacheable(bi, int(r)))
+			k.mass += probs[i]
+		}
+		k.probs = probs
+		k.table = synth.NewAlias(probs)
+		m.keys = append(m.keys, k)
+		k.rate = k.perApp * k.mass * float64(len(ranks)) / float64(g.Keys(bi))
+		streamW = append(streamW, k.rate)
+		m.streamRate += k.rate
+		f := &fluid{lim: s.cfg.Topology.Backends[s.topoIndex(be)].Limits, replicas: len(be.replicas)}
+		m.fluids = append(m.fluids, f)
+	}
+	m.stream = synth.NewAlias(streamW)
+	for bi, f := range m.fluids {
+		m.setLimits(bi, f.lim)
+	}
+	for range m.apps {
+		m.nextAccess = append(m.nextAccess, m.expGap())
+	}
+	return m, nil
+}
+
+// topoIndex is b's position in the topology's backends.
+func (s *Sim) topoIndex(b *backend) int {
+	for i, tb := range s.cfg.Topology.Backends {
+		if tb.ID == b.id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *miniature) expGap() time.Duration {
+	return time.Duration(m.rng.ExpFloat64() / m.streamRate * float64(time.Second))
+}
+
+// setLimits is a backend's new limits: its service rate and how much can
+// wait.
+func (m *miniature) setLimits(bi int, l capacity.Limits) {
+	f, k := m.fluids[bi], m.keys[bi]
+	f.lim = l
+	mean := meanSize(k)
+	f.service = k.be.service.Of(int64(mean)) + k.be.extra +
+		time.Duration((l.ExtraLatencyMs+l.HiccupProb*l.HiccupMs)*float64(time.Millisecond))
+	mu := math.Inf(1)
+	if l.Workers > 0 && f.service > 0 {
+		mu = float64(l.Workers) / f.service.Seconds()
+	}
+	if l.Rate > 0 {
+		mu = math.Min(mu, l.Rate)
+	}
+	f.mu = mu * float64(max(f.replicas, 1))
+	f.cap = math.Inf(1)
+	if t := m.apps[0].beTimeout; t > 0 {
+		f.cap = f.mu * t.Seconds() // later arrivals time out and leave
+	}
+	if l.QueueLimit > 0 {
+		f.cap = math.Min(f.cap, float64(l.QueueLimit*max(f.replicas, 1)))
+	}
+	f.backlog = math.Min(f.backlog, f.cap)
+}
+
+// meanSize is the mean size of the values a backend's queries ask for.
+func meanSize(k *miniKeys) float64 {
+	s := 0.0
+	for i, p := range k.probs {
+		s += p * float64(k.sizes[i])
+	}
+	return s / k.mass
+}
+
+// hitProb is the probability that a query of app server a to backend bi
+// hits its cache: the popularity mass of the sampled keys it holds.
+func (m *miniature) hitProb(a *app, bi int) float64 {
+	k := m.keys[bi]
+	c := a.cacheOf(k.be)
+	if c == nil {
+		return 0
+	}
+	return math.Min(c.Mass(int(k.be.id))/k.mass, 1)
+}
+
+// step advances the cache streams and the queues to now.
+func (m *miniature) step() {
+	now := m.s.eng.Now()
+	for ai, a := range m.apps {
+		for m.nextAccess[ai] <= now {
+			m.access(a)
+			m.nextAccess[ai] += m.expGap()
+		}
+	}
+	dt := (now - m.lastStep).Seconds()
+	m.lastStep = now
+	for bi, f := range m.fluids {
+		lambda := 0.0
+		for _, a := range m.apps {
+			lambda += m.keys[bi].perApp * (1 - m.hitProb(a, bi))
+		}
+		f.lambda = lambda * m.scale
+		f.backlog = math.Min(math.Max(f.backlog+(f.lambda-f.mu)*dt, 0), f.cap)
+	}
+}
+
+// access is one query of the cache stream: a sampled key of the full
+// system's popularity, looked up and filled as the app server does.
+func (m *miniature) access(a *app) {
+	s := m.s
+	bi := m.stream.Sample(m.rng.Uint64())
+	k := m.keys[bi]
+	i := k.table.Sample(m.rng.Uint64())
+	cache := a.cacheOf(k.be)
+	s.cacheAccesses++
+	if cache == nil || !k.cacheable[i] {
+		return
+	}
+	key := k.keys[i]
+	if a.shared != nil {
+		key = k.shared[i]
+	}
+	st := a.stats[k.be.id]
+	hit := cache.Get(key, k.sizes[i])
+	if st.shadow != nil && st.shadow.Observe(key, k.sizes[i], hit, cache.Limit()) {
+		st.shadowH++
+	}
+	if hit {
+		st.hits++
+		s.hits++
+		k.be.hits++
+		return
+	}
+	st.misses++
+	s.misses++
+	k.be.misses++
+	// The fill follows the backend's answer; a query that times out fills
+	// nothing.
+	if f := m.fluids[bi]; f.backlog/f.mu+f.service.Seconds() < a.beTimeout.Seconds() || a.beTimeout == 0 {
+		cache.SetWeighted(key, k.sizes[i], int(k.be.id), k.probs[i])
+	}
+}
+
+// run schedules the streams, the scenario's limits and the requests, and
+// runs the simulation to the end of the requests.
+func (m *miniature) run() error {
+	s := m.s
+	var tick func()
+	tick = func() {
+		m.step()
+		if s.eng.Now()+miniStep <= s.cfg.Duration {
+			s.eng.After(miniStep, tick)
+		}
+	}
+	s.eng.At(0, tick)
+	var arrive func(at time.Duration, batches []synth.Batch)
+	schedule := func() {
+		ts, batches := m.gen.NextShape(m.shape[:0])
+		m.shape = batches
+		at := m.feed.timing.Offset(ts)
+		if at >= s.cfg.Duration {
+			m.feed.ended = false
+			return
+		}
+		own := append([]synth.Batch(nil), batches...)
+		s.eng.At(at, func() { arrive(at, own) })
+	}
+	arrive = func(at time.Duration, batches []synth.Batch) {
+		m.request(at, batches)
+		schedule()
+	}
+	schedule()
+	for t := time.Duration(0); t < s.cfg.Duration && s.err == nil; t += time.Second {
+		s.eng.RunUntil(min(t+time.Second, s.cfg.Duration))
+	}
+	return s.err
+}
+
+// request runs one sampled request: every batch's lookups against the
+// cache's state and its misses through the backend's queue, at once (the
+// generator's requests have one layer).
+func (m *miniature) request(at time.Duration, batches []synth.Batch) {
+	s := m.s
+	a := m.apps[0]
+	if len(m.apps) > 1 {
+		a = m.apps[s.appRng.IntN(len(m.apps))]
+	}
+	s.sent++
+	s.inFlight++
+	s.peak = max(s.peak, s.inFlight)
+	r := &request{app: a, send: at, blocking: -1}
+	m.calls = m.calls[:0]
+	for _, bt := range batches {
+		done, failed := m.batch(a, bt.Backend, bt.N, at)
+		m.calls = append(m.calls, fanout.Call[time.Duration]{Done: done, Failed: failed, Empty: bt.N == 0})
+		if bt.N > 0 && done > r.end {
+			r.end = done
+		}
+	}
+	blk, failed := fanout.Blocking(m.calls)
+	if blk >= 0 {
+		r.blocking = int32(m.keys[batches[blk].Backend].be.id)
+	}
+	r.failed = failed
+	if r.end < at {
+		r.end = at
+	}
+	s.eng.At(r.end, func() { s.finish(r) })
+}
+
+// batch is one backend's queries of a request: it returns when the batch's
+// answer is back and whether it failed.
+func (m *miniature) batch(a *app, bi, n int, now time.Duration) (time.Duration, bool) {
+	s := m.s
+	k, f := m.keys[bi], m.fluids[bi]
+	st := a.stats[k.be.id]
+	cache := a.cacheOf(k.be)
+	s.queries += uint64(n)
+	var hitBytes, missBytes int64
+	var hits int
+	var worst time.Duration
+	misses := 0
+	wait := m.wait(f)
+	l := f.lim
+	for j := 0; j < n; j++ {
+		i := k.table.Sample(m.rng.Uint64())
+		key := k.keys[i]
+		if a.shared != nil {
+			key = k.shared[i]
+		}
+		if cache != nil && k.cacheable[i] && cache.Contains(key, k.sizes[i]) {
+			hits++
+			hitBytes += k.sizes[i]
+			continue
+		}
+		// The misses join the queue one after another.
+		d := wait + time.Duration(float64(misses)/f.mu*float64(time.Second)) +
+			k.be.service.Of(k.sizes[i]) + k.be.extra + time.Duration(l.ExtraLatencyMs*float64(time.Millisecond))
+		if l.HiccupProb > 0 && m.rng.Float64() < l.HiccupProb {
+			d += time.Duration(l.HiccupMs * float64(time.Millisecond))
+		}
+		worst = max(worst, d)
+		missBytes += k.sizes[i]
+		misses++
+	}
+	var lookup time.Duration
+	if cache != nil && n > 0 {
+		lookup = s.cal.CacheLookup.Of(hitBytes)
+		st.latency.ObserveN(float64(lookup)/float64(time.Microsecond), uint64(hits))
+	}
+	if misses == 0 {
+		return now + lookup, false
+	}
+	s.backendQueries += uint64(misses)
+	deadline := a.beTimeout
+	if a.reqTimeout > 0 && (deadline == 0 || a.reqTimeout < deadline) {
+		deadline = a.reqTimeout
+	}
+	var done time.Duration
+	failed := false
+	switch {
+	case l.QueueLimit > 0 && f.backlog+float64(misses) > float64(l.QueueLimit*max(f.replicas, 1)):
+		failed, done = true, now+lookup+s.cal.RPC.Of(0) // refused: the queue is full
+	case deadline > 0 && worst > deadline:
+		failed, done = true, now+deadline
+		s.timeouts++
+	default:
+		done = now + lookup + worst + s.cal.RPC.Of(missBytes)
+	}
+	st.latency.ObserveN(float64(done-now)/float64(time.Microsecond), uint64(misses))
+	return done, failed
+}
+
+// wait is how long a query joining the queue now waits before service: the
+// backlog ahead of it, and the M/D/1 wait at the current utilization (an
+// exponential draw with its mean).
+func (m *miniature) wait(f *fluid) time.Duration {
+	if math.IsInf(f.mu, 1) {
+		return 0
+	}
+	w := f.backlog / f.mu
+	if rho := f.lambda / f.mu; rho > 0 && rho < 1 {
+		w += m.rng.ExpFloat64() * rho / (2 * f.mu * (1 - rho))
+	}
+	return time.Duration(w * float64(time.Second))
+}
+
+// applyLimits is a scenario change in a miniature: the fluid queue's limits.
+func (m *miniature) applyLimits(b *backend, p capacity.Patch) error {
+	for bi, k := range m.keys {
+		if k.be != b {
+			continue
+		}
+		next := p.Apply(m.fluids[bi].lim)
+		if err := next.Validate(); err != nil {
+			return err
+		}
+		m.step()
+		m.setLimits(bi, next)
+		return nil
+	}
+	return errors.New("backend not in the workload")
+}
