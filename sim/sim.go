@@ -132,9 +132,9 @@ type Sim struct {
 	queries, backendQueries, hits, misses, timeouts uint64
 	cacheAccesses                                   uint64
 	// mini is the miniature engine of a generated workload (mini.go).
-	mini *miniature
-	rbcOut                                          *bufio.Writer
-	err                                             error
+	mini   *miniature
+	rbcOut *bufio.Writer
+	err    error
 }
 
 // Run simulates the run and writes its folder.
@@ -460,7 +460,7 @@ type traceSource struct {
 	sample uint64 // keep a query when its key's hash is below it (0: every query)
 	f      *os.File
 	br     *bufio.Reader
-	line int64
+	line   int64
 	traceFeed
 }
 
@@ -541,7 +541,7 @@ func (t *traceSource) keep(req *trace.Request) bool {
 	return n > 0
 }
 
-func (t *traceSource) close()            { t.f.Close() }
+func (t *traceSource) close()           { t.f.Close() }
 func (t *traceSource) feed() *traceFeed { return &t.traceFeed }
 func (t *traceSource) where() string    { return fmt.Sprintf("trace line %d", t.line) }
 

@@ -116,6 +116,7 @@ def decide(
             local=({n: snap.local[n] for n in live if n in snap.local} if snap is not None else {}),
             now=now,
             samples={n: samples[n] for n in live},
+            p99_latency_us=(snap.p99_latency_us if snap is not None and snap.window_requests > 0 else None),
         )
         try:
             decision = policy.plan(inp)
@@ -128,6 +129,8 @@ def decide(
         else:
             current.update(decision.targets)
             eligible.update(decision.eligible or {})
+            if decision.note:
+                notes.append(decision.note)
     return TickDecision(
         targets=current, before=before, limits_mb=round_limits(current, budget_mb), eligible=eligible,
         used=used, notes=notes, policy_error=failed,

@@ -1,5 +1,5 @@
-"""The competitor policies (fair++, lama++, cliffhanger++, tao++, oracle) and the
-paper's two: the shared vectors (tests/vectors/policies.json) and properties every
+"""The competitor policies (fair++, lama++, cliffhanger++, tao++, oracle), the
+paper's two and RobinHood's variant (robinhood-home): the shared vectors (tests/vectors/policies.json) and properties every
 policy must have — targets keep their sum, never go below the floor, and the same input
 gives the same output."""
 from __future__ import annotations
@@ -12,40 +12,66 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from robinhood_common.split import split_weighted
+
 from robinhood_controller import policies
+from robinhood_controller.decide import decide
 from robinhood_controller.plan import MIB
-from robinhood_controller.policies import PlanInput, PolicyContext, QueryStats
+from robinhood_controller.policies import PartitionSample, PlanInput, PolicyContext, QueryStats
+from robinhood_controller.policies.robinhood import RobinHoodParams, plan_robinhood
+from robinhood_controller.policies.robinhood_home import home_split
+from robinhood_controller.rbc import RBCSnapshot
 
 VECTORS = json.loads((Path(__file__).resolve().parents[2] / "tests" / "vectors" / "policies.json").read_text())
 assert VECTORS["schema"] == "robinhood-policies/v1"
 
 
-def build(spec: dict[str, Any], targets: dict[str, int], floor: int, budget: int | None = None) -> policies.AllocationPolicy:
+def build(spec: dict[str, Any], targets: dict[str, int], floor: int, budget: int | None = None,
+          configured: dict[str, int] | None = None) -> policies.AllocationPolicy:
     params = {k: v for k, v in spec.items() if k != "name"}
-    ctx = PolicyContext(budget_bytes=budget or sum(targets.values()), configured=dict(targets), floor_bytes=floor)
+    ctx = PolicyContext(budget_bytes=budget or sum(targets.values()),
+                        configured=dict(configured if configured is not None else targets), floor_bytes=floor)
     return policies.build(spec["name"], params, ctx)
 
 
 @pytest.mark.parametrize("case", VECTORS["cases"], ids=[c["name"] for c in VECTORS["cases"]])
 def test_policy_vector(case: dict[str, Any]) -> None:
     targets = case["targets"]
-    pol = build(case["policy"], targets, case["floor_bytes"], case.get("budget_bytes"))
+    pol = build(case["policy"], targets, case["floor_bytes"], case.get("budget_bytes"), case.get("configured"))
     start = pol.initial_targets(targets)
     stats = {n: QueryStats(**s) for n, s in case["stats"].items()}
-    d = pol.plan(PlanInput(targets=start, used=start, rbc={}, stats=stats, now=1000.0))
+    used = case.get("used", start)
+    d = pol.plan(PlanInput(targets=start, used=used, rbc=case.get("rbc", {}), stats=stats, now=1000.0,
+                           p99_latency_us=case.get("p99_latency_us")))
     assert d.targets == case["expect"]
     assert sum(d.targets.values()) == sum(targets.values())
 
 
+def test_vectors_cover_every_policy_that_has_them() -> None:
+    names = {c["name"] for c in VECTORS["cases"]}
+    assert {"robinhood_home_healthy_goes_home", "robinhood_home_unhealthy_is_robinhood",
+            "robinhood_home_unknown_p99_is_robinhood", "robinhood_home_at_home_stays",
+            "robinhood_home_scales_home_to_the_total", "robinhood_home_ineligible_gets_nothing"} <= names
+    assert {c["policy"]["name"] for c in VECTORS["cases"]} >= {"fair++", "lama++", "cliffhanger++", "tao++",
+                                                                "robinhood-home"}
+
+
 def test_every_registered_policy_is_listed() -> None:
-    assert {"robinhood", "static", "tao++", "cliffhanger++", "fair++", "lama++", "oracle"} <= set(policies.names())
+    assert {"robinhood", "robinhood-home", "static", "tao++", "cliffhanger++", "fair++", "lama++",
+            "oracle"} <= set(policies.names())
 
 
 NAMES = ["a", "b", "c", "d"]
 
 
+Inputs = tuple[dict[str, int], int, dict[str, QueryStats], dict[str, int], dict[str, int], list[int | None]]
+
+
 @st.composite
-def inputs(draw: st.DrawFn) -> tuple[dict[str, int], int, dict[str, QueryStats], dict[str, int]]:
+def inputs(draw: st.DrawFn) -> Inputs:
+    """Targets, floor, statistics, RBC, a configured split (the targets' values
+    rotated among the partitions: the same sum, each ≥ the floor) and the request P99
+    of each of four ticks (None: unknown)."""
     n = draw(st.integers(2, 4))
     names = NAMES[:n]
     floor = draw(st.integers(8, 64)) * MIB
@@ -58,22 +84,27 @@ def inputs(draw: st.DrawFn) -> tuple[dict[str, int], int, dict[str, QueryStats],
         for name in names if draw(st.booleans())
     }
     rbc = {name: draw(st.integers(0, 100)) for name in names}
-    return targets, floor, stats, rbc
+    shift = draw(st.integers(0, n - 1))
+    configured = {name: targets[names[(i + shift) % n]] for i, name in enumerate(names)}
+    p99s = draw(st.lists(st.one_of(st.none(), st.integers(0, 300_000)), min_size=4, max_size=4))
+    return targets, floor, stats, rbc, configured, p99s
 
 
-@pytest.mark.parametrize("spec", [{"name": "robinhood"}, {"name": "static"}, {"name": "fair++"}, {"name": "lama++"},
-                                  {"name": "cliffhanger++"}, {"name": "tao++", "learn": 30.0}],
+@pytest.mark.parametrize("spec", [{"name": "robinhood"}, {"name": "robinhood-home"}, {"name": "static"},
+                                  {"name": "fair++"}, {"name": "lama++"}, {"name": "cliffhanger++"},
+                                  {"name": "tao++", "learn": 30.0}],
                          ids=lambda s: s["name"])
 @settings(max_examples=150, deadline=None)
 @given(data=inputs())
-def test_properties(spec: dict[str, Any], data: tuple[dict[str, int], int, dict[str, QueryStats], dict[str, int]]) -> None:
-    targets, floor, stats, rbc = data
+def test_properties(spec: dict[str, Any], data: Inputs) -> None:
+    targets, floor, stats, rbc, configured, p99s = data
     outs = []
     for _ in range(2):
-        pol = build(spec, targets, floor)
+        pol = build(spec, targets, floor, configured=configured)
         cur = pol.initial_targets(targets)
-        for tick in range(4):  # a few ticks: tao++ learns, then holds
-            inp = PlanInput(targets=cur, used=cur, rbc=rbc, stats=stats, now=100.0 + 20 * tick)
+        for tick in range(4):  # a few ticks: tao++ learns, then holds; robinhood-home changes mode
+            inp = PlanInput(targets=cur, used=cur, rbc=rbc, stats=stats, now=100.0 + 20 * tick,
+                            p99_latency_us=p99s[tick])
             d = pol.plan(inp)
             assert sum(d.targets.values()) == sum(targets.values())
             assert set(d.targets) == set(targets)
@@ -145,3 +176,162 @@ def test_tao_from_run_errors_name_the_problem(tmp_path: Path, setup: str | None,
     ctx = PolicyContext(budget_bytes=100 * MIB, configured=dict(targets), floor_bytes=8 * MIB, app_server="app0")
     with pytest.raises(policies.PolicyError, match=message.format(d=tmp_path).replace("+", r"\+")):
         policies.build("tao++", params, ctx)
+
+
+# -- robinhood-home -------------------------------------------------------------------
+
+HOME40 = {"a": 40 * MIB, "b": 40 * MIB, "c": 40 * MIB}
+SKEWED = {"a": 21 * MIB, "b": 59 * MIB, "c": 40 * MIB}  # a taxed deep below its home share, b above it
+
+
+def home_policy(configured: dict[str, int] = HOME40, floor: int = 8 * MIB, **params: Any) -> policies.AllocationPolicy:
+    ctx = PolicyContext(budget_bytes=sum(configured.values()), configured=dict(configured), floor_bytes=floor)
+    return policies.build("robinhood-home", params, ctx)
+
+
+def test_robinhood_home_healthy_gives_the_pool_back_by_deficit() -> None:
+    # Tax (⌊0.01·a⌋): a 220,200, b 618,659, c 419,430; P = 1,258,289. After the tax
+    # a 21,799,896, b 61,247,325, c 41,523,610; deficits below 41,943,040: a 20,143,144,
+    # b 0, c 419,430 (W = 20,562,574). a: ⌊P·20,143,144/W⌋ = 1,232,623 (rest .3),
+    # c: ⌊P·419,430/W⌋ = 25,665 (rest .6) + the leftover byte = 25,666.
+    # b's RBC does not matter in home mode.
+    d = home_policy().plan(PlanInput(targets=SKEWED, used=SKEWED, rbc={"b": 5}, p99_latency_us=50_000))
+    assert d.targets == {"a": 23_032_519, "b": 61_247_325, "c": 41_549_276}
+    assert d.moved and d.eligible == {"a": True, "b": True, "c": True}
+    assert d.note == "robinhood-home: mode home (p99 50 ms < 120 ms)"
+
+
+@pytest.mark.parametrize("p99", [None, 120_000, 130_000], ids=["unknown", "at_the_margin", "above"])
+def test_robinhood_home_unhealthy_is_robinhood(p99: int | None) -> None:
+    # The paper's step: the same taxes, the whole pool to b (the only RBC > 0).
+    d = home_policy().plan(PlanInput(targets=SKEWED, used=SKEWED, rbc={"b": 5}, p99_latency_us=p99))
+    assert d.targets == {"a": 21_799_896, "b": 62_505_614, "c": 41_523_610}
+    assert d.moved and d.note.startswith("robinhood-home: mode rbc (p99 ")
+
+
+def test_robinhood_home_margin_and_slo_set_the_threshold() -> None:
+    pol = home_policy(slo_ms=100.0, margin=0.5)  # home below 50 ms
+    assert pol.mode(49_999) == "home" and pol.mode(50_000) == "rbc" and pol.mode(None) == "rbc"
+    assert home_policy().mode(119_999) == "home" and home_policy().mode(120_000) == "rbc"
+    assert pol.plan(PlanInput(targets=SKEWED, used=SKEWED, rbc={"b": 5}, p99_latency_us=60_000)).targets["b"] == 62_505_614
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"slo_ms": 0}, "slo_ms: 0 must be above 0"),
+    ({"margin": 0}, "margin: 0 must be above 0"),
+    ({"margin": 1.5}, "margin: 1.5 is above the maximum of 1"),
+    ({"tax": 0.6}, "tax: 0.6 is above the maximum of 0.5"),
+    ({"slo": 100}, "slo: unknown parameter of policy robinhood-home"),
+])
+def test_robinhood_home_parameters_are_checked(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(policies.PolicyError, match=message):
+        home_policy(**params)
+
+
+def test_robinhood_home_without_a_deficit_to_fill_changes_nothing() -> None:
+    # a is below home but not using its space (ineligible); b and c stay above home
+    # after the tax: no eligible partition has a deficit, every tax goes back.
+    targets = {"a": 20 * MIB, "b": 50 * MIB, "c": 50 * MIB}
+    used = {"a": 5 * MIB, "b": 50 * MIB, "c": 50 * MIB}
+    d = home_policy().plan(PlanInput(targets=targets, used=used, rbc={"a": 9}, p99_latency_us=1000))
+    assert d.targets == targets and not d.moved
+    assert d.eligible == {"a": False, "b": True, "c": True}
+
+
+def test_robinhood_home_scales_the_home_split_to_the_total() -> None:
+    assert home_split({"a": 30, "b": 10}, 80) == {"a": 60, "b": 20}
+    assert home_split({"a": 1, "b": 1, "c": 1}, 100) == {"a": 34, "b": 33, "c": 33}
+    assert home_split(HOME40, sum(HOME40.values())) == HOME40
+    # Configured 60 + 20 MiB = 80 MiB, planned over 120 MiB: home is 90 / 30 MiB.
+    pol = home_policy({"a": 60 * MIB, "b": 20 * MIB})
+    cur = {"a": 60 * MIB, "b": 60 * MIB}
+    for _ in range(200):
+        d = pol.plan(PlanInput(targets=cur, used=cur, rbc={}, p99_latency_us=1000))
+        assert cur["a"] <= d.targets["a"] <= 90 * MIB
+        cur = d.targets
+    assert cur == {"a": 90 * MIB, "b": 30 * MIB}
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(2, 5), data=st.data())
+def test_robinhood_home_converges_home_exactly_without_overshoot(n: int, data: st.DataObject) -> None:
+    names = [*NAMES, "e"][:n]
+    floor = 16 * MIB
+    home = {x: floor + data.draw(st.integers(0, 200 * MIB)) for x in names}
+    total = sum(home.values())
+    # A skewed split of the same total, each ≥ the floor.
+    shares = split_weighted(total - n * floor, {x: data.draw(st.integers(0, 1000)) for x in names})
+    cur = {x: floor + shares[x] for x in names}
+    rbc = {x: data.draw(st.integers(0, 50)) for x in names}
+    pol = home_policy(home, floor)
+    distance = sum(abs(cur[x] - home[x]) for x in names)
+    for _ in range(2000):
+        if cur == home:
+            break
+        d = pol.plan(PlanInput(targets=cur, used=cur, rbc=rbc, p99_latency_us=10_000))
+        assert sum(d.targets.values()) == total and all(v >= floor for v in d.targets.values())
+        for x in names:
+            if cur[x] <= home[x]:
+                # Never overshoots. (It may dip: a partition at or just below home pays its
+                # tax and gets a share of a pool smaller than the total deficit while
+                # others are still above home.)
+                assert d.targets[x] <= home[x], (x, cur[x], d.targets[x], home[x])
+            else:
+                assert d.targets[x] < cur[x]  # above home: only taxed, never given anything
+        # The distance from home (twice the surplus above it) shrinks every tick.
+        new_distance = sum(abs(d.targets[x] - home[x]) for x in names)
+        assert new_distance < distance
+        cur, distance = d.targets, new_distance
+    assert cur == home
+    # At home it stays home, byte for byte.
+    d = pol.plan(PlanInput(targets=cur, used=cur, rbc=rbc, p99_latency_us=10_000))
+    assert d.targets == home and not d.moved
+
+
+def test_robinhood_home_reaches_home_from_a_deep_hole() -> None:
+    # The loss it fixes: a taxed to 21 MB of its 40 MB share during earlier spikes.
+    pol = home_policy()
+    cur, ticks = dict(SKEWED), 0
+    while cur != HOME40:
+        d = pol.plan(PlanInput(targets=cur, used=cur, rbc={"b": 3}, p99_latency_us=20_000))
+        assert cur["a"] < d.targets["a"] <= HOME40["a"]
+        cur, ticks = d.targets, ticks + 1
+        assert ticks < 100
+    assert ticks == 39  # b's 19 MB surplus, taxed about 1% of its share a tick
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=inputs(), ticks=st.integers(1, 6), slow=st.booleans())
+def test_robinhood_home_unhealthy_equals_plan_robinhood(data: Inputs, ticks: int, slow: bool) -> None:
+    targets, floor, stats, rbc, configured, _ = data
+    pol = build({"name": "robinhood-home", "tax": 0.02, "unused_gap": 0.5}, targets, floor, configured=configured)
+    params = RobinHoodParams(tax=0.02, unused_gap=0.5, floor_bytes=floor)
+    cur = dict(targets)
+    for _ in range(ticks):
+        used = {n: v // 2 if slow and n == "a" else v for n, v in cur.items()}  # a not using its space
+        p99 = None if slow else 120_000
+        d = pol.plan(PlanInput(targets=cur, used=used, rbc=rbc, stats=stats, p99_latency_us=p99))
+        r = plan_robinhood(cur, used, rbc, params)
+        assert d.targets == r.targets and d.moved == r.redistributed and d.eligible == r.eligible
+        cur = d.targets
+
+
+def test_robinhood_home_gets_the_p99_from_the_tick() -> None:
+    pol = home_policy()
+    samples = {n: PartitionSample(limit_bytes=v, malloced_bytes=v, item_bytes=v) for n, v in SKEWED.items()}
+    counts = {"a": 0, "b": 5, "c": 0}
+
+    def tick(snap: RBCSnapshot | None) -> Any:
+        return decide(pol, ["a", "b", "c"], SKEWED, samples, snap, budget_mb=120, floor_mb=8,
+                      used_source="malloced", now=1.0)
+
+    d = tick(RBCSnapshot(counts=counts, window_requests=1000, p99_latency_us=50_000))
+    assert d.targets == {"a": 23_032_519, "b": 61_247_325, "c": 41_549_276}
+    assert d.notes == ["robinhood-home: mode home (p99 50 ms < 120 ms)"]
+    d = tick(RBCSnapshot(counts=counts, window_requests=1000, p99_latency_us=200_000))
+    assert d.targets["b"] == 62_505_614 and d.notes == ["robinhood-home: mode rbc (p99 200 ms ≥ 120 ms)"]
+    # An empty window (p99 0) is no evidence of health: RobinHood's step (nothing blocks: no move).
+    d = tick(RBCSnapshot(counts={"a": 0, "b": 0, "c": 0}, window_requests=0, p99_latency_us=0))
+    assert d.targets == SKEWED and d.notes == ["robinhood-home: mode rbc (p99 unknown)"]
+    d = tick(None)  # no snapshot: a policy that needs the RBC keeps its targets
+    assert d.targets == SKEWED and d.notes == ["rbc unavailable: targets kept"]

@@ -85,6 +85,9 @@ class PlanInput:
     """Per partition, this app server's own share of them."""
     now: float = 0.0
     """Wall-clock time of this tick (Unix seconds)."""
+    p99_latency_us: int | None = None
+    """The request P99 over the RBC window, µs (the RBC snapshot's p99_latency_us);
+    None when unknown: no snapshot, or no request in the window."""
 
     def applied(self) -> dict[str, int]:
         """The limits memcached actually has, bytes, where known."""
@@ -102,6 +105,9 @@ class Decision:
     eligible: dict[str, bool] | None = None
     """Per partition, whether it could receive space (policies with such a rule;
     exported as controller_partition_eligible)."""
+    note: str = ""
+    """One line on what the policy did this tick ("" for none); added to the tick's
+    notes (the tick log line's note=, plan's output, policy-server answers)."""
 
 
 class AllocationPolicy(ABC):

@@ -50,6 +50,29 @@ def is_eligible(alloc: int, used: int, unused_gap: float) -> bool:
     return not (alloc - used > unused_gap * used)
 
 
+def check_inputs(allocations: Mapping[str, int], used: Mapping[str, int], rbc: Mapping[str, int]) -> None:
+    """ValueError naming the field when there is no partition or a value is negative."""
+    if not allocations:
+        raise ValueError("allocations: no partitions")
+    for name, a in allocations.items():
+        if a < 0:
+            raise ValueError(f"allocations.{name}: {a} is negative")
+        if used.get(name, 0) < 0:
+            raise ValueError(f"used.{name}: {used[name]} is negative")
+        if rbc.get(name, 0) < 0:
+            raise ValueError(f"rbc.{name}: {rbc[name]} is negative")
+
+
+def robinhood_tax(allocations: Mapping[str, int], params: RobinHoodParams) -> dict[str, int]:
+    """Step 1 of :func:`plan_robinhood`, the tax of every partition:
+    t_i = floor(tax · a_i), capped so a_i − t_i ≥ floor (and at 0 from below)."""
+    tax: dict[str, int] = {}
+    for name, a in allocations.items():
+        t = int(a * params.tax)
+        tax[name] = max(0, min(t, a - params.floor_bytes))
+    return tax
+
+
 def plan_robinhood(
     allocations: Mapping[str, int],
     used: Mapping[str, int],
@@ -75,19 +98,8 @@ def plan_robinhood(
        eligible partition has RBC > 0, nothing changes.
     The sum of the targets is preserved exactly.
     """
-    if not allocations:
-        raise ValueError("allocations: no partitions")
-    for name, a in allocations.items():
-        if a < 0:
-            raise ValueError(f"allocations.{name}: {a} is negative")
-        if used.get(name, 0) < 0:
-            raise ValueError(f"used.{name}: {used[name]} is negative")
-        if rbc.get(name, 0) < 0:
-            raise ValueError(f"rbc.{name}: {rbc[name]} is negative")
-    tax: dict[str, int] = {}
-    for name, a in allocations.items():
-        t = int(a * params.tax)
-        tax[name] = max(0, min(t, a - params.floor_bytes))
+    check_inputs(allocations, used, rbc)
+    tax = robinhood_tax(allocations, params)
     pool = sum(tax.values())
     applied = applied or {}
     eligible = {n: is_eligible(applied.get(n, a), used.get(n, 0), params.unused_gap)
