@@ -79,6 +79,7 @@ type entry struct {
 // slabClass is one class's pages, chunks in use and LRU list.
 type slabClass struct {
 	perPage    int64 // chunks per page
+	pageBytes  int64 // a page's memory
 	pages      int64
 	used       int64 // chunks holding items
 	head, tail int32 // most and least recent; -1 when empty
@@ -89,6 +90,8 @@ type Cache struct {
 	page    int64 // bytes per page: 1 MiB, scaled in a miniature simulation
 	limit   int64
 	pages   int64
+	// malloced is the memory of the pages the classes hold.
+	malloced int64
 	items   int64 // sum of item sizes (header, key, value): memcached's "bytes"
 	classes []slabClass
 	index   map[string]int32
@@ -112,7 +115,13 @@ func NewCache(limitBytes int64) *Cache {
 func NewScaledCache(limitBytes, page int64) *Cache {
 	c := &Cache{page: max(page, 1), limit: limitBytes, index: map[string]int32{}, classes: make([]slabClass, len(slabClasses))}
 	for i, size := range slabClasses {
-		c.classes[i] = slabClass{perPage: max(c.page/size, 1), head: -1, tail: -1}
+		c.classes[i] = slabClass{perPage: max(c.page/size, 1), pageBytes: c.page, head: -1, tail: -1}
+		if c.page < chunkMax {
+			// A page smaller than the largest chunk cannot hold one: a
+			// miniature's "page" is then one chunk of the class, so memory
+			// is counted chunk by chunk.
+			c.classes[i].perPage, c.classes[i].pageBytes = 1, size
+		}
 	}
 	return c
 }
@@ -125,27 +134,27 @@ func (c *Cache) Len() int { return len(c.index) }
 
 // Malloced is the memory of the pages the classes hold (memcached's
 // total_malloced).
-func (c *Cache) Malloced() int64 { return c.pages * c.page }
+func (c *Cache) Malloced() int64 { return c.malloced }
 
 // ItemBytes is the bytes the items hold (memcached's "bytes" stat).
 func (c *Cache) ItemBytes() int64 { return c.items }
 
-func (c *Cache) limitPages() int64 { return c.limit / c.page }
 
 // SetLimit changes the limit; a lower one takes pages back from the classes
 // with the most pages, evicting what no longer fits.
 func (c *Cache) SetLimit(limitBytes int64) {
 	c.limit = limitBytes
-	for c.pages > c.limitPages() {
+	for c.malloced > c.limit-c.limit%c.page {
 		best := -1
 		for i := range c.classes {
-			if c.classes[i].pages > 0 && (best < 0 || c.classes[i].pages > c.classes[best].pages) {
+			if c.classes[i].pages > 0 && (best < 0 || c.classes[i].pages*c.classes[i].pageBytes > c.classes[best].pages*c.classes[best].pageBytes) {
 				best = i
 			}
 		}
 		cl := &c.classes[best]
 		cl.pages--
 		c.pages--
+		c.malloced -= cl.pageBytes
 		for cl.used > cl.pages*cl.perPage && cl.tail >= 0 {
 			c.remove(cl.tail)
 			c.Evictions++
@@ -201,9 +210,10 @@ func (c *Cache) SetWeighted(key string, size int64, tag int, w float64) {
 	cl := &c.classes[class]
 	for cl.used+n > cl.pages*cl.perPage {
 		switch {
-		case c.pages < c.limitPages():
+		case c.malloced+cl.pageBytes <= c.limit-c.limit%c.page:
 			cl.pages++
 			c.pages++
+			c.malloced += cl.pageBytes
 		case cl.tail >= 0:
 			c.remove(cl.tail)
 			c.Evictions++

@@ -23,12 +23,21 @@ type Experiment struct {
 	Trace          Trace               `json:"trace"`
 	Scenario       *Scenario           `json:"scenario,omitempty"`
 	Compare        Compare             `json:"compare"`
+	Sim            ExperimentSim       `json:"sim"`
 	RequestTimeout Duration            `json:"request_timeout"`
 	BackendTimeout Duration            `json:"backend_timeout"`
 
 	// BaseDir is the experiment file's directory; relative paths in it
 	// (trace.file, scenario.file) are relative to this.
 	BaseDir string `json:"-"`
+}
+
+// ExperimentSim is how the simulator runs the experiment (docs/simulator.md).
+type ExperimentSim struct {
+	Generate      bool     `json:"generate"`
+	Sample        *float64 `json:"sample,omitempty"`
+	RequestSample *float64 `json:"request_sample,omitempty"`
+	Apps          *int     `json:"apps,omitempty"`
 }
 
 // ExperimentBackend is one backend of an experiment.

@@ -22,6 +22,7 @@ import logging
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from .deploy import REPO, Deployment, go_bin
 from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
-from .run import deployment, prepare_inputs, run_arm, run_arm_sim
+from .run import RunResult, deployment, prepare_inputs, run_arm, run_arm_sim
 
 log = logging.getLogger("robinhood_testbed")
 CACHE_MODES = ("partitioned", "shared", "none")
@@ -151,6 +152,10 @@ def finish(exp: Experiment, out: Path, arms: list[str], console: Console) -> lis
     return rows
 
 
+#: The most app servers the real testbed starts on one machine.
+MAX_TESTBED_APPS = 8
+
+
 def _sim_options(args: argparse.Namespace, sim: bool) -> tuple[Path | None, float | None]:
     """--calibration and --sample, checked: the simulator's only."""
     calibration = Path(args.calibration) if args.calibration else None
@@ -175,6 +180,9 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
     if sim and args.prometheus:
         raise ExperimentError("--prometheus: the simulator runs no processes to scrape (use --engine testbed)")
     calibration, sample = _sim_options(args, sim)
+    if not sim and exp.cache.app_servers > MAX_TESTBED_APPS:
+        raise ExperimentError(f"cache.app_servers: {exp.cache.app_servers} app servers are more than the real testbed "
+                              f"runs ({MAX_TESTBED_APPS}); use --engine sim")
     if sim:
         console.print(f"Experiment [bold]{exp.name}[/] in the simulator: {len(todo)} arms ({', '.join(names)}), "
                       f"{exp.duration:g} simulated s each; results in {out}")
@@ -182,17 +190,30 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
         minutes = len(todo) * (exp.duration + ARM_OVERHEAD_S) / 60
         console.print(f"Experiment [bold]{exp.name}[/]: {len(todo)} arms ({', '.join(names)}), {exp.duration:g} s each: "
                       f"about {minutes:.0f} minutes in all; results in {out}")
-    trace, scenario = prepare_inputs(exp, out)
-    for arm in todo:
-        if sim:
-            res = run_arm_sim(exp, arm, out, trace, scenario, calibration, sample)
-        else:
-            with LiveView([b.name for b in exp.backends]) as view:
-                res = run_arm(exp, arm, out, trace, scenario, out / "data",
-                              view=None if args.quiet else view, prometheus=args.prometheus)
+    trace, scenario = prepare_inputs(exp, out, args.engine)
+    jobs = getattr(args, "jobs", 1) or 1
+    if jobs < 1:
+        raise ExperimentError(f"--jobs: {jobs} must be at least 1")
+    if jobs > 1 and not sim:
+        raise ExperimentError("--jobs: the real testbed runs one arm at a time (use --engine sim)")
+
+    def done(arm: Arm, res: RunResult) -> None:
         viol = analysis.PolicyRun.load(res.run_dir).violation_pct()
         console.print(f"[bold]{arm.name}[/] done: P99 SLO violations "
                       f"{analysis.fmt(viol, '{:.1f}')} % (results in {res.run_dir})")
+
+    if sim:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [(arm, pool.submit(run_arm_sim, exp, arm, out, trace, scenario, calibration, sample))
+                       for arm in todo]
+            for arm, fut in futures:
+                done(arm, fut.result())
+    else:
+        for arm in todo:
+            with LiveView([b.name for b in exp.backends]) as view:
+                res = run_arm(exp, arm, out, trace, scenario, out / "data",
+                              view=None if args.quiet else view, prometheus=args.prometheus)
+            done(arm, res)
     finish(exp, out, names, console)
     return 0
 
@@ -399,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     axes(cmp)
     engine(cmp)
     cmp.add_argument("--quiet", action="store_true", help="no live view")
+    cmp.add_argument("--jobs", type=int, default=1, help="simulator: arms simulated at once (default 1)")
     rep = sub.add_parser("report", help="rebuild the report, plots and table of a results folder (runs nothing)")
     rep.add_argument("--experiment", required=True, help="the experiment file the folder was run from")
     rep.add_argument("--dir", required=True, help="the results folder")

@@ -26,23 +26,37 @@ log = logging.getLogger(__name__)
 TRACE_SLACK_S = 10.0
 
 
-def prepare_inputs(exp: Experiment, out_dir: Path) -> tuple[Path, Path | None]:
+def synth_args(exp: Experiment) -> list[str]:
+    """The tracegen synth flags of the experiment's synthesized trace (without
+    --duration and --out): what tracegen writes, or what bin/sim --synth generates."""
+    s = exp.trace.synth
+    assert s is not None
+    args = ["--profile", s.profile, "--backends", str(len(exp.backends)),
+            "--backend-names", ",".join(b.name for b in exp.backends),
+            "--rate", f"{s.rate:g}", "--seed", str(exp.seed)]
+    for k, v in s.params.items():
+        args.append(f"--{k}={str(v).lower() if isinstance(v, bool) else v}")
+    return args
+
+
+#: A trace the simulator generates in process: the synth flags.
+Generated = list
+
+
+def prepare_inputs(exp: Experiment, out_dir: Path, engine: str = "testbed") -> tuple[Path | Generated, Path | None]:
     """Synthesise (or locate) the trace and write the scenario; both are shared by
-    every policy of a comparison. Returns (trace path, scenario path or None)."""
+    every policy of a comparison. Returns (trace path, scenario path or None); in the
+    simulator with ``sim.generate`` the trace is its synth flags instead (nothing is
+    written: bin/sim generates it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if exp.trace.file is not None:
-        trace = exp.path(exp.trace.file).resolve()
+        trace: Path | Generated = exp.path(exp.trace.file).resolve()
+    elif engine == "sim" and exp.sim.generate:
+        trace = synth_args(exp)
     else:
-        s = exp.trace.synth
-        assert s is not None
         trace = out_dir / "trace.jsonl"
-        args = [str(go_bin("tracegen")), "synth", "--profile", s.profile,
-                "--backends", str(len(exp.backends)),
-                "--backend-names", ",".join(b.name for b in exp.backends),
-                "--rate", f"{s.rate:g}", "--duration", format_duration(exp.duration + TRACE_SLACK_S),
-                "--seed", str(exp.seed), "--out", str(trace)]
-        for k, v in s.params.items():
-            args.append(f"--{k}={str(v).lower() if isinstance(v, bool) else v}")
+        args = [str(go_bin("tracegen")), "synth", *synth_args(exp),
+                "--duration", format_duration(exp.duration + TRACE_SLACK_S), "--out", str(trace)]
         res = subprocess.run(args, capture_output=True, text=True)
         (out_dir / "tracegen-synth.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
         if res.returncode != 0:
@@ -263,7 +277,7 @@ def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Pat
 SIM_EPOCH = 1_000_000_000.0
 
 
-def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Path | None,
+def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generated, scenario: Path | None,
                 calibration: Path | None = None, sample: float | None = None) -> RunResult:
     """Simulate one arm with bin/sim (docs/simulator.md): the same topology, trace,
     scenario, SLO settings and results folder as :func:`run_arm`, in simulated time."""
@@ -274,7 +288,9 @@ def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario:
     run_dir.mkdir(parents=True)
     topo_path = run_dir / "topology.yaml"
     run = {"seconds": format_duration(exp.duration), "start_file": str((run_dir / RUN_START).resolve()),
-           "trace": str(Path(trace).resolve()), "topology": str(topo_path.resolve())}
+           "topology": str(topo_path.resolve())}
+    if not isinstance(trace, list):
+        run["trace"] = str(Path(trace).resolve())
     if scenario is not None:
         run["scenario"] = str(Path(scenario).resolve())
     doc = build_topology(exp, arm, PortAllocator(), run=run)
@@ -282,7 +298,8 @@ def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario:
     (run_dir / RUN_START).write_text(f"{SIM_EPOCH:.6f}\n")
     if scenario is not None:
         check_scenario(scenario, topo_path, exp.duration)
-    args = [str(go_bin("sim")), "arm", "--topology", str(topo_path), "--trace", str(trace), "--out", str(run_dir),
+    source = ["--synth", " ".join(trace)] if isinstance(trace, list) else ["--trace", str(trace)]
+    args = [str(go_bin("sim")), "arm", "--topology", str(topo_path), *source, "--out", str(run_dir),
             "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
             "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
             "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup),
@@ -291,11 +308,19 @@ def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario:
         args += ["--scenario", str(scenario)]
     if calibration is not None:
         args += ["--calibration", str(calibration)]
+    if sample is None:
+        sample = exp.sim.sample
     if sample is not None:
         args += ["--sample", f"{sample:g}"]
+    if isinstance(trace, list) and sample is not None and sample < 1:
+        if exp.sim.request_sample is not None:
+            args += ["--request-sample", f"{exp.sim.request_sample:g}"]
+        if exp.sim.apps is not None:
+            args += ["--apps", str(exp.sim.apps)]
     log.info("policy %s: simulating (%s)", policy, " ".join(args))
+    shown = " ".join(a if " " not in a else repr(a) for a in args)
     res = subprocess.run(args, capture_output=True, text=True)
-    (run_dir / "sim.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
+    (run_dir / "sim.log").write_text("$ " + shown + "\n" + res.stdout + res.stderr)
     if res.returncode != 0:
         raise StartError(f"bin/sim failed with status {res.returncode} for arm {policy}:\n{res.stderr.strip()[-3000:]}")
     sim = json.loads((run_dir / "sim.json").read_text())

@@ -118,7 +118,7 @@ def run(exp: Experiment, arms_of: Callable[[Experiment], list[Arm]], param: str,
     rows: list[dict[str, Any]] = []
     for v, s, variant in variants:
         point = out / f"{param}={v}" / f"seed-{s}"
-        trace, scenario = prepare_inputs(variant, point)
+        trace, scenario = prepare_inputs(variant, point, "sim")
         for arm in arms_of(variant):
             res = run_arm_sim(variant, arm, point, trace, scenario, calibration, sample)
             r = PolicyRun.load(res.run_dir)

@@ -60,6 +60,13 @@ class Scenario(_Model):
     events: list[dict[str, Any]] | None = None
 
 
+class SimSettings(_Model):
+    generate: bool = False
+    sample: float | None = None
+    request_sample: float | None = None
+    apps: int | None = None
+
+
 class Compare(_Model):
     cache_modes: list[str]
     policies: list[AllocationPolicy]
@@ -81,6 +88,7 @@ class Experiment(_Model):
     trace: Trace
     scenario: Scenario | None = None
     compare: Compare
+    sim: SimSettings = SimSettings()
     request_timeout: float
     backend_timeout: float
     #: The experiment file's directory (paths in it are relative to this).
