@@ -87,16 +87,16 @@ type slabClass struct {
 
 // Cache is one memcached instance's contents. Not safe for concurrent use.
 type Cache struct {
-	page    int64 // bytes per page: 1 MiB, scaled in a miniature simulation
-	limit   int64
-	pages   int64
+	page  int64 // bytes per page: 1 MiB, scaled in a miniature simulation
+	limit int64
+	pages int64
 	// malloced is the memory of the pages the classes hold.
 	malloced int64
-	items   int64 // sum of item sizes (header, key, value): memcached's "bytes"
-	classes []slabClass
-	index   map[string]int32
-	entries []entry
-	free    []int32
+	items    int64 // sum of item sizes (header, key, value): memcached's "bytes"
+	classes  []slabClass
+	index    map[string]int32
+	entries  []entry
+	free     []int32
 
 	Hits, Misses, Evictions, OutOfMemory uint64
 
@@ -138,7 +138,6 @@ func (c *Cache) Malloced() int64 { return c.malloced }
 
 // ItemBytes is the bytes the items hold (memcached's "bytes" stat).
 func (c *Cache) ItemBytes() int64 { return c.items }
-
 
 // SetLimit changes the limit; a lower one takes pages back from the classes
 // with the most pages, evicting what no longer fits.
