@@ -16,7 +16,10 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: build test demo sim-demo rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: build test demo sim-demo paper paper-full rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+
+comma := ,
+space := $(empty) $(empty)
 
 ## build: every Go binary into bin/
 build: deps
@@ -79,6 +82,21 @@ demo: build
 ## sim-demo: the demo experiment in the simulator (bin/sim), every allocation policy and the shared cache
 sim-demo: build venv
 	$(VENV)/bin/robinhood-testbed compare --engine sim --experiment examples/demo.yaml --policies all $(SIM_FLAGS)
+
+## paper: the paper's experiments at its scale in the simulator (examples/paper), every
+## policy x every scenario x 3 seeds, two at a time; report in runs/paper/matrix.md
+PAPER_SCENARIOS = spikes quick-ramp slow-ramp quick-ramp-correlated slow-ramp-correlated random-walk
+PAPER_OUT ?= runs/paper
+paper: build venv
+	$(VENV)/bin/python scripts/paper-experiments.py --check
+	$(VENV)/bin/robinhood-testbed matrix --seeds 1,2,3 --jobs 2 --out $(PAPER_OUT) \
+		--experiments $(subst $(space),$(comma),$(foreach s,$(PAPER_SCENARIOS),examples/paper/$(s).yaml)) $(PAPER_FLAGS)
+
+## paper-full: one paper experiment (spikes, RobinHood, seed 1) with no sampling at all:
+## 16 app servers, every key and request, every backend queue (about 11.5 billion queries)
+paper-full: build venv
+	$(VENV)/bin/robinhood-testbed run --engine sim --experiment examples/paper/spikes.yaml --policy robinhood \
+		--full --out runs/paper-full $(PAPER_FLAGS)
 
 ## rbc-demo: the RBC server alone, fed by a synthetic load
 rbc-demo: build

@@ -34,7 +34,9 @@ EXTRA_MS = [2, 8, 12, 3, 6, 10, 4, 2, 9, 5, 7, 11, 3, 14, 6, 16, 4, 18, 5, 20]
 #: Miss load per backend under the even split, queries/s over the whole system
 #: (16 app servers), measured with examples/paper/steady.yaml's static arm
 #: (2026-11-23; see docs/results.md).
-MISS_LOAD = {}
+MISS_LOAD = {"b1": 48439, "b2": 69753, "b3": 70659, "b4": 64296, "b5": 27004, "b6": 15913, "b7": 9222,
+             "b8": 1472, "b9": 3101, "b10": 907, "b11": 673, "b12": 485, "b13": 327, "b14": 239, "b15": 144,
+             "b16": 91, "b17": 94, "b18": 50, "b19": 61, "b20": 52}
 
 HEADROOM = 2.0   # normal capacity: twice the even split's miss load
 DEPTH = 0.6      # a spike or a ramp takes capacity down to 0.6 × that load
@@ -45,9 +47,8 @@ HOUR = 3600
 def base(name: str, description: str) -> dict:
     backends = []
     for i, b in enumerate(BACKENDS):
-        lim = {"workers": 4096, "extra_latency_ms": EXTRA_MS[i], "hiccup_prob": 0.01, "hiccup_ms": 20}
-        if b in MISS_LOAD:
-            lim["rate"] = round(HEADROOM * MISS_LOAD[b])
+        lim = {"workers": 4096, "rate": cap(b, HEADROOM), "extra_latency_ms": EXTRA_MS[i], "hiccup_prob": 0.01,
+               "hiccup_ms": 20}
         d = {"name": b, "type": TYPES[i], "limits": lim}
         if TYPES[i] == "compute":
             d["compute"] = {"matrix_size": 16}
@@ -64,10 +65,102 @@ def base(name: str, description: str) -> dict:
         "slo": {"latency": "150ms", "step": "5s", "window": "60s", "warmup": "1h"},
         "trace": {"synth": {"rate": 16000, "params": {
             "queries-per-request": 50, "mean-size": 23000, "size-sigma": 1.0, "max-size": 524288,
-            "keys": "2000000,b1=3000000,b7=300000,b8=40000",
-            "zipf": "0.9,b1=1.0,b5=0.8,b6=0.6,b8=1.0"}}},
-        "sim": {"generate": True, "sample": 0.01, "request_sample": 0.05, "apps": 2},
+            # Paper §4.3: hit ratios from 10% to 98%; backends 1, 5, 6, 8 at about
+            # 84%, 56%, 53%, 88% under the even split.
+            "keys": "500000,b1=100000,b5=120000,b6=60000,b7=200000,b8=20000",
+            "zipf": "0.9,b1=1.1,b5=0.9,b6=0.8,b8=1.0"}}},
+        "sim": {"generate": True, "sample": 0.01, "request_sample": 0.005, "apps": 1},
         "compare": {"cache_modes": ["partitioned", "shared"], "policies": ["robinhood", "static"]},
         "request_timeout": "2s",
         "backend_timeout": "1s",
     }
+
+
+def cap(b: str, f: float) -> int:
+    """f times backend b's even-split miss load, queries/s."""
+    return max(1, round(f * MISS_LOAD[b]))
+
+
+def ramp(b: str, start_s: int, minutes: float, to: float) -> dict:
+    """Backend b's capacity from normal down to `to` × its miss load over `minutes`."""
+    return {"kind": "ramp", "backend": b, "field": "rate", "from": cap(b, HEADROOM), "to": cap(b, to),
+            "start": f"{start_s}s", "end": f"{start_s + round(minutes * 60)}s", "step": "10s"}
+
+
+def spike(b: str, start_s: int) -> list[dict]:
+    """A capacity spike (paper Fig. 7): down over 10 minutes, held 20, back over 5."""
+    return [ramp(b, start_s, 10, DEPTH),
+            {"kind": "ramp", "backend": b, "field": "rate", "from": cap(b, DEPTH), "to": cap(b, HEADROOM),
+             "start": f"{start_s + 1800}s", "end": f"{start_s + 2100}s", "step": "10s"}]
+
+
+def walk(b: str) -> dict:
+    """Paper §5.4: every 20 s the capacity moves one step up or down with
+    probability 1/2, between DEPTH and HEADROOM times the miss load."""
+    lo, hi = cap(b, DEPTH), cap(b, HEADROOM)
+    return {"kind": "random_walk", "backend": b, "field": "rate", "period": "20s", "step": round((hi - lo) / 8),
+            "min": lo, "max": hi, "initial": hi, "start": f"{HOUR}s"}
+
+
+SPIKES = [*spike("b6", HOUR + 600), *spike("b1", HOUR + 3000), *spike("b5", HOUR + 5400), *spike("b8", HOUR + 7800)]
+
+EXPERIMENTS = {
+    "steady": ("No capacity change after the warm-up: the workload and capacities the others "
+               "start from.", {"events": []}),
+    "spikes": ("Paper §5.2, Fig. 7: capacity spikes on backends 6, 1, 5 and 8, one after another, "
+               "each down to 0.6 × its even-split miss load for 20 minutes.", {"events": SPIKES}),
+    "quick-ramp": ("Paper §5.3, Fig. 10b: backend 7's capacity (latency uncorrelated with query rate: "
+                   "a backend of 2% of the queries) down to 0.5 × its miss load over 50 minutes.",
+                   {"events": [ramp("b7", HOUR, 50, 0.5)]}),
+    "slow-ramp": ("Paper §5.3, Fig. 10a: as quick-ramp at a third of the speed (150 minutes).",
+                  {"events": [ramp("b7", HOUR, 150, 0.5)]}),
+    "quick-ramp-correlated": ("Paper §5.3, Fig. 11b: the most queried backend's (1, 38% of the queries: "
+                              "latency correlated with query rate) capacity down to 0.5 × its miss load "
+                              "over 50 minutes.", {"events": [ramp("b1", HOUR, 50, 0.5)]}),
+    "slow-ramp-correlated": ("Paper §5.3, Fig. 11a: as quick-ramp-correlated over 150 minutes.",
+                             {"events": [ramp("b1", HOUR, 150, 0.5)]}),
+    "random-walk": ("Paper §5.4, Fig. 12: the capacities of backends 1, 5, 6 and 8 each move one step "
+                    "up or down every 20 s with probability 1/2, between 0.6 and 2 × their miss loads.",
+                    {"seed": 12, "events": [walk(b) for b in ("b1", "b5", "b6", "b8")]}),
+}
+
+HEADER = """# Generated by scripts/paper-experiments.py: edit that, not this file.
+# The paper's experiments at the paper's scale (docs/results.md): 16 app servers of
+# 1,000 requests/s, 20 backends, 50 queries per request, four simulated hours with
+# a one-hour warm-up, delta = 5 s. The simulator runs it as a miniature (sim:
+# 1% of the keys, 0.5% of the requests, one app server standing for all 16; see
+# docs/simulator.md). Capacities: 2 x each backend's even-split miss load.
+"""
+
+
+def documents() -> dict[str, str]:
+    out = {}
+    for name, (desc, scenario) in EXPERIMENTS.items():
+        d = base(f"paper-{name}", desc)
+        d["scenario"] = scenario
+        d["compare"]["policies"] = ["robinhood", "static", "robinhood-home", "tao++", "cliffhanger++", "fair++",
+                                    "lama++"]
+        out[name] = HEADER + yaml.safe_dump(d, sort_keys=False, width=110)
+    return out
+
+
+def main() -> int:
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for name, text in documents().items():
+        p = OUT / f"{name}.yaml"
+        if check:
+            if not p.exists() or p.read_text() != text:
+                stale.append(str(p))
+            continue
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        print(f"wrote {p.relative_to(REPO)}")
+    if stale:
+        print("stale (run scripts/paper-experiments.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

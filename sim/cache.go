@@ -73,6 +73,7 @@ type entry struct {
 	// tag and weight feed Mass: a miniature's popularity mass of the items
 	// it holds per backend (SetWeighted); 0 and 0 otherwise.
 	tag    int32
+	ref    int32
 	weight float64
 }
 
@@ -102,6 +103,9 @@ type Cache struct {
 
 	// mass[tag] is the summed weight of the items of that tag.
 	mass []float64
+	// OnRemove, when set, hears of every weighted item that leaves (its
+	// tag and ref, as SetWeighted was given them).
+	OnRemove func(tag, ref int32)
 }
 
 // NewCache returns an empty cache with limitBytes of memory.
@@ -179,7 +183,7 @@ func (c *Cache) Get(key string, size int64) bool {
 // memcached would refuse (over 1 MiB, a key too long) is not stored, nor one
 // whose class has no room, may take no new page and holds nothing to evict
 // (memcached's out-of-memory error).
-func (c *Cache) Set(key string, size int64) { c.SetWeighted(key, size, 0, 0) }
+func (c *Cache) Set(key string, size int64) { c.SetWeighted(key, size, 0, 0, 0) }
 
 // Contains reports whether key is held with this size, without touching it
 // or counting a hit or a miss: a look at the cache's state.
@@ -197,8 +201,8 @@ func (c *Cache) Mass(tag int) float64 {
 }
 
 // SetWeighted is Set with the item counted in Mass(tag) with weight w while
-// it is held.
-func (c *Cache) SetWeighted(key string, size int64, tag int, w float64) {
+// it is held; ref is the caller's name for it (OnRemove).
+func (c *Cache) SetWeighted(key string, size int64, tag, ref int, w float64) {
 	if len(key) > memcachedKey || itemBytes(len(key), size) > itemSizeLimit {
 		return
 	}
@@ -229,7 +233,7 @@ func (c *Cache) SetWeighted(key string, size int64, tag int, w float64) {
 		c.entries = append(c.entries, entry{})
 		i = int32(len(c.entries) - 1)
 	}
-	c.entries[i] = entry{prev: -1, next: cl.head, class: int32(class), chunks: int32(n), size: size, key: key, tag: int32(tag), weight: w}
+	c.entries[i] = entry{prev: -1, next: cl.head, class: int32(class), chunks: int32(n), size: size, key: key, tag: int32(tag), ref: int32(ref), weight: w}
 	if w != 0 {
 		for len(c.mass) <= tag {
 			c.mass = append(c.mass, 0)
@@ -283,6 +287,9 @@ func (c *Cache) remove(i int32) {
 	c.items -= itemBytes(len(e.key), e.size)
 	if e.weight != 0 {
 		c.mass[e.tag] -= e.weight
+		if c.OnRemove != nil {
+			c.OnRemove(e.tag, e.ref)
+		}
 	}
 	e.key = ""
 	c.free = append(c.free, i)

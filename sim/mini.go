@@ -52,6 +52,11 @@ type miniature struct {
 	fluids     []*fluid // by generator backend index
 	lastStep   time.Duration
 
+	// present[app][backend index][key index]: whether the app server's
+	// cache holds the sampled key (Cache.OnRemove keeps it current).
+	present [][][]bool
+	byID    map[int32]int // backend id → generator backend index
+
 	shape []synth.Batch
 	feed  traceFeed
 	// calls is scratch for one request's batches.
@@ -153,10 +158,36 @@ func (s *Sim) newMiniature() (*miniature, error) {
 	for bi, f := range m.fluids {
 		m.setLimits(bi, f.lim)
 	}
-	for range m.apps {
+	m.byID = map[int32]int{}
+	for bi, k := range m.keys {
+		m.byID[int32(k.be.id)] = bi
+	}
+	for ai, a := range m.apps {
 		m.nextAccess = append(m.nextAccess, m.expGap())
+		pres := make([][]bool, len(m.keys))
+		for bi, k := range m.keys {
+			pres[bi] = make([]bool, len(k.keys))
+		}
+		m.present = append(m.present, pres)
+		for _, c := range m.cachesOf(a) {
+			c.OnRemove = func(tag, ref int32) { m.present[ai][m.byID[tag]][ref] = false }
+		}
 	}
 	return m, nil
+}
+
+// cachesOf is an app server's memcached instances.
+func (m *miniature) cachesOf(a *app) []*Cache {
+	if a.shared != nil {
+		return []*Cache{a.shared}
+	}
+	var out []*Cache
+	for _, p := range a.parts {
+		if p != nil && p.cache != nil {
+			out = append(out, p.cache)
+		}
+	}
+	return out
 }
 
 // topoIndex is b's position in the topology's backends.
@@ -191,7 +222,10 @@ func (m *miniature) setLimits(bi int, l capacity.Limits) {
 	f.mu = mu * float64(max(f.replicas, 1))
 	f.cap = math.Inf(1)
 	if t := m.apps[0].beTimeout; t > 0 {
-		f.cap = f.mu * t.Seconds() // later arrivals time out and leave
+		// A query that would wait longer than its deadline less its service
+		// times out and leaves: the backlog of an overloaded queue stays at
+		// what its service rate clears in that time.
+		f.cap = f.mu * max(t.Seconds()-f.service.Seconds(), 0)
 	}
 	if l.QueueLimit > 0 {
 		f.cap = math.Min(f.cap, float64(l.QueueLimit*max(f.replicas, 1)))
@@ -224,7 +258,7 @@ func (m *miniature) step() {
 	now := m.s.eng.Now()
 	for ai, a := range m.apps {
 		for m.nextAccess[ai] <= now {
-			m.access(a)
+			m.access(ai, a)
 			m.nextAccess[ai] += m.expGap()
 		}
 	}
@@ -242,7 +276,7 @@ func (m *miniature) step() {
 
 // access is one query of the cache stream: a sampled key of the full
 // system's popularity, looked up and filled as the app server does.
-func (m *miniature) access(a *app) {
+func (m *miniature) access(ai int, a *app) {
 	s := m.s
 	bi := m.stream.Sample(m.rng.Uint64())
 	k := m.keys[bi]
@@ -272,8 +306,9 @@ func (m *miniature) access(a *app) {
 	k.be.misses++
 	// The fill follows the backend's answer; a query that times out fills
 	// nothing.
-	if f := m.fluids[bi]; f.backlog/f.mu+f.service.Seconds() < a.beTimeout.Seconds() || a.beTimeout == 0 {
-		cache.SetWeighted(key, k.sizes[i], int(k.be.id), k.probs[i])
+	if m.fluids[bi].served(m.rng) {
+		cache.SetWeighted(key, k.sizes[i], int(k.be.id), i, k.probs[i])
+		m.present[ai][bi][i] = true
 	}
 }
 
@@ -317,17 +352,18 @@ func (m *miniature) run() error {
 // generator's requests have one layer).
 func (m *miniature) request(at time.Duration, batches []synth.Batch) {
 	s := m.s
-	a := m.apps[0]
+	ai := 0
 	if len(m.apps) > 1 {
-		a = m.apps[s.appRng.IntN(len(m.apps))]
+		ai = s.appRng.IntN(len(m.apps))
 	}
+	a := m.apps[ai]
 	s.sent++
 	s.inFlight++
 	s.peak = max(s.peak, s.inFlight)
 	r := &request{app: a, send: at, blocking: -1}
 	m.calls = m.calls[:0]
 	for _, bt := range batches {
-		done, failed := m.batch(a, bt.Backend, bt.N, at)
+		done, failed := m.batch(ai, a, bt.Backend, bt.N, at)
 		m.calls = append(m.calls, fanout.Call[time.Duration]{Done: done, Failed: failed, Empty: bt.N == 0})
 		if bt.N > 0 && done > r.end {
 			r.end = done
@@ -346,7 +382,7 @@ func (m *miniature) request(at time.Duration, batches []synth.Batch) {
 
 // batch is one backend's queries of a request: it returns when the batch's
 // answer is back and whether it failed.
-func (m *miniature) batch(a *app, bi, n int, now time.Duration) (time.Duration, bool) {
+func (m *miniature) batch(ai int, a *app, bi, n int, now time.Duration) (time.Duration, bool) {
 	s := m.s
 	k, f := m.keys[bi], m.fluids[bi]
 	st := a.stats[k.be.id]
@@ -358,13 +394,10 @@ func (m *miniature) batch(a *app, bi, n int, now time.Duration) (time.Duration, 
 	misses := 0
 	wait := m.wait(f)
 	l := f.lim
+	present := m.present[ai][bi]
 	for j := 0; j < n; j++ {
 		i := k.table.Sample(m.rng.Uint64())
-		key := k.keys[i]
-		if a.shared != nil {
-			key = k.shared[i]
-		}
-		if cache != nil && k.cacheable[i] && cache.Contains(key, k.sizes[i]) {
+		if cache != nil && present[i] {
 			hits++
 			hitBytes += k.sizes[i]
 			continue
@@ -397,7 +430,7 @@ func (m *miniature) batch(a *app, bi, n int, now time.Duration) (time.Duration, 
 	switch {
 	case l.QueueLimit > 0 && f.backlog+float64(misses) > float64(l.QueueLimit*max(f.replicas, 1)):
 		failed, done = true, now+lookup+s.cal.RPC.Of(0) // refused: the queue is full
-	case deadline > 0 && worst > deadline:
+	case deadline > 0 && (worst > deadline || !f.served(m.rng)):
 		failed, done = true, now+deadline
 		s.timeouts++
 	default:
@@ -405,6 +438,19 @@ func (m *miniature) batch(a *app, bi, n int, now time.Duration) (time.Duration, 
 	}
 	st.latency.ObserveN(float64(done-now)/float64(time.Microsecond), uint64(misses))
 	return done, failed
+}
+
+// saturated reports whether the queue is overloaded and at its cap: every
+// arrival beyond the service rate times out.
+func (f *fluid) saturated() bool {
+	return f.lambda > f.mu && !math.IsInf(f.cap, 1) && f.backlog >= f.cap*0.999
+}
+
+// served draws whether a query arriving now is answered in time: always,
+// unless the queue is saturated, where a fraction µ/λ is (an overloaded
+// queue with impatient callers serves at its rate; the rest time out).
+func (f *fluid) served(rng *rand.Rand) bool {
+	return !f.saturated() || rng.Float64() < f.mu/f.lambda
 }
 
 // wait is how long a query joining the queue now waits before service: the

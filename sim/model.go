@@ -406,11 +406,20 @@ func (s *Sim) newBackend(b config.Backend) (*backend, error) {
 	return be, nil
 }
 
+// simulated is the app servers the run simulates: all of them, or a
+// miniature's first cfg.Apps.
+func (s *Sim) simulated() []*app {
+	if s.mini != nil {
+		return s.mini.apps
+	}
+	return s.apps
+}
+
 // report hands every app server's statistics of the last interval to the
 // statistics store (the app server's report batches).
 func (s *Sim) report() {
 	at := s.epoch.Add(s.eng.Now())
-	for _, a := range s.apps {
+	for _, a := range s.simulated() {
 		reps := make([]stats.Report, 0, len(a.stats))
 		for id, st := range a.stats {
 			if st == nil {

@@ -201,7 +201,7 @@ func Run(cfg Config) (*Result, error) {
 	var src source
 	var mini *miniature
 	switch {
-	case cfg.Synth != nil && cfg.Sample < 1:
+	case s.miniature():
 		if mini, err = s.newMiniature(); err != nil {
 			return nil, err
 		}
@@ -337,7 +337,11 @@ func (s *Sim) buildApps(maxID uint32) error {
 
 // miniature reports whether the run is a miniature of a generated workload
 // (mini.go).
-func (s *Sim) miniature() bool { return s.cfg.Synth != nil && s.cfg.Sample < 1 }
+// --request-sample or --apps asks for it with every key (--sample 1): what
+// measures the key sample's error alone.
+func (s *Sim) miniature() bool {
+	return s.cfg.Synth != nil && (s.cfg.Sample < 1 || s.cfg.RequestSample != 0 || s.cfg.Apps != 0)
+}
 
 // scale is a size of the full system in the miniature.
 func (s *Sim) scale(b int64) int64 { return int64(math.Round(float64(b) * s.cfg.Sample)) }

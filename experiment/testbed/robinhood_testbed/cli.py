@@ -163,6 +163,10 @@ def _sim_options(args: argparse.Namespace, sim: bool) -> tuple[Path | None, floa
         raise ExperimentError("--calibration is for --engine sim")
     if args.sample is not None and not sim:
         raise ExperimentError("--sample is for --engine sim")
+    if getattr(args, "full", False) and not sim:
+        raise ExperimentError("--full is for --engine sim")
+    if getattr(args, "full", False) and args.sample not in (None, 1):
+        raise ExperimentError(f"--full simulates every key: it cannot take --sample {args.sample:g}")
     if args.sample is not None and not 0 < args.sample <= 1:
         raise ExperimentError(f"--sample: {args.sample:g} is not in (0, 1]")
     return calibration, args.sample
@@ -204,7 +208,8 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
 
     if sim:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [(arm, pool.submit(run_arm_sim, exp, arm, out, trace, scenario, calibration, sample))
+            futures = [(arm, pool.submit(run_arm_sim, exp, arm, out, trace, scenario, calibration, sample,
+                                         getattr(args, "full", False)))
                        for arm in todo]
             for arm, fut in futures:
                 done(arm, fut.result())
@@ -252,6 +257,47 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ExperimentError(f"--seeds: {text!r} is not a list of integers") from None
+    if not seeds:
+        raise ExperimentError("--seeds: give at least one seed")
+    return seeds
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    """Every arm of several experiments for several seeds, in the simulator."""
+    from . import matrix
+    console = Console()
+    files = _names(args.experiments, "--experiments")
+    exps = []
+    for f in files:
+        ns = argparse.Namespace(experiment=f, duration=args.duration, seed=None)
+        exps.append(_load(ns))
+    names = [e.name for e in exps]
+    if len(set(names)) != len(names):
+        raise ExperimentError(f"--experiments: two files have one name ({', '.join(names)})")
+    seeds = _seeds(args.seeds)
+    if args.jobs < 1:
+        raise ExperimentError(f"--jobs: {args.jobs} must be at least 1")
+    for e in exps:
+        _arms(args, e)  # policies and cache modes are checked before anything runs
+    out = Path(args.out) if args.out else REPO / "runs" / f"matrix-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and any(out.iterdir()):
+        raise ExperimentError(f"--out: {out} exists and is not empty")
+    calibration, sample = _sim_options(args, True)
+    console.print(f"Policy matrix: {len(exps)} experiments ({', '.join(names)}), seeds {args.seeds}, "
+                  f"{args.jobs} at a time, in the simulator; results in {out}")
+    rows = matrix.run(exps, lambda e: _arms(args, e), seeds, out, args.jobs, sample, calibration,
+                      progress=console.print)
+    csv_path, md = matrix.write(rows, out)
+    console.print(md.read_text())
+    console.print(f"Every run: {csv_path}; report: {md}")
+    return 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """One parameter over a range, every point in the simulator, several seeds."""
     from . import sweep
@@ -263,12 +309,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     values = [v.strip() for v in args.values.split(",") if v.strip()]
     if not values:
         raise ExperimentError("--values: give at least one value")
-    try:
-        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-    except ValueError:
-        raise ExperimentError(f"--seeds: {args.seeds!r} is not a list of integers") from None
-    if not seeds:
-        raise ExperimentError("--seeds: give at least one seed")
+    seeds = _seeds(args.seeds)
     calibration, sample = _sim_options(args, True)
     _arms(args, exp)  # the policies and cache modes are checked before anything runs
     console.print(f"Sweep of {args.param} over {', '.join(values)} on {exp.name}, seeds {args.seeds}, in the "
@@ -398,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--calibration", help="simulator: a calibration file replacing the measured defaults")
         p.add_argument("--sample", type=float, help="simulator: a miniature simulation of this fraction of the keys, "
                        "in (0, 1]")
+        p.add_argument("--full", action="store_true", help="simulator: no miniature, whatever the experiment's sim "
+                       "block says (every app server, key and request)")
 
     def engine(p: argparse.ArgumentParser) -> None:
         p.add_argument("--engine", choices=("testbed", "sim"), default="testbed",
@@ -434,6 +477,16 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     axes(sw)
     sim_options(sw)
+    mx = sub.add_parser("matrix", help="every arm of several experiments for several seeds, in the simulator: "
+                        "the policy matrix (make paper)")
+    mx.add_argument("--experiments", required=True, help="comma-separated experiment files")
+    mx.add_argument("--out", help="results folder (default runs/matrix-<time>)")
+    mx.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
+    mx.add_argument("--jobs", type=int, default=1, help="runs simulated at once (default 1)")
+    mx.add_argument("--duration", help="override every experiment's duration (e.g. 30m)")
+    mx.add_argument("--log-level", default="warning")
+    axes(mx)
+    sim_options(mx)
     vs = sub.add_parser("versus", help="hold the simulator to the testbed: two results folders of one experiment")
     vs.add_argument("--testbed", required=True, help="results folder of the testbed (engine testbed)")
     vs.add_argument("--sim", required=True, help="results folder of the simulator (engine sim)")
@@ -462,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_versus(args)
         if args.cmd == "sweep":
             return cmd_sweep(args)
+        if args.cmd == "matrix":
+            return cmd_matrix(args)
         return cmd_compare(args)
     except ExperimentError as e:
         print(f"robinhood-testbed: {e}", file=sys.stderr)

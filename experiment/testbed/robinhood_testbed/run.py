@@ -278,7 +278,7 @@ SIM_EPOCH = 1_000_000_000.0
 
 
 def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generated, scenario: Path | None,
-                calibration: Path | None = None, sample: float | None = None) -> RunResult:
+                calibration: Path | None = None, sample: float | None = None, full: bool = False) -> RunResult:
     """Simulate one arm with bin/sim (docs/simulator.md): the same topology, trace,
     scenario, SLO settings and results folder as :func:`run_arm`, in simulated time."""
     policy = arm.name
@@ -308,11 +308,11 @@ def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generate
         args += ["--scenario", str(scenario)]
     if calibration is not None:
         args += ["--calibration", str(calibration)]
-    if sample is None:
+    if sample is None and not full:
         sample = exp.sim.sample
     if sample is not None:
         args += ["--sample", f"{sample:g}"]
-    if isinstance(trace, list) and sample is not None and sample < 1:
+    if isinstance(trace, list) and sample is not None and not full:
         if exp.sim.request_sample is not None:
             args += ["--request-sample", f"{exp.sim.request_sample:g}"]
         if exp.sim.apps is not None:
