@@ -216,7 +216,23 @@ def test_robinhood_home_margin_and_slo_set_the_threshold() -> None:
     assert pol.plan(PlanInput(targets=SKEWED, used=SKEWED, rbc={"b": 5}, p99_latency_us=60_000)).targets["b"] == 62_505_614
 
 
+def test_robinhood_home_tax_sets_the_pace_home() -> None:
+    # home_tax 0 holds the split while the tail is healthy; 0.5 halves every tax (a's
+    # ⌊0.005·21 MiB⌋ = 110,100, b's 309,329, c's 209,715; P = 629,144) and gives P by
+    # deficit (a 20,033,044, c 209,715 of 41,943,040 after the tax).
+    hold = home_policy(home_tax=0.0).plan(PlanInput(targets=SKEWED, used=SKEWED, rbc={"b": 5}, p99_latency_us=50_000))
+    assert hold.targets == SKEWED and not hold.moved
+    half = home_policy(home_tax=0.5).plan(PlanInput(targets=SKEWED, used=SKEWED, rbc={"b": 5}, p99_latency_us=50_000))
+    assert sum(half.targets.values()) == sum(SKEWED.values())
+    assert half.targets["b"] == SKEWED["b"] - 309_329
+    assert half.targets["a"] - SKEWED["a"] > 0 and half.targets["a"] - SKEWED["a"] < 629_144
+    # Unhealthy: RobinHood's full step whatever home_tax says.
+    sick = home_policy(home_tax=0.0).plan(PlanInput(targets=SKEWED, used=SKEWED, rbc={"b": 5}, p99_latency_us=200_000))
+    assert sick.targets == {"a": 21_799_896, "b": 62_505_614, "c": 41_523_610}
+
+
 @pytest.mark.parametrize(("params", "message"), [
+    ({"home_tax": 1.5}, "home_tax: 1.5 is above the maximum of 1"),
     ({"slo_ms": 0}, "slo_ms: 0 must be above 0"),
     ({"margin": 0}, "margin: 0 must be above 0"),
     ({"margin": 1.5}, "margin: 1.5 is above the maximum of 1"),

@@ -104,6 +104,9 @@ class RobinHoodHomeSettings(Params):
     slo_ms: float = Field(150.0, gt=0, description="the request P99 objective, milliseconds")
     margin: float = Field(0.8, gt=0, le=1, description=(
         "home mode while the request P99 over the RBC window is below margin × slo_ms; RobinHood's step otherwise"))
+    home_tax: float = Field(1.0, ge=0, le=1, description=(
+        "in home mode, the tax is this fraction of RobinHood's: 1 walks home at RobinHood's pace, 0 holds the "
+        "allocation while the tail is healthy"))
 
 
 @register
@@ -132,6 +135,7 @@ class RobinHoodHome(AllocationPolicy):
         p99 = "unknown" if inp.p99_latency_us is None else f"{inp.p99_latency_us / 1000:g} ms"
         limit = f"{p.margin * p.slo_ms:g} ms"
         if mode == HOME:
+            params = RobinHoodParams(tax=p.tax * p.home_tax, unused_gap=p.unused_gap, floor_bytes=self.ctx.floor_bytes)
             home = home_split({n: self.ctx.configured[n] for n in inp.targets}, sum(inp.targets.values()))
             h = plan_home(inp.targets, inp.used, home, params, applied=inp.applied())
             return Decision(targets=h.targets, moved=h.targets != dict(inp.targets), eligible=h.eligible,
