@@ -106,7 +106,8 @@ def _load(args: argparse.Namespace) -> Experiment:
     """The experiment file, with --duration and --seed applied (and validated again)."""
     exp = load(args.experiment)
     duration, seed = getattr(args, "duration", None), getattr(args, "seed", None)
-    if not duration and seed is None:
+    req, apps = getattr(args, "request_sample", None), getattr(args, "apps", None)
+    if not duration and seed is None and req is None and apps is None:
         return exp
     from robinhood_common.experiment import from_document
     doc = dict(exp.document)
@@ -120,10 +121,18 @@ def _load(args: argparse.Namespace) -> Experiment:
             doc["slo"] = {**doc["slo"], "warmup": f"{d / 4:g}s"}
     if seed is not None:
         doc["seed"] = seed
+    if req is not None or apps is not None:
+        sim = dict(doc.get("sim") or {})
+        if req is not None:
+            sim["request_sample"] = req
+        if apps is not None:
+            sim["apps"] = apps
+        doc["sim"] = sim
+    flag = "--duration" if duration else "--seed" if seed is not None else "--request-sample/--apps"
     try:
         return from_document(doc, exp.base_dir)
     except ConfigError as e:
-        raise ExperimentError(f"{'--duration' if duration else '--seed'}: {e}") from None
+        raise ExperimentError(f"{flag}: {e}") from None
 
 
 #: Short console headings (the report and comparison.md use analysis.COLUMNS' long ones),
@@ -274,7 +283,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     files = _names(args.experiments, "--experiments")
     exps = []
     for f in files:
-        ns = argparse.Namespace(experiment=f, duration=args.duration, seed=None)
+        ns = argparse.Namespace(experiment=f, duration=args.duration, seed=None,
+                                request_sample=args.request_sample, apps=args.apps)
         exps.append(_load(ns))
     names = [e.name for e in exps]
     if len(set(names)) != len(names):
@@ -439,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--calibration", help="simulator: a calibration file replacing the measured defaults")
         p.add_argument("--sample", type=float, help="simulator: a miniature simulation of this fraction of the keys, "
                        "in (0, 1]")
+        p.add_argument("--request-sample", type=float, help="simulator: with a generated trace, the fraction of "
+                       "requests a miniature simulates (the experiment's sim.request_sample)")
+        p.add_argument("--apps", type=int, help="simulator: with a generated trace, how many app servers a miniature "
+                       "simulates (the experiment's sim.apps)")
         p.add_argument("--full", action="store_true", help="simulator: no miniature, whatever the experiment's sim "
                        "block says (every app server, key and request)")
 
