@@ -151,9 +151,17 @@ class Controller:
         """Tick every interval until stop is set (or max_ticks ticks ran)."""
         interval = self.cfg.settings.interval
         next_at = self.clock()
+        failed = 0
         while not stop.is_set():
-            self.tick()
-            if max_ticks is not None and self.ticks >= max_ticks:
+            try:
+                self.tick()
+            except Exception as e:  # noqa: BLE001 - one bad tick must not end the controller
+                failed += 1
+                kind = type(e).__name__
+                if self.metrics is not None:
+                    self.metrics.tick_errors.labels(kind).inc()
+                log.error("event=tick_error kind=%s msg=%r (the next tick runs)", kind, str(e), exc_info=True)
+            if max_ticks is not None and self.ticks + failed >= max_ticks:
                 return
             next_at += interval
             now = self.clock()
@@ -193,6 +201,12 @@ class Controller:
                 self._error("protocol", name, str(e))
                 out[name] = None
                 continue
+            if not self.read_only:
+                try:
+                    if d.automove_off():
+                        self._error("automove_on", name, "memcached's slab automove was on; turned it off again")
+                except PartitionError as e:
+                    self._error("protocol", name, str(e))
             out[name] = st
             self._last[name] = st
         return out

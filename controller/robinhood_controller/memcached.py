@@ -222,6 +222,16 @@ class MemcachedPartition:
         return AttachInfo(version=version, pid=_int(st[b"pid"]), automove_was=s.get("slab_automove", "?"),
                           checked_memlimit=checked)
 
+    def automove_off(self) -> bool:
+        """Turn memcached's own page mover off again if someone turned it on (`slabs
+        automove 1` from any client); True when it was on."""
+        if self.settings().get("slab_automove", "0").lower() in ("0", "false", "no"):
+            return False
+        ans = self._raw("slabs automove 0")
+        if ans != "OK":
+            raise ProtocolError(f"partition {self.name} ({self.addr}): `slabs automove 0` answered {ans!r}")
+        return True
+
     def set_limit(self, mb: int) -> None:
         """cache_memlimit mb. MemlimitError when memcached refuses it."""
         ans = self._raw(f"cache_memlimit {int(mb)}")

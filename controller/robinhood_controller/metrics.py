@@ -20,6 +20,7 @@ ERROR_KINDS = (
     "shrink_stuck",
     "unsupported",
     "policy",
+    "automove_on",
 )
 """Every value of the `kind` label of controller_errors_total."""
 
@@ -58,6 +59,9 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
         self.errors = Counter("controller_errors", "Errors by kind.", ["kind"], registry=r)
         self.ticks = Counter("controller_ticks", "Ticks run.", registry=r)
+        self.tick_errors = Counter("controller_tick_errors",
+                                   "Ticks that ended in an unexpected error, by kind (the error's type); the "
+                                   "next tick runs.", ["kind"], registry=r)
         self.budget = Gauge("controller_budget_bytes", "The app server's cache budget.", registry=r)
         for kind in ERROR_KINDS:
             self.errors.labels(kind)

@@ -189,3 +189,51 @@ def test_run_loop_stops_on_request(procs) -> None:
         assert not t.is_alive()
     finally:
         ctl.close()
+
+
+def test_a_failing_tick_is_counted_and_the_next_one_runs(procs, tmp_path: Path) -> None:
+    """An unexpected error in a tick (here: the timeline's disk is gone) is logged and
+    counted by kind; the loop goes on and the following ticks work."""
+    addrs = {n: procs.memcached(16)[1] for n in "ab"}
+    metrics = Metrics("app0", "static", list(addrs))
+    ctl = _controller(_topology(addrs, 32, "", "{policy: static, min_partition_mb: 16, interval: 50ms}"),
+                      metrics=metrics)
+    real = ctl.tick
+    calls = {"n": 0}
+
+    def flaky():  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] in (2, 3):
+            raise OSError(28, "No space left on device")
+        return real()
+
+    ctl.tick = flaky  # type: ignore[method-assign]
+    try:
+        ctl.start()
+        ctl.run(threading.Event(), max_ticks=6)
+        assert calls["n"] == 6 and ctl.ticks == 4, "two ticks failed, the loop kept going"
+        assert metrics.registry.get_sample_value("controller_tick_errors_total", {"kind": "OSError"}) == 2
+        assert metrics.registry.get_sample_value("controller_ticks_total") == 4
+    finally:
+        ctl.close()
+
+
+def test_memcached_automove_turned_on_behind_the_controller_is_turned_off(procs) -> None:
+    addrs = {n: procs.memcached(16)[1] for n in "ab"}
+    metrics = Metrics("app0", "static", list(addrs))
+    ctl = _controller(_topology(addrs, 32, "", "{policy: static, min_partition_mb: 16}"), metrics=metrics)
+    try:
+        ctl.start()
+        ctl.tick()
+        c = client(addrs["a"])
+        assert c.raw_command("slabs automove 1") == b"OK"
+        c.close()
+        assert stats(addrs["a"], "settings")["slab_automove"] is True
+        ctl.tick()
+        assert stats(addrs["a"], "settings")["slab_automove"] is False
+        assert stats(addrs["b"], "settings")["slab_automove"] is False
+        assert metrics.registry.get_sample_value("controller_errors_total", {"kind": "automove_on"}) == 1
+        ctl.tick()  # off stays off: nothing more is counted
+        assert metrics.registry.get_sample_value("controller_errors_total", {"kind": "automove_on"}) == 1
+    finally:
+        ctl.close()
