@@ -68,6 +68,11 @@ func (s *Server) serveRequest(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if n := req.ValueBytes(); n > s.maxRequest {
+		s.reject(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"the request asks for %d bytes of values, more than the %d-byte limit (--max-request-bytes)", n, s.maxRequest))
+		return
+	}
 	withValues := r.URL.RawQuery != "" && r.URL.Query().Get("values") == "1"
 
 	ctx, cancel := context.WithTimeout(r.Context(), s.requestTimeout)

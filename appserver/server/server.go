@@ -36,6 +36,9 @@ const (
 	DefaultMemcachedConns   = 128
 	DefaultMemcachedItemMax = 1 << 20
 	DefaultMaxBodyBytes     = 8 << 20
+	// DefaultMaxRequestBytes bounds the value bytes one request may ask for
+	// in all (the sum of its queries' sizes).
+	DefaultMaxRequestBytes = 16 << 20
 )
 
 // Config configures a Server. Zero values mean the defaults.
@@ -61,6 +64,9 @@ type Config struct {
 	ReportInterval time.Duration
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64
+	// MaxRequestBytes bounds the sum of the sizes a request asks for; a
+	// larger one is refused (413) before anything is sent.
+	MaxRequestBytes int64
 	// ShadowBytes is the shadow region of each partition's shadow model
 	// (shadow hits: misses that this much more cache would have hit).
 	ShadowBytes int64
@@ -82,6 +88,7 @@ type Server struct {
 	clients        []*cache.Client
 	itemMax        int
 	maxBody        int64
+	maxRequest     int64
 	requestTimeout time.Duration
 	backendTimeout time.Duration
 	m              *metrics
@@ -137,12 +144,16 @@ func New(cfg Config) (_ *Server, err error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
 	s := &Server{
 		app:            app,
 		log:            cfg.Logger,
 		backends:       map[string]*backend{},
 		itemMax:        cfg.MemcachedItemMax,
 		maxBody:        cfg.MaxBodyBytes,
+		maxRequest:     cfg.MaxRequestBytes,
 		requestTimeout: time.Duration(app.RequestTimeout),
 		backendTimeout: time.Duration(app.BackendTimeout),
 		m:              newMetrics(),

@@ -336,8 +336,20 @@ func TestBadInputFetchesNothing(t *testing.T) {
 			t.Errorf("memcached %s saw %d gets and %d sets", name, g, s)
 		}
 	}
-	if got := e.metric(`appserver_requests_total{status="bad_request"}`); got != 6 {
-		t.Errorf("bad_request count %v, want 6", got)
+	// The 167-byte request that asks for 8 values of 64 MiB (512 MiB in all) is
+	// refused whole before anything is fetched: 413, naming the limit.
+	attack := `{"d": [{"fast": {"S": [67108864,67108864,67108864,67108864,67108864,67108864,67108864,67108864], "U": ["a","b","c","d","e","f","g","h"], "C": [1,1,1,1,1,1,1,1]}}]}`
+	if code, r := e.post(attack); code != http.StatusRequestEntityTooLarge ||
+		!strings.Contains(r.Error, "asks for 536870912 bytes of values, more than the 16777216-byte limit (--max-request-bytes)") {
+		t.Errorf("the 512 MiB request: got %d %q, want 413 naming --max-request-bytes", code, r.Error)
+	}
+	for name, b := range e.backends {
+		if b.Calls() != 0 {
+			t.Errorf("backend %s was called %d times", name, b.Calls())
+		}
+	}
+	if got := e.metric(`appserver_requests_total{status="bad_request"}`); got != 7 {
+		t.Errorf("bad_request count %v, want 7", got)
 	}
 	if got := e.metric(`appserver_request_seconds_count`); got != 0 {
 		t.Errorf("bad requests were recorded as served (%v)", got)

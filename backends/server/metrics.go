@@ -12,6 +12,7 @@ var LatencyBuckets = prometheus.ExponentialBuckets(50e-6, 2, 20)
 
 type metrics struct {
 	served, cancelled, rejected, errors, hiccups prometheus.Counter
+	refused                                      prometheus.Counter
 	querySeconds, queueSeconds, serviceSeconds   prometheus.Histogram
 }
 
@@ -29,11 +30,12 @@ func newMetrics(reg prometheus.Registerer, name string, model *capacity.Model) (
 		rejected:       counter("backend_queries_rejected_total", "Queries rejected because the queue held queue_limit or more operations when they arrived, or because the backend shut down before serving them."),
 		errors:         counter("backend_query_errors_total", "Queries whose data path failed."),
 		hiccups:        counter("backend_hiccups_total", "Served queries that drew a hiccup (hiccup_ms extra)."),
+		refused:        counter("backend_batches_refused_total", "Batches refused before anything was queued: too many keys, a key or value too large, or more bytes in all than --max-batch-bytes."),
 		querySeconds:   hist("backend_query_seconds", "Time from arrival to completion of a served query: queue plus service."),
 		queueSeconds:   hist("backend_queue_seconds", "Time a served query waited for a worker and a token."),
 		serviceSeconds: hist("backend_service_seconds", "Time a served query held its worker: data path plus injected latency."),
 	}
-	cs := []prometheus.Collector{m.served, m.cancelled, m.rejected, m.errors, m.hiccups, m.querySeconds, m.queueSeconds, m.serviceSeconds,
+	cs := []prometheus.Collector{m.served, m.cancelled, m.rejected, m.errors, m.hiccups, m.refused, m.querySeconds, m.queueSeconds, m.serviceSeconds,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_queue_length", Help: "Queries waiting for admission.", ConstLabels: labels},
 			func() float64 { return float64(model.Stats().QueueLength) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_in_service", Help: "Queries admitted and not yet done (≤ workers, except right after workers is lowered).", ConstLabels: labels},

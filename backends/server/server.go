@@ -6,6 +6,7 @@
 package server
 
 import (
+	"runtime/debug"
 	"context"
 	"errors"
 	"fmt"
@@ -43,8 +44,12 @@ type Resizer interface {
 const (
 	// MaxValueBytes bounds one requested size (64 MiB).
 	MaxValueBytes = 64 << 20
-	// MaxResponseBytes bounds the sum of a batch's sizes.
+	// MaxResponseBytes bounds the sum of a batch's sizes whatever the
+	// server's MaxBatchBytes (the gRPC send limit is sized on it).
 	MaxResponseBytes = 512 << 20
+	// DefaultMaxBatchBytes is Options.MaxBatchBytes' default: what one batch
+	// may ask for in all (--max-batch-bytes).
+	DefaultMaxBatchBytes = 16 << 20
 	// MaxBatchKeys bounds the keys of one Get.
 	MaxBatchKeys = 100_000
 	// MaxKeyBytes bounds one key.
@@ -76,6 +81,10 @@ type Options struct {
 	// Logger receives one line per limits change; give it the backend's
 	// name as an attribute.
 	Logger *slog.Logger
+	// MaxBatchBytes bounds the sum of the sizes one Get asks for: a larger
+	// batch is refused (InvalidArgument) before anything is allocated.
+	// 0 means DefaultMaxBatchBytes; at most MaxResponseBytes.
+	MaxBatchBytes int64
 }
 
 // Server implements robinhoodv1.BackendServiceServer and the HTTP side.
@@ -90,6 +99,9 @@ type Server struct {
 	m         *metrics
 	draining  atomic.Bool
 	updateMu  sync.Mutex // serialises limit updates with their side effects
+	maxBatch  int64
+	// freeing is set while a return of memory to the OS is pending.
+	freeing atomic.Bool
 }
 
 // New returns a server for o.
@@ -103,7 +115,14 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	s := &Server{name: o.Name, typ: o.Type, store: o.Store, model: o.Model, reg: o.Registry, log: o.Logger}
+	if o.MaxBatchBytes == 0 {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.MaxBatchBytes < 0 || o.MaxBatchBytes > MaxResponseBytes {
+		return nil, fmt.Errorf("server: MaxBatchBytes %d is not in (0, %d]", o.MaxBatchBytes, MaxResponseBytes)
+	}
+	s := &Server{name: o.Name, typ: o.Type, store: o.Store, model: o.Model, reg: o.Registry, log: o.Logger,
+		maxBatch: o.MaxBatchBytes}
 	m, err := newMetrics(o.Registry, o.Name, o.Model)
 	if err != nil {
 		return nil, err
@@ -146,8 +165,13 @@ func (s *Server) UpdateLimits(p capacity.Patch, source string) (capacity.Limits,
 // FIFO order, served in parallel as workers allow. values[i] is
 // value.Bytes(name, keys[i], sizes[i]).
 func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinhoodv1.GetResponse, error) {
-	if err := validate(req); err != nil {
+	total, err := validate(req, s.maxBatch)
+	if err != nil {
+		s.m.refused.Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if total >= largeAnswer {
+		defer s.returnMemory()
 	}
 	n := len(req.Keys)
 	if n == 0 {
@@ -246,27 +270,47 @@ func (s *Server) serveOne(ctx context.Context, t *capacity.Ticket, key string, s
 	return v, queued, service, nil
 }
 
-func validate(req *robinhoodv1.GetRequest) error {
+// largeAnswer is the batch size after which the server hands the memory of
+// the answer back to the operating system once it is sent.
+const largeAnswer = 4 << 20
+
+// returnMemory gives freed heap back to the operating system (at most one
+// return in flight): without it, the Go runtime keeps a burst of large
+// answers' memory for minutes.
+func (s *Server) returnMemory() {
+	if !s.freeing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.freeing.Store(false)
+		time.Sleep(100 * time.Millisecond) // after the answer is written out
+		debug.FreeOSMemory()
+	}()
+}
+
+// validate checks a batch against the bounds before anything is queued or
+// allocated, and returns the bytes it asks for.
+func validate(req *robinhoodv1.GetRequest, maxBatch int64) (uint64, error) {
 	if len(req.Keys) != len(req.Sizes) {
-		return fmt.Errorf("keys and sizes must have the same length: %d keys, %d sizes", len(req.Keys), len(req.Sizes))
+		return 0, fmt.Errorf("keys and sizes must have the same length: %d keys, %d sizes", len(req.Keys), len(req.Sizes))
 	}
 	if len(req.Keys) > MaxBatchKeys {
-		return fmt.Errorf("batch of %d keys exceeds the limit of %d", len(req.Keys), MaxBatchKeys)
+		return 0, fmt.Errorf("batch of %d keys exceeds the limit of %d", len(req.Keys), MaxBatchKeys)
 	}
 	var total uint64
 	for i, k := range req.Keys {
 		if len(k) > MaxKeyBytes {
-			return fmt.Errorf("keys[%d] is %d bytes long, the limit is %d", i, len(k), MaxKeyBytes)
+			return 0, fmt.Errorf("keys[%d] is %d bytes long, the limit is %d", i, len(k), MaxKeyBytes)
 		}
 		if sz := req.Sizes[i]; sz > MaxValueBytes {
-			return fmt.Errorf("sizes[%d] = %d (key %q) exceeds the value limit of %d bytes (64 MiB)", i, sz, truncate(k, 64), MaxValueBytes)
+			return 0, fmt.Errorf("sizes[%d] = %d (key %q) exceeds the value limit of %d bytes (64 MiB)", i, sz, truncate(k, 64), MaxValueBytes)
 		}
 		total += uint64(req.Sizes[i])
 	}
-	if total > MaxResponseBytes {
-		return fmt.Errorf("sizes sum to %d bytes, more than the %d-byte response limit; split the batch", total, MaxResponseBytes)
+	if total > uint64(maxBatch) {
+		return 0, fmt.Errorf("sizes sum to %d bytes, more than the batch limit of %d bytes (--max-batch-bytes); split the batch", total, maxBatch)
 	}
-	return nil
+	return total, nil
 }
 
 func truncate(s string, n int) string {

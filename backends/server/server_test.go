@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -224,6 +226,70 @@ func TestGetRejectsBadBatches(t *testing.T) {
 	}
 	if got := metric(t, f.srv.Registry(), "backend_queries_served_total"); got != 0 {
 		t.Fatalf("a rejected batch served %v queries", got)
+	}
+	if got := metric(t, f.srv.Registry(), "backend_batches_refused_total"); got != float64(len(cases)) {
+		t.Fatalf("backend_batches_refused_total %v, want %d", got, len(cases))
+	}
+}
+
+// The 167-byte attack: 8 values of 64 MiB each is within the per-value limit but
+// 512 MiB in all; the default batch limit (16 MiB) refuses it before anything
+// is allocated, so the heap does not grow. A legitimate large batch is served,
+// and its memory goes back to the operating system after the answer.
+func TestLargeBatchesAreRefusedAndMemoryReturned(t *testing.T) {
+	f := start(t, "b", memStore(t, "b"), capacity.Limits{Workers: 8})
+	heap := func() uint64 {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse
+	}
+	before := heap()
+	sizes := make([]uint32, 8)
+	for i := range sizes {
+		sizes[i] = MaxValueBytes
+	}
+	for range 4 { // four at once reached 2 GB before the limit
+		_, err := f.client.Get(context.Background(), &robinhoodv1.GetRequest{Keys: []string{"a", "b", "c", "d", "e", "f", "g", "h"}, Sizes: sizes})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "more than the batch limit of 16777216 bytes (--max-batch-bytes)") {
+			t.Fatalf("8 × 64 MiB: %v, want InvalidArgument naming --max-batch-bytes", err)
+		}
+	}
+	if grew := int64(heap()) - int64(before); grew > 8<<20 {
+		t.Fatalf("refusing the batches grew the heap by %d MiB", grew>>20)
+	}
+	// A legitimate large batch (48 MiB under a 64 MiB limit) is served; once its
+	// answer is gone the server hands the memory back to the operating system
+	// (without that, the Go runtime keeps it mapped for minutes).
+	model, _ := capacity.New(capacity.Limits{Workers: 8}, 1, nil)
+	big, err := New(Options{Name: "big", Store: memStore(t, "big"), Model: model, MaxBatchBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func() int64 {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapSys - ms.HeapReleased)
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	base := held()
+	resp, err := big.Get(context.Background(), &robinhoodv1.GetRequest{Keys: []string{"x", "y", "z"}, Sizes: []uint32{16 << 20, 16 << 20, 16 << 20}})
+	if err != nil || len(resp.Values) != 3 || len(resp.Values[2]) != 16<<20 {
+		t.Fatalf("48 MiB batch: %v", err)
+	}
+	if held()-base < 40<<20 {
+		t.Fatalf("the answer did not take its memory (%d MiB held)", (held()-base)>>20)
+	}
+	resp = nil
+	deadline := time.Now().Add(3 * time.Second)
+	for held()-base > 8<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("3 s after a 48 MiB answer the process still holds %d MiB more than before", (held()-base)>>20)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := New(Options{Name: "x", Store: memStore(t, "x"), Model: f.srv.model, MaxBatchBytes: MaxResponseBytes + 1}); err == nil {
+		t.Fatal("a batch limit above the response limit was accepted")
 	}
 }
 

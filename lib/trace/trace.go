@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"unicode/utf8"
@@ -43,6 +44,25 @@ type BackendQueries struct {
 	Sizes     []int64
 	Keys      []string
 	Cacheable []bool
+}
+
+// ValueBytes is the sum of the sizes every query of the request asks for
+// (saturating at the largest int64).
+func (r *Request) ValueBytes() int64 {
+	var n int64
+	for _, l := range r.Layers {
+		for i := range l {
+			for _, s := range l[i].Sizes {
+				if s > 0 {
+					if n > math.MaxInt64-s {
+						return math.MaxInt64
+					}
+					n += s
+				}
+			}
+		}
+	}
+	return n
 }
 
 // Len is the number of queries in the batch.

@@ -45,6 +45,7 @@ func run(args []string) int {
 	shadowBytes := fs.String("shadow-bytes", bytesize.Format(server.DefaultShadowBytes), "shadow region of each partition's shadow model: misses that this much more cache would have hit are reported as shadow hits")
 	noStats := fs.Bool("no-stats", false, "do not report per-backend statistics (hits, misses, shadow hits, query latencies) with the RBC batches")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest accepted request body")
+	maxRequest := fs.Int64("max-request-bytes", server.DefaultMaxRequestBytes, "most value bytes one request may ask for in all (the sum of its sizes); a larger one is refused with 413 before anything is sent")
 	check := fs.Bool("check", false, "validate the topology and this app server's settings (dispatch policy parameters among them), print what would run, and exit")
 	listDispatch := fs.Bool("list-dispatch-policies", false, "print every registered dispatch policy, one a line (name, parameters with defaults, summary), and exit")
 	listen := fs.String("http-addr", "", "listen address (default: the app server's http address in the topology; set it when that name is not local, e.g. 0.0.0.0:8080 behind a container service name)")
@@ -85,7 +86,7 @@ func run(args []string) int {
 	}{
 		{"--memcached-conns", int64(*conns)}, {"--memcached-item-max", int64(*itemMax)},
 		{"--fill-queue", int64(*fillQueue)}, {"--fill-workers", int64(*fillWorkers)},
-		{"--rbc-buffer", int64(*rbcBuffer)}, {"--max-body-bytes", *maxBody},
+		{"--rbc-buffer", int64(*rbcBuffer)}, {"--max-body-bytes", *maxBody}, {"--max-request-bytes", *maxRequest},
 	} {
 		if c.v <= 0 {
 			return usage("%s %d must be positive", c.name, c.v)
@@ -111,6 +112,7 @@ func run(args []string) int {
 		FillWorkers:      *fillWorkers,
 		RBCBuffer:        *rbcBuffer,
 		MaxBodyBytes:     *maxBody,
+		MaxRequestBytes:  *maxRequest,
 		ShadowBytes:      shadow,
 		NoStats:          *noStats,
 	})

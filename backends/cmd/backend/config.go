@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/backends/server"
 	"github.com/robinhoodcache/robinhood/backends/sqldb"
 	"github.com/robinhoodcache/robinhood/lib/config"
 )
@@ -22,6 +23,7 @@ type settings struct {
 	Seed               uint64
 	Redis              string
 	MaxBytes           int64
+	MaxBatchBytes      int64
 	DB                 string
 	Rows               int
 	MatrixSize         int
@@ -72,6 +74,7 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 	maxBytes := fs.Int64("max-bytes", 0, "kv, in memory: bound on stored bytes; least recently used keys are evicted (kv.max_bytes; default 256 MiB)")
 	db := fs.String("db", "", "sql: database file, built on first start, reused while valid (sql.db; default $TMPDIR/robinhood-backend-NAME/backend.db)")
 	rows := fs.Int("rows", 0, "sql: number of items in the database (sql.rows; default 100000)")
+	fs.Int64Var(&c.MaxBatchBytes, "max-batch-bytes", server.DefaultMaxBatchBytes, "bound on the bytes one batch may ask for in all; a larger one is refused before anything is allocated")
 	matrix := fs.Int("matrix-size", 0, "compute: n of the n×n matrix multiply per query (compute.matrix_size; default 96)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long queued and in-service queries may finish")
@@ -84,6 +87,9 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (all settings are flags)", fs.Arg(0))
+	}
+	if c.MaxBatchBytes <= 0 || c.MaxBatchBytes > server.MaxResponseBytes {
+		return c, fmt.Errorf("--max-batch-bytes: %d is not in (0, %d]", c.MaxBatchBytes, int64(server.MaxResponseBytes))
 	}
 	set := config.SetFlags(fs)
 

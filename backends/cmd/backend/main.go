@@ -121,7 +121,8 @@ func serve(ctx context.Context, cfg settings, log *slog.Logger) error {
 	}
 	defer store.Close()
 
-	srv, err := server.New(server.Options{Name: cfg.Name, Type: cfg.Type, Store: store, Model: model, Registry: reg, Logger: log})
+	srv, err := server.New(server.Options{Name: cfg.Name, Type: cfg.Type, Store: store, Model: model, Registry: reg, Logger: log,
+		MaxBatchBytes: cfg.MaxBatchBytes})
 	if err != nil {
 		return err
 	}
