@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/dialopts"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -56,7 +57,7 @@ func Dial(b config.Backend, opts ...grpc.DialOption) (*Replicas, error) {
 		return nil, fmt.Errorf("dispatch: backend %q has no replicas", b.Name)
 	}
 	rs := &Replicas{Backend: b.Name}
-	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dialopts.Reconnect()}, opts...)
 	for i, r := range b.Replicas {
 		conn, err := grpc.NewClient(r.GRPC, all...)
 		if err != nil {

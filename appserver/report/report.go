@@ -30,7 +30,7 @@ const (
 	DefaultBufferLen  = 1 << 17
 	DefaultInterval   = time.Second
 	DefaultMinBackoff = 100 * time.Millisecond
-	DefaultMaxBackoff = 10 * time.Second
+	DefaultMaxBackoff = 2 * time.Second
 	DefaultRPCTimeout = 5 * time.Second
 )
 
@@ -184,7 +184,8 @@ func (r *Reporter) send(lat, blk []uint32) error {
 			return err
 		}
 	}
-	req := &pb.ReportRequest{AppServerId: r.opt.AppServerID, LatencyUs: lat, BlockingBackend: blk}
+	req := &pb.ReportRequest{AppServerId: r.opt.AppServerID, LatencyUs: lat, BlockingBackend: blk,
+		SentUnixNano: time.Now().UnixNano()}
 	if r.opt.Stats != nil {
 		req.BackendStats = r.opt.Stats()
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 	"github.com/robinhoodcache/robinhood/appserver/report"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/dialopts"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -215,7 +216,7 @@ func New(cfg Config) (_ *Server, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopReporter = cancel
 	if addr := cfg.Topology.RBCServer.GRPC; addr != "" {
-		s.rbcConn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		s.rbcConn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), dialopts.Reconnect())
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("rbc_server.grpc %q: %w", addr, err)

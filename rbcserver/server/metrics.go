@@ -20,6 +20,7 @@ type metrics struct {
 	recordsRejected *prometheus.CounterVec
 	batches         prometheus.Counter
 	batchesRejected *prometheus.CounterVec
+	lateBatches     prometheus.Counter
 	streams         prometheus.Gauge
 	compute         prometheus.Histogram
 	blocking        *prometheus.GaugeVec
@@ -52,6 +53,10 @@ func newMetrics(r *ring.Ring) *metrics {
 			Name: "rbcserver_batches_rejected_total",
 			Help: "Batches rejected, by reason (too_large: over the 16 MiB message limit).",
 		}, []string{"reason"}),
+		lateBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rbcserver_late_batches_total",
+			Help: "Batches that arrived a second or more after their client cut them (sent_unix_nano); their records are filed at the time they were cut.",
+		}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "rbcserver_report_streams",
 			Help: "Report streams currently open.",
@@ -113,7 +118,7 @@ func newMetrics(r *ring.Ring) *metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ingested, m.recordsRejected, m.batches, m.batchesRejected, m.streams,
+		m.ingested, m.recordsRejected, m.batches, m.batchesRejected, m.lateBatches, m.streams,
 		m.compute, m.blocking, m.share, m.windowRequests, ringRecords, ringCapacity,
 		m.cacheHits, m.cacheMisses, m.shadowHits, m.queryP50, m.queryP99,
 	)

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -71,7 +72,8 @@ type received struct {
 }
 
 // Report ingests a stream of batches. Each batch is validated as a whole
-// and stored under one ring lock with the server's receive time as its
+// and stored under one ring lock with the time the client cut it (its
+// sent_unix_nano, clamped to the RBC window before the arrival) as its
 // arrival time. An invalid batch ends the stream with InvalidArgument and
 // none of its records are stored; batches accepted before it stay. When the
 // client closes the stream the response counts what was accepted.
@@ -139,6 +141,12 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 			return status.Error(codes.InvalidArgument, serr.Error())
 		}
 		now, at := s.now()
+		if late := s.lateness(now, r.req.GetSentUnixNano()); late > 0 {
+			at -= int64(late)
+			if late >= time.Second {
+				s.m.lateBatches.Inc()
+			}
+		}
 		lat, be := r.req.GetLatencyUs(), r.req.GetBlockingBackend()
 		s.ring.Append(at, lat, be)
 		s.stats.Add(now, r.req.GetAppServerId(), reports)
@@ -147,6 +155,17 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 		batches++
 		s.m.addIngested(len(lat))
 	}
+}
+
+// lateness is how long before its arrival a batch was cut, by its
+// sent_unix_nano: 0 without one or when the client's clock is ahead, at most
+// the RBC window (a batch older than that only counts at the window's edge).
+func (s *Server) lateness(now time.Time, sent int64) time.Duration {
+	if sent <= 0 {
+		return 0
+	}
+	d := now.Sub(time.Unix(0, sent))
+	return min(max(d, 0), s.cfg.Window)
 }
 
 // statsReports converts and validates a batch's backend_stats; the error

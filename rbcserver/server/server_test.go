@@ -250,6 +250,44 @@ func TestWindowExpiresWithTheClock(t *testing.T) {
 	}
 }
 
+// A batch that waited in transit (a paused server, a reconnect) is filed at
+// the time its client cut it, clamped to the window and never before what the
+// ring already holds (it keeps arrival order); one without a send time, or
+// from a clock ahead of the server's, at its arrival.
+func TestLateBatchesLandInTheirWindow(t *testing.T) {
+	h := start(t, nil) // window 5 s
+	h.clock.Advance(10 * time.Second) // nothing is filed before the server started
+	now := h.clock.Now()
+	at := func(b *robinhoodv1.ReportRequest, d time.Duration) *robinhoodv1.ReportRequest {
+		b.SentUnixNano = now.Add(d).UnixNano()
+		return b
+	}
+	batches := []*robinhoodv1.ReportRequest{
+		at(batch("a", []uint32{100}, []uint32{0}), -time.Hour), // filed at the window's edge
+		at(batch("a", []uint32{200, 300}, []uint32{1, 1}), -3*time.Second),
+		at(batch("a", []uint32{400}, []uint32{2}), -2*time.Second),
+		at(batch("b", []uint32{500}, []uint32{3}), time.Minute), // a clock ahead: now
+		batch("b", []uint32{600}, []uint32{3}),                  // no send time: now
+	}
+	if _, err := h.report(t, batches...); err != nil {
+		t.Fatal(err)
+	}
+	n := func(w float64) uint64 {
+		return h.getRBC(t, &robinhoodv1.GetRBCRequest{WindowSeconds: w}).GetWindowRequests()
+	}
+	for _, c := range []struct {
+		window float64
+		want   uint64
+	}{{1, 2}, {2.5, 3}, {4, 5}, {5, 6}} {
+		if got := n(c.window); got != c.want {
+			t.Errorf("the last %g s hold %d records, want %d", c.window, got, c.want)
+		}
+	}
+	if body := get(t, h.http+"/metrics", http.StatusOK); !strings.Contains(body, "rbcserver_late_batches_total 3\n") {
+		t.Error("/metrics lacks rbcserver_late_batches_total 3")
+	}
+}
+
 func TestRingKeepsTheNewestRecords(t *testing.T) {
 	h := start(t, func(c *Config) { c.RingSize = 4 })
 	if _, err := h.report(t,

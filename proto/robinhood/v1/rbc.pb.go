@@ -35,7 +35,13 @@ type ReportRequest struct {
 	BlockingBackend []uint32 `protobuf:"varint,3,rep,packed,name=blocking_backend,json=blockingBackend,proto3" json:"blocking_backend,omitempty"`
 	// Per-backend statistics of the interval since this app server's previous
 	// batch. Optional: clients that send none are served as before.
-	BackendStats  []*BackendStats `protobuf:"bytes,4,rep,name=backend_stats,json=backendStats,proto3" json:"backend_stats,omitempty"`
+	BackendStats []*BackendStats `protobuf:"bytes,4,rep,name=backend_stats,json=backendStats,proto3" json:"backend_stats,omitempty"`
+	// When the client cut the batch, Unix nanoseconds. The server files the
+	// batch's records that much before their arrival (at most the RBC window
+	// before; never in the future), so a batch that waited in transit — a
+	// paused or reconnecting server — counts in the window it belongs to.
+	// Clocks are taken to be synchronized (NTP). 0: the arrival time.
+	SentUnixNano  int64 `protobuf:"varint,5,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -96,6 +102,13 @@ func (x *ReportRequest) GetBackendStats() []*BackendStats {
 		return x.BackendStats
 	}
 	return nil
+}
+
+func (x *ReportRequest) GetSentUnixNano() int64 {
+	if x != nil {
+		return x.SentUnixNano
+	}
+	return 0
 }
 
 // BackendStats is what one app server measured about one backend during
@@ -856,13 +869,14 @@ var File_robinhood_v1_rbc_proto protoreflect.FileDescriptor
 
 const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	"\n" +
-	"\x16robinhood/v1/rbc.proto\x12\frobinhood.v1\"\xbe\x01\n" +
+	"\x16robinhood/v1/rbc.proto\x12\frobinhood.v1\"\xe4\x01\n" +
 	"\rReportRequest\x12\"\n" +
 	"\rapp_server_id\x18\x01 \x01(\tR\vappServerId\x12\x1d\n" +
 	"\n" +
 	"latency_us\x18\x02 \x03(\rR\tlatencyUs\x12)\n" +
 	"\x10blocking_backend\x18\x03 \x03(\rR\x0fblockingBackend\x12?\n" +
-	"\rbackend_stats\x18\x04 \x03(\v2\x1a.robinhood.v1.BackendStatsR\fbackendStats\"\xae\x02\n" +
+	"\rbackend_stats\x18\x04 \x03(\v2\x1a.robinhood.v1.BackendStatsR\fbackendStats\x12$\n" +
+	"\x0esent_unix_nano\x18\x05 \x01(\x03R\fsentUnixNano\"\xae\x02\n" +
 	"\fBackendStats\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\rR\abackend\x12\x1d\n" +
 	"\n" +

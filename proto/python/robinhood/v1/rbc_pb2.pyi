@@ -7,16 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ReportRequest(_message.Message):
-    __slots__ = ("app_server_id", "latency_us", "blocking_backend", "backend_stats")
+    __slots__ = ("app_server_id", "latency_us", "blocking_backend", "backend_stats", "sent_unix_nano")
     APP_SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     LATENCY_US_FIELD_NUMBER: _ClassVar[int]
     BLOCKING_BACKEND_FIELD_NUMBER: _ClassVar[int]
     BACKEND_STATS_FIELD_NUMBER: _ClassVar[int]
+    SENT_UNIX_NANO_FIELD_NUMBER: _ClassVar[int]
     app_server_id: str
     latency_us: _containers.RepeatedScalarFieldContainer[int]
     blocking_backend: _containers.RepeatedScalarFieldContainer[int]
     backend_stats: _containers.RepeatedCompositeFieldContainer[BackendStats]
-    def __init__(self, app_server_id: _Optional[str] = ..., latency_us: _Optional[_Iterable[int]] = ..., blocking_backend: _Optional[_Iterable[int]] = ..., backend_stats: _Optional[_Iterable[_Union[BackendStats, _Mapping]]] = ...) -> None: ...
+    sent_unix_nano: int
+    def __init__(self, app_server_id: _Optional[str] = ..., latency_us: _Optional[_Iterable[int]] = ..., blocking_backend: _Optional[_Iterable[int]] = ..., backend_stats: _Optional[_Iterable[_Union[BackendStats, _Mapping]]] = ..., sent_unix_nano: _Optional[int] = ...) -> None: ...
 
 class BackendStats(_message.Message):
     __slots__ = ("backend", "cache_hits", "cache_misses", "shadow_hits", "shadow_bytes", "latency_bucket", "latency_count", "partition_limit_bytes")
