@@ -2,6 +2,7 @@ package server
 
 import (
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,9 @@ type metrics struct {
 	batches         prometheus.Counter
 	batchesRejected *prometheus.CounterVec
 	lateBatches     prometheus.Counter
+	appRefused      *prometheus.CounterVec
+	appsMu          sync.Mutex
+	appsSeen        map[string]bool
 	streams         prometheus.Gauge
 	compute         prometheus.Histogram
 	blocking        *prometheus.GaugeVec
@@ -53,6 +57,11 @@ func newMetrics(r *ring.Ring) *metrics {
 			Name: "rbcserver_batches_rejected_total",
 			Help: "Batches rejected, by reason (too_large: over the 16 MiB message limit).",
 		}, []string{"reason"}),
+		appRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rbcserver_app_records_refused_total",
+			Help: "Records refused because their app server would exceed its share of the window or the ring, by app server (the first 256 ids; the rest as \"other\").",
+		}, []string{"app_server"}),
+		appsSeen: map[string]bool{},
 		lateBatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rbcserver_late_batches_total",
 			Help: "Batches that arrived a second or more after their client cut them (sent_unix_nano); their records are filed at the time they were cut.",
@@ -118,7 +127,7 @@ func newMetrics(r *ring.Ring) *metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ingested, m.recordsRejected, m.batches, m.batchesRejected, m.lateBatches, m.streams,
+		m.ingested, m.recordsRejected, m.batches, m.batchesRejected, m.lateBatches, m.appRefused, m.streams,
 		m.compute, m.blocking, m.share, m.windowRequests, ringRecords, ringCapacity,
 		m.cacheHits, m.cacheMisses, m.shadowHits, m.queryP50, m.queryP99,
 	)
@@ -182,4 +191,21 @@ func (m *metrics) publishStats(total []stats.Summary) {
 		m.queryP50.WithLabelValues(label).Set(s.Latency.Quantile(0.5) / 1e6)
 		m.queryP99.WithLabelValues(label).Set(s.Latency.Quantile(0.99) / 1e6)
 	}
+}
+
+// maxAppLabels bounds the app_server label's values: ids come from clients.
+const maxAppLabels = 256
+
+// appRejected counts n records of app refused for its share.
+func (m *metrics) appRejected(app string, n int) {
+	m.appsMu.Lock()
+	if !m.appsSeen[app] {
+		if len(m.appsSeen) >= maxAppLabels {
+			app = "other"
+		} else {
+			m.appsSeen[app] = true
+		}
+	}
+	m.appsMu.Unlock()
+	m.appRefused.WithLabelValues(app).Add(float64(n))
 }

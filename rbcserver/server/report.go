@@ -20,6 +20,7 @@ const (
 	ReasonBackendRange   = "backend_out_of_range" // a blocking_backend ≥ --max-backends
 	ReasonTooLarge       = "too_large"            // message over MaxMessageBytes (batches only)
 	ReasonBadStats       = "bad_stats"            // a backend_stats entry is invalid
+	ReasonShare          = "share"                // one reporter's records beyond its share of the window or the ring
 )
 
 // BatchError says why a ReportRequest was rejected.
@@ -141,6 +142,15 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 			return status.Error(codes.InvalidArgument, serr.Error())
 		}
 		now, at := s.now()
+		if n := len(r.req.GetLatencyUs()); n > 0 {
+			if lim := int(s.cfg.MaxBatchFraction * float64(s.cfg.RingSize)); n > lim {
+				return s.refuse(r.req.GetAppServerId(), n, ReasonShare, fmt.Errorf("a batch of %d records is more than %g of the ring (%d records; --max-batch-fraction)",
+					n, s.cfg.MaxBatchFraction, lim))
+			}
+			if err := s.shares.admit(r.req.GetAppServerId(), n, at, s.cfg.MaxAppShare); err != nil {
+				return s.refuse(r.req.GetAppServerId(), n, ReasonShare, err)
+			}
+		}
 		if late := s.lateness(now, r.req.GetSentUnixNano()); late > 0 {
 			at -= int64(late)
 			if late >= time.Second {
@@ -155,6 +165,16 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 		batches++
 		s.m.addIngested(len(lat))
 	}
+}
+
+// refuse ends a stream whose batch would give one reporter too much of the
+// window: ResourceExhausted, counted per app server.
+func (s *Server) refuse(app string, n int, reason string, err error) error {
+	s.m.batchesRejected.WithLabelValues(reason).Inc()
+	s.m.recordsRejected.WithLabelValues(reason).Add(float64(n))
+	s.m.appRejected(app, n)
+	s.log.Warn("report batch refused", "app_server_id", app, "reason", reason, "records", n, "err", err)
+	return status.Error(codes.ResourceExhausted, err.Error())
 }
 
 // lateness is how long before its arrival a batch was cut, by its

@@ -52,6 +52,13 @@ type Config struct {
 	// MaxBackends bounds backend ids: every id must be below it
 	// (--max-backends).
 	MaxBackends int
+	// MaxAppShare bounds one app server's records in the window to this
+	// many times its fair share (the window's records over the app servers
+	// reporting in it); 0 turns the bound off (--max-app-share).
+	MaxAppShare float64
+	// MaxBatchFraction bounds one batch to this fraction of the ring
+	// (--max-batch-fraction).
+	MaxBatchFraction float64
 	// Clock returns the current time; tests inject a fake one. Arrival
 	// times and windows are measured on it.
 	Clock func() time.Time
@@ -67,14 +74,22 @@ func DefaultConfig() Config {
 		panic(err)
 	}
 	return Config{
-		RingSize:       s.RingSize,
-		Window:         s.Window.D(),
-		StatsRetention: s.StatsRetention.D(),
-		LowPct:         s.LowPct,
-		HighPct:        s.HighPct,
-		MaxBackends:    rbc.DefaultMaxBackends,
+		RingSize:         s.RingSize,
+		Window:           s.Window.D(),
+		StatsRetention:   s.StatsRetention.D(),
+		LowPct:           s.LowPct,
+		HighPct:          s.HighPct,
+		MaxBackends:      rbc.DefaultMaxBackends,
+		MaxAppShare:      DefaultMaxAppShare,
+		MaxBatchFraction: DefaultMaxBatchFraction,
 	}
 }
+
+// Defaults of the reporter bounds (docs/rbcserver.md, "One reporter's share").
+const (
+	DefaultMaxAppShare      = 4.0
+	DefaultMaxBatchFraction = 1.0 / 16
+)
 
 // Validate checks every setting against the schema's rules for rbc_server
 // (the error names the field) and the backend bound.
@@ -88,6 +103,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBackends < 1 || c.MaxBackends > rbc.MaxBackends {
 		return fmt.Errorf("max_backends: %d is out of range [1, %d]", c.MaxBackends, rbc.MaxBackends)
+	}
+	if !(c.MaxAppShare == 0 || c.MaxAppShare >= 1) || math.IsInf(c.MaxAppShare, 0) {
+		return fmt.Errorf("max_app_share: %v must be 0 (off) or at least 1", c.MaxAppShare)
+	}
+	if !(c.MaxBatchFraction > 0 && c.MaxBatchFraction <= 1) {
+		return fmt.Errorf("max_batch_fraction: %v is not in (0, 1]", c.MaxBatchFraction)
 	}
 	return nil
 }
@@ -103,6 +124,7 @@ type Server struct {
 	log      *slog.Logger
 	ring     *ring.Ring
 	stats    *stats.Store
+	shares   *shares
 	defaults query
 	m        *metrics
 	health   *health.Server
@@ -134,6 +156,7 @@ func New(cfg Config) (*Server, error) {
 		log:       cfg.Logger,
 		ring:      r,
 		stats:     stats.New(cfg.StatsRetention),
+		shares:    newShares(int64(cfg.Window)),
 		defaults:  query{window: cfg.Window, params: rbc.Params{LowPct: cfg.LowPct, HighPct: cfg.HighPct}},
 		health:    health.NewServer(),
 		draining:  make(chan struct{}),

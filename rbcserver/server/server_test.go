@@ -255,7 +255,7 @@ func TestWindowExpiresWithTheClock(t *testing.T) {
 // ring already holds (it keeps arrival order); one without a send time, or
 // from a clock ahead of the server's, at its arrival.
 func TestLateBatchesLandInTheirWindow(t *testing.T) {
-	h := start(t, nil) // window 5 s
+	h := start(t, nil)                // window 5 s
 	h.clock.Advance(10 * time.Second) // nothing is filed before the server started
 	now := h.clock.Now()
 	at := func(b *robinhoodv1.ReportRequest, d time.Duration) *robinhoodv1.ReportRequest {
@@ -289,7 +289,7 @@ func TestLateBatchesLandInTheirWindow(t *testing.T) {
 }
 
 func TestRingKeepsTheNewestRecords(t *testing.T) {
-	h := start(t, func(c *Config) { c.RingSize = 4 })
+	h := start(t, func(c *Config) { c.RingSize, c.MaxBatchFraction = 4, 1 })
 	if _, err := h.report(t,
 		batch("a", []uint32{1, 2, 3}, []uint32{0, 0, 0}),
 		batch("a", []uint32{4, 5, 6}, []uint32{1, 1, 1}),
@@ -674,4 +674,63 @@ func grep(text, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// One reporter cannot take over the window: beyond MaxAppShare × its fair
+// share, or with a batch over MaxBatchFraction of the ring, its stream ends
+// with ResourceExhausted, nothing of the batch is stored, and the refusal is
+// counted per app server; the others go on.
+func TestOneReporterCannotFillTheWindow(t *testing.T) {
+	h := start(t, func(c *Config) { c.RingSize, c.MaxAppShare = 1000, 2 })
+	h.clock.Advance(10 * time.Second)
+	ones := func(n int, be uint32) ([]uint32, []uint32) {
+		lat, b := make([]uint32, n), make([]uint32, n)
+		for i := range lat {
+			lat[i], b[i] = 1000, be
+		}
+		return lat, b
+	}
+	for _, app := range []string{"a", "b", "c"} {
+		lat, be := ones(20, 0)
+		if _, err := h.report(t, batch(app, lat, be)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 60 records from 3 app servers. "evil", a fourth, may hold at most
+	// 2 × (the window's records) / 4: its first 30 (2 × 90/4 = 45) pass, 31 more
+	// (61 of 121, above 2 × 121/4 = 60.5) do not.
+	lat, be := ones(30, 7)
+	if _, err := h.report(t, batch("evil", lat, be)); err != nil {
+		t.Fatalf("30 records within the share: %v", err)
+	}
+	lat, be = ones(31, 7)
+	_, err := h.report(t, batch("evil", lat, be))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `app server "evil" would hold 61 of the window's 121 records, more than 2 × its fair share`) {
+		t.Fatalf("beyond the share: %v", err)
+	}
+	if got := h.getRBC(t, &robinhoodv1.GetRBCRequest{}).GetWindowRequests(); got != 90 {
+		t.Fatalf("the window holds %d records, want 90 (the refused batch is not stored)", got)
+	}
+	// A batch over 1/16 of the ring (62 records) is refused whatever the share.
+	lat, be = ones(63, 0)
+	if _, err := h.report(t, batch("a", lat, be)); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "more than 0.0625 of the ring") {
+		t.Fatalf("a 63-record batch: %v", err)
+	}
+	body := get(t, h.http+"/metrics", http.StatusOK)
+	for _, line := range []string{`rbcserver_app_records_refused_total{app_server="evil"} 31`, `rbcserver_app_records_refused_total{app_server="a"} 63`,
+		`rbcserver_batches_rejected_total{reason="share"} 2`} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+	// Once the window moves on, the share is free again.
+	h.clock.Advance(6 * time.Second)
+	lat, be = ones(30, 7)
+	if _, err := h.report(t, batch("evil", lat, be)); err != nil {
+		t.Fatalf("after the window: %v", err)
+	}
+	if _, err := New(Config{RingSize: 10, Window: time.Second, StatsRetention: time.Second, LowPct: 98.5, HighPct: 99.5, MaxBackends: 8, MaxAppShare: 0.5, MaxBatchFraction: 0.1}); err == nil ||
+		!strings.Contains(err.Error(), "max_app_share") {
+		t.Fatalf("max_app_share 0.5: %v", err)
+	}
 }

@@ -65,6 +65,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	highPct := fs.Float64("high-pct", def.HighPct, "default upper percentile of the RBC band, in (0, 100] (rbc_server.high_pct)")
 	statsRetention := fs.String("stats-retention", def.StatsRetention.String(), "how long per-backend statistics are kept: the longest GetStats window (rbc_server.stats_retention)")
 	fs.IntVar(&o.cfg.MaxBackends, "max-backends", o.cfg.MaxBackends, "backend ids must be below this")
+	fs.Float64Var(&o.cfg.MaxAppShare, "max-app-share", o.cfg.MaxAppShare, "no app server may hold more than this many times its fair share of the window's records (0: no bound)")
+	fs.Float64Var(&o.cfg.MaxBatchFraction, "max-batch-fraction", o.cfg.MaxBatchFraction, "no batch may hold more than this fraction of the ring")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take before connections are closed")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Bounded influence of one reporter (docs/rbcserver.md, "One reporter's
+// share"): the RBC is a vote of the app servers' slowest requests, so no app
+// server may fill the window alone. shares tracks, per app server, the
+// records it added to the window; a batch that would take an app server
+// beyond MaxShare times its fair share (the window's records over the app
+// servers reporting in it) is refused whole, as is a batch larger than
+// MaxBatchFraction of the ring.
+type shares struct {
+	mu     sync.Mutex
+	window int64 // ns, the RBC window
+	apps   map[string]*appShare
+}
+
+type appShare struct {
+	// batches in arrival order: (at, records); those older than the window
+	// are pruned.
+	at    []int64
+	n     []int
+	total int
+}
+
+func newShares(window int64) *shares { return &shares{window: window, apps: map[string]*appShare{}} }
+
+// prune drops what left the window before now.
+func (s *shares) prune(now int64) (records, active int) {
+	for id, a := range s.apps {
+		k := 0
+		for k < len(a.at) && a.at[k] < now-s.window {
+			a.total -= a.n[k]
+			k++
+		}
+		a.at, a.n = a.at[k:], a.n[k:]
+		if a.total == 0 {
+			delete(s.apps, id)
+			continue
+		}
+		records += a.total
+		active++
+	}
+	return records, active
+}
+
+// admit decides whether app may add n records at now, and records them when
+// it may. maxShare ≤ 0 admits everything.
+func (s *shares) admit(app string, n int, now int64, maxShare float64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	records, active := s.prune(now)
+	a := s.apps[app]
+	mine := 0
+	if a != nil {
+		mine = a.total
+	} else {
+		active++ // a newcomer counts among the app servers it shares with
+	}
+	if maxShare > 0 && active > 1 {
+		after := float64(mine + n)
+		limit := maxShare * float64(records+n) / float64(active)
+		if after > limit {
+			return fmt.Errorf("app server %q would hold %d of the window's %d records, more than %g × its fair share "+
+				"(1/%d of them): %d at most (--max-app-share)", app, mine+n, records+n, maxShare, active, int(limit))
+		}
+	}
+	if a == nil {
+		a = &appShare{}
+		s.apps[app] = a
+	}
+	a.at, a.n = append(a.at, now), append(a.n, n)
+	a.total += n
+	return nil
+}
