@@ -330,8 +330,7 @@ func (m *miniature) run() error {
 		m.shape = batches
 		at := m.feed.timing.Offset(ts)
 		if at >= s.cfg.Duration {
-			m.feed.ended = false
-			return
+			return // the generator never ends: the run does
 		}
 		own := append([]synth.Batch(nil), batches...)
 		s.eng.At(at, func() { arrive(at, own) })
