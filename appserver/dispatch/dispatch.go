@@ -16,9 +16,12 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/dialopts"
@@ -37,6 +40,7 @@ type Replica struct {
 	conn     *grpc.ClientConn
 	client   pb.BackendServiceClient
 	inFlight atomic.Int64
+	health   health
 }
 
 // InFlight is the number of calls to this replica not yet answered.
@@ -47,6 +51,9 @@ type Replicas struct {
 	// Backend is the backend's name.
 	Backend string
 	list    []*Replica
+	// now is the clock of the health checks (tests replace it).
+	now                func() time.Time
+	retries, ejections atomic.Uint64
 }
 
 // Dial creates one gRPC client connection per replica of b (connections are
@@ -56,7 +63,7 @@ func Dial(b config.Backend, opts ...grpc.DialOption) (*Replicas, error) {
 	if len(b.Replicas) == 0 {
 		return nil, fmt.Errorf("dispatch: backend %q has no replicas", b.Name)
 	}
-	rs := &Replicas{Backend: b.Name}
+	rs := &Replicas{Backend: b.Name, now: time.Now}
 	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dialopts.Reconnect()}, opts...)
 	for i, r := range b.Replicas {
 		conn, err := grpc.NewClient(r.GRPC, all...)
@@ -75,12 +82,21 @@ func (rs *Replicas) Len() int { return len(rs.list) }
 // Replica returns replica i.
 func (rs *Replicas) Replica(i int) *Replica { return rs.list[i] }
 
-// Call sends req to replica i, counting it in flight while it runs.
+// Call sends req to replica i, counting it in flight while it runs and
+// recording the outcome in the replica's health. When it fails with
+// Unavailable and the caller's deadline leaves time, the batch is retried
+// once on another replica in rotation (health.go).
 func (rs *Replicas) Call(ctx context.Context, i int, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
-	r := rs.list[i]
-	r.inFlight.Add(1)
-	defer r.inFlight.Add(-1)
-	return r.client.Get(ctx, req, opts...)
+	resp, err := rs.call(ctx, i, req, opts...)
+	if err == nil || status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+		return resp, err
+	}
+	j := rs.other(i)
+	if j < 0 {
+		return resp, err
+	}
+	rs.retries.Add(1)
+	return rs.call(ctx, j, req, opts...)
 }
 
 // Close closes every replica's connection.

@@ -2,8 +2,13 @@ package dispatch
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/robinhoodcache/robinhood/appserver/internal/testbackend"
 	"github.com/robinhoodcache/robinhood/backends/value"
@@ -54,5 +59,80 @@ func TestBuildRejectsUnknownPolicy(t *testing.T) {
 func TestDialNeedsReplicas(t *testing.T) {
 	if _, err := Dial(config.Backend{Name: "x"}); err == nil {
 		t.Fatal("Dial accepted a backend without replicas")
+	}
+}
+
+// A dead replica (connection refused: Unavailable at once) costs no request:
+// each batch sent to it is retried on the other replica; after EjectAfter
+// failures in a row it is out of rotation for EjectBase, then probed by
+// ordinary traffic — ejected again for twice as long while it stays dead,
+// back in rotation once it answers.
+func TestDeadReplicaIsRetriedEjectedAndProbedBack(t *testing.T) {
+	live := testbackend.Start(t, "ratings")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: dead}, {GRPC: live.Addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	now := time.Unix(1_000, 0)
+	rs.now = func() time.Time { return now }
+	req := &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}
+	get := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := rs.Call(ctx, 0, req)
+		if err != nil || len(resp.Values) != 1 {
+			t.Fatalf("a batch for the dead replica failed: %v", err)
+		}
+	}
+	for range EjectAfter {
+		get()
+	}
+	if rs.Healthy(0) || !rs.Healthy(1) || rs.Retries() != EjectAfter || rs.Ejections() != 1 {
+		t.Fatalf("after %d failures: healthy %v %v, %d retries, %d ejections", EjectAfter, rs.Healthy(0), rs.Healthy(1), rs.Retries(), rs.Ejections())
+	}
+	if in := rs.InRotation(nil); len(in) != 1 || in[0] != 1 {
+		t.Fatalf("in rotation: %v, want [1]", in)
+	}
+	// Random dispatch sends nothing to it while it is out.
+	d, _ := Build(config.Dispatch{Policy: Random}, rs)
+	before := live.Calls()
+	for range 20 {
+		if _, err := d.Get(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if live.Calls()-before != 20 || rs.Retries() != EjectAfter {
+		t.Fatalf("while ejected: %d calls reached the live replica, %d retries", live.Calls()-before, rs.Retries())
+	}
+	// Back in rotation after EjectBase: the probe fails, out again for 2 × EjectBase.
+	now = now.Add(EjectBase)
+	if !rs.Healthy(0) {
+		t.Fatal("not probed back after EjectBase")
+	}
+	get()
+	if rs.Healthy(0) || rs.Ejections() != 2 {
+		t.Fatalf("a failed probe: healthy %v, %d ejections", rs.Healthy(0), rs.Ejections())
+	}
+	now = now.Add(EjectBase)
+	if rs.Healthy(0) {
+		t.Fatal("the second ejection lasted only EjectBase")
+	}
+	now = now.Add(EjectBase)
+	if !rs.Healthy(0) {
+		t.Fatal("not probed back after 2 × EjectBase")
+	}
+	// A caller that gives up is not the replica's fault.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := rs.Call(ctx, 1, req); status.Code(err) != codes.Canceled || !rs.Healthy(1) {
+		t.Fatalf("a cancelled call: %v, healthy %v", err, rs.Healthy(1))
 	}
 }

@@ -9,8 +9,9 @@ import (
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
-// Random sends each batch to one replica chosen uniformly at random: the
-// default, and the paper's setting (one replica per backend there).
+// Random sends each batch to one replica chosen uniformly at random among
+// those in rotation: the default, and the paper's setting (one replica per
+// backend there).
 const Random = "random"
 
 func init() {
@@ -26,8 +27,10 @@ type random struct{ rs *Replicas }
 
 func (d *random) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
 	i := 0
-	if n := d.rs.Len(); n > 1 {
-		i = rand.IntN(n)
+	if d.rs.Len() > 1 {
+		var buf [8]int
+		in := d.rs.InRotation(buf[:0])
+		i = in[rand.IntN(len(in))]
 	}
 	return d.rs.Call(ctx, i, req, opts...)
 }

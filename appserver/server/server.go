@@ -181,6 +181,25 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 		be := &backend{name: tb.Name, id: tb.ID, replicas: rs, m: s.m.forBackend(tb.Name)}
 		s.backends[tb.Name] = be
+		lbl := prometheus.Labels{"backend": tb.Name}
+		s.m.reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_backend_retries_total", ConstLabels: lbl,
+				Help: "Batches retried on another replica after their replica failed with Unavailable."},
+				func() float64 { return float64(rs.Retries()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_replica_ejections_total", ConstLabels: lbl,
+				Help: "Times a replica was taken out of rotation after failing calls in a row (passive health checks)."},
+				func() float64 { return float64(rs.Ejections()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appserver_replicas_in_rotation", ConstLabels: lbl,
+				Help: "Replicas not ejected (all of them when every one is: a backend is never given up on)."},
+				func() float64 {
+					n := 0
+					for i := range rs.Len() {
+						if rs.Healthy(i) {
+							n++
+						}
+					}
+					return float64(n)
+				}))
 		if be.dispatcher, err = dispatch.Build(app.Dispatch, rs); err != nil {
 			return nil, fmt.Errorf("%s: backend %s: %w", where, tb.Name, err)
 		}

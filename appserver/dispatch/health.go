@@ -1,0 +1,132 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+)
+
+// Passive health checks and failover (docs/appserver.md, "Replica failures"),
+// part of the mechanism every dispatch policy gets: a replica that fails
+// EjectAfter calls in a row with Unavailable or a deadline is ejected for a
+// back-off period (EjectBase, doubling with every ejection in a row up to
+// EjectMax) and then probed back by ordinary traffic; a call that fails fast
+// with Unavailable is retried once on another replica within its deadline.
+const (
+	EjectAfter = 3
+	EjectBase  = time.Second
+	EjectMax   = 30 * time.Second
+)
+
+// health is one replica's record of failures.
+type health struct {
+	mu           sync.Mutex
+	fails        int       // retryable failures in a row
+	ejections    int       // ejections in a row (no success since)
+	ejectedUntil time.Time // zero when in rotation
+}
+
+// healthy reports whether the replica is in rotation at now.
+func (h *health) healthy(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !now.Before(h.ejectedUntil)
+}
+
+// outcome records a call's result; it returns true when the replica was
+// ejected by it.
+func (h *health) outcome(failed bool, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !failed {
+		h.fails, h.ejections = 0, 0
+		return false
+	}
+	h.fails++
+	// After an ejection the first failure (the probe) ejects again at once.
+	if h.fails < EjectAfter && h.ejections == 0 {
+		return false
+	}
+	d := EjectBase << min(h.ejections, 5)
+	h.ejectedUntil = now.Add(min(d, EjectMax))
+	h.ejections++
+	h.fails = 0
+	return true
+}
+
+// retryable is a failure of the replica, not of the request: the replica is
+// unreachable or did not answer in time while the caller still waited.
+func retryable(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// Healthy reports whether replica i is in rotation (not ejected).
+func (rs *Replicas) Healthy(i int) bool { return rs.list[i].health.healthy(rs.now()) }
+
+// InRotation returns the indexes of the replicas in rotation, or all of
+// them when every one is ejected (a backend is never given up on).
+func (rs *Replicas) InRotation(buf []int) []int {
+	buf = buf[:0]
+	now := rs.now()
+	for i, r := range rs.list {
+		if r.health.healthy(now) {
+			buf = append(buf, i)
+		}
+	}
+	if len(buf) == 0 {
+		for i := range rs.list {
+			buf = append(buf, i)
+		}
+	}
+	return buf
+}
+
+// Retries is the number of batches retried on another replica; Ejections
+// the number of times a replica was taken out of rotation.
+func (rs *Replicas) Retries() uint64   { return rs.retries.Load() }
+func (rs *Replicas) Ejections() uint64 { return rs.ejections.Load() }
+
+// call sends req to replica i and records the outcome in its health.
+func (rs *Replicas) call(ctx context.Context, i int, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
+	r := rs.list[i]
+	r.inFlight.Add(1)
+	resp, err := r.client.Get(ctx, req, opts...)
+	r.inFlight.Add(-1)
+	failed := retryable(ctx, err)
+	if err == nil || failed {
+		if r.health.outcome(failed, rs.now()) {
+			rs.ejections.Add(1)
+		}
+	}
+	return resp, err
+}
+
+// other picks the replica for a retry: in rotation, not i, fewest calls in
+// flight; -1 when there is none.
+func (rs *Replicas) other(i int) int {
+	best := -1
+	now := rs.now()
+	for j, r := range rs.list {
+		if j == i || !r.health.healthy(now) {
+			continue
+		}
+		if best < 0 || r.inFlight.Load() < rs.list[best].inFlight.Load() {
+			best = j
+		}
+	}
+	return best
+}
