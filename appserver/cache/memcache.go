@@ -58,7 +58,7 @@ func (e *KeyError) Error() string { return fmt.Sprintf("memcached: illegal key %
 
 // ErrorKind classifies an error of Client into a small fixed set, for metric
 // labels: timeout, canceled, too_large, not_stored, server, protocol, key,
-// closed, conn; "" for nil.
+// closed, bypassed (the circuit breaker is open), conn; "" for nil.
 func ErrorKind(err error) string {
 	var se *ServerError
 	var pe *ProtocolError
@@ -76,6 +76,8 @@ func ErrorKind(err error) string {
 		return "not_stored"
 	case errors.Is(err, ErrClosed):
 		return "closed"
+	case errors.Is(err, ErrBreakerOpen):
+		return "bypassed"
 	case errors.As(err, &se):
 		return "server"
 	case errors.As(err, &pe):
@@ -109,6 +111,7 @@ type Client struct {
 	idle   chan *conn
 	dialer net.Dialer
 	closed atomic.Bool
+	brk    breaker
 }
 
 type conn struct {
@@ -130,7 +133,36 @@ func NewClient(addr string, opt Options) *Client {
 		timeout: opt.Timeout,
 		slots:   make(chan struct{}, opt.MaxConns),
 		idle:    make(chan *conn, opt.MaxConns),
+		brk:     breaker{now: time.Now},
 	}
+}
+
+// guarded runs one operation through the circuit breaker (breaker.go).
+func (c *Client) guarded(op func() error) error {
+	if !c.brk.allow() {
+		return ErrBreakerOpen
+	}
+	err := op()
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+		c.brk.done(unanswered(err))
+	} else {
+		c.brk.release()
+	}
+	return err
+}
+
+// BreakerOpenings is how many times the circuit breaker opened.
+func (c *Client) BreakerOpenings() uint64 {
+	c.brk.mu.Lock()
+	defer c.brk.mu.Unlock()
+	return c.brk.Opened
+}
+
+// Bypassed reports whether the breaker is open (the instance is bypassed).
+func (c *Client) Bypassed() bool {
+	c.brk.mu.Lock()
+	defer c.brk.mu.Unlock()
+	return c.brk.opens > 0 && c.brk.now().Before(c.brk.until)
 }
 
 // Addr returns the memcached address.
@@ -237,6 +269,10 @@ func checkKey(k string) error {
 // a miss. vals must be at least as long as keys. Keys may repeat. On error
 // the values found so far are kept and the rest are nil.
 func (c *Client) GetMulti(ctx context.Context, keys []string, vals [][]byte) error {
+	return c.guarded(func() error { return c.getMulti(ctx, keys, vals) })
+}
+
+func (c *Client) getMulti(ctx context.Context, keys []string, vals [][]byte) error {
 	vals = vals[:len(keys)]
 	for i := range vals {
 		vals[i] = nil
@@ -351,6 +387,10 @@ func parseValueLine(line []byte) (key []byte, n int, err error) {
 // Set stores value under key (flags 0, no expiry) and waits for memcached's
 // answer.
 func (c *Client) Set(ctx context.Context, key string, value []byte) error {
+	return c.guarded(func() error { return c.set(ctx, key, value) })
+}
+
+func (c *Client) set(ctx context.Context, key string, value []byte) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -400,6 +440,16 @@ func (cn *conn) set(key string, value []byte) error {
 
 // Stats returns memcached's general statistics (`stats`): name → value.
 func (c *Client) Stats(ctx context.Context) (map[string]string, error) {
+	var out map[string]string
+	err := c.guarded(func() error {
+		var err error
+		out, err = c.stats(ctx)
+		return err
+	})
+	return out, err
+}
+
+func (c *Client) stats(ctx context.Context) (map[string]string, error) {
 	cn, err := c.start(ctx)
 	if err != nil {
 		return nil, err

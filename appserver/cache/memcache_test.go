@@ -214,8 +214,67 @@ func TestClientWaitForConnectionRespectsContext(t *testing.T) {
 		t.Fatalf("the blocked set: %v, want a timeout", err)
 	}
 	resume()
+	// Three operations in a row went unanswered: the breaker bypasses the
+	// instance for OpenFor, then lets a probe through, which closes it.
+	if err := c.Set(context.Background(), "b:k", []byte("v")); !errors.Is(err, ErrBreakerOpen) || ErrorKind(err) != "bypassed" {
+		t.Fatalf("after three timeouts: %v, want the breaker open", err)
+	}
+	later := time.Now().Add(OpenFor)
+	c.brk.mu.Lock()
+	c.brk.now = func() time.Time { return later }
+	c.brk.mu.Unlock()
 	if err := c.Set(context.Background(), "b:k", []byte("v")); err != nil {
-		t.Fatalf("after SIGCONT: %v", err)
+		t.Fatalf("after SIGCONT, the probe: %v", err)
+	}
+	if c.Bypassed() || c.BreakerOpenings() != 1 {
+		t.Fatalf("after a good probe: bypassed %v, %d openings", c.Bypassed(), c.BreakerOpenings())
+	}
+}
+
+// A hung memcached (SIGSTOP) costs three operations their short timeout; after
+// that every operation fails at once (the app server treats it as a miss)
+// until a probe after OpenFor, doubling while it stays hung.
+func TestBreakerBypassesAHungInstance(t *testing.T) {
+	p, addr := testutil.Memcached(t, 16)
+	c := NewClient(addr, Options{Timeout: 50 * time.Millisecond})
+	defer c.Close()
+	now := time.Now()
+	c.brk.now = func() time.Time { return now }
+	if err := c.Set(context.Background(), "b:k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	resume := testutil.Freeze(t, p)
+	defer resume()
+	for i := range BreakAfter {
+		if err := c.GetMulti(context.Background(), []string{"b:k"}, make([][]byte, 1)); ErrorKind(err) != "timeout" {
+			t.Fatalf("operation %d on the hung instance: %v, want a timeout", i, err)
+		}
+	}
+	t0 := time.Now()
+	for range 100 {
+		if err := c.GetMulti(context.Background(), []string{"b:k"}, make([][]byte, 1)); !errors.Is(err, ErrBreakerOpen) {
+			t.Fatalf("with the breaker open: %v", err)
+		}
+	}
+	if el := time.Since(t0); el > 50*time.Millisecond {
+		t.Fatalf("100 bypassed operations took %v: they must not wait", el)
+	}
+	now = now.Add(OpenFor) // the probe times out: open again, for twice as long
+	if err := c.GetMulti(context.Background(), []string{"b:k"}, make([][]byte, 1)); ErrorKind(err) != "timeout" {
+		t.Fatalf("the probe: %v, want a timeout", err)
+	}
+	now = now.Add(OpenFor)
+	if !c.Bypassed() {
+		t.Fatal("the second opening lasted only OpenFor")
+	}
+	resume()
+	now = now.Add(OpenFor)
+	got := make([][]byte, 1)
+	if err := c.GetMulti(context.Background(), []string{"b:k"}, got); err != nil || string(got[0]) != "v" {
+		t.Fatalf("after SIGCONT, the probe: %v %q", err, got[0])
+	}
+	if c.Bypassed() || c.BreakerOpenings() != 2 {
+		t.Fatalf("bypassed %v, %d openings", c.Bypassed(), c.BreakerOpenings())
 	}
 }
 

@@ -34,7 +34,12 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMemcachedConns   = 128
+	DefaultMemcachedConns = 128
+	// DefaultCacheTimeout bounds one memcached operation: a healthy local
+	// instance answers in well under a millisecond, and one that does not
+	// answer in this long is bypassed by the circuit breaker after three
+	// in a row (docs/appserver.md).
+	DefaultCacheTimeout     = 50 * time.Millisecond
 	DefaultMemcachedItemMax = 1 << 20
 	DefaultMaxBodyBytes     = 8 << 20
 	// DefaultMaxRequestBytes bounds the value bytes one request may ask for
@@ -50,6 +55,8 @@ type Config struct {
 	// Logger receives startup, shutdown and state-change lines (nothing per
 	// request above debug level).
 	Logger *slog.Logger
+	// CacheTimeout bounds one memcached operation (0: DefaultCacheTimeout).
+	CacheTimeout time.Duration
 	// MemcachedConns bounds the connections to each memcached instance;
 	// all are kept open for reuse. It should be at least the expected
 	// number of concurrent requests.
@@ -166,7 +173,10 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 	}()
 
-	copt := cache.Options{MaxConns: cfg.MemcachedConns, Timeout: s.backendTimeout}
+	if cfg.CacheTimeout <= 0 {
+		cfg.CacheTimeout = DefaultCacheTimeout
+	}
+	copt := cache.Options{MaxConns: cfg.MemcachedConns, Timeout: min(cfg.CacheTimeout, s.backendTimeout)}
 	var shared *cache.Client
 	if app.CacheMode == config.CacheShared {
 		shared = cache.NewClient(app.SharedCache, copt)
@@ -205,8 +215,21 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 		switch app.CacheMode {
 		case config.CachePartitioned:
-			be.cache = cache.NewClient(app.Partitions[tb.Name].Addr, copt)
-			s.clients = append(s.clients, be.cache)
+			c := cache.NewClient(app.Partitions[tb.Name].Addr, copt)
+			be.cache = c
+			s.clients = append(s.clients, c)
+			s.m.reg.MustRegister(
+				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_cache_breaker_openings_total", ConstLabels: lbl,
+					Help: "Times the circuit breaker in front of the backend's memcached partition opened (three operations in a row unanswered)."},
+					func() float64 { return float64(c.BreakerOpenings()) }),
+				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appserver_cache_bypassed", ConstLabels: lbl,
+					Help: "1 while the backend's memcached partition is bypassed by its circuit breaker."},
+					func() float64 {
+						if c.Bypassed() {
+							return 1
+						}
+						return 0
+					}))
 		case config.CacheShared:
 			be.cache = shared
 		}

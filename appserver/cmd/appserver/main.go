@@ -38,6 +38,7 @@ func run(args []string) int {
 	id := fs.String("id", "", "this application server's id in the topology")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	conns := fs.Int("memcached-conns", server.DefaultMemcachedConns, "connections per memcached instance (at least the expected concurrent requests)")
+	cacheTimeout := fs.Duration("cache-timeout", server.DefaultCacheTimeout, "bound on one memcached operation; after three in a row go unanswered the instance is bypassed (circuit breaker) and probed again later")
 	itemMax := fs.Int("memcached-item-max", server.DefaultMemcachedItemMax, "memcached item size limit in bytes (memcached -I); larger values are not cached")
 	fillQueue := fs.Int("fill-queue", cache.DefaultFillQueue, "values waiting to be stored, per backend; more are dropped and counted")
 	fillWorkers := fs.Int("fill-workers", cache.DefaultFillWorkers, "goroutines storing values, per backend")
@@ -87,6 +88,7 @@ func run(args []string) int {
 		{"--memcached-conns", int64(*conns)}, {"--memcached-item-max", int64(*itemMax)},
 		{"--fill-queue", int64(*fillQueue)}, {"--fill-workers", int64(*fillWorkers)},
 		{"--rbc-buffer", int64(*rbcBuffer)}, {"--max-body-bytes", *maxBody}, {"--max-request-bytes", *maxRequest},
+		{"--cache-timeout", int64(*cacheTimeout)},
 	} {
 		if c.v <= 0 {
 			return usage("%s %d must be positive", c.name, c.v)
@@ -113,6 +115,7 @@ func run(args []string) int {
 		RBCBuffer:        *rbcBuffer,
 		MaxBodyBytes:     *maxBody,
 		MaxRequestBytes:  *maxRequest,
+		CacheTimeout:     *cacheTimeout,
 		ShadowBytes:      shadow,
 		NoStats:          *noStats,
 	})
