@@ -16,7 +16,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: build test demo sim-demo paper paper-full rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: build test demo sim-demo paper paper-full fuzz rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -97,6 +97,16 @@ paper: build venv
 paper-full: build venv
 	$(VENV)/bin/robinhood-testbed run --engine sim --experiment examples/paper/spikes.yaml --policy robinhood \
 		--full --out runs/paper-full $(PAPER_FLAGS)
+
+## fuzz: every fuzz target for FUZZTIME each (make test runs only their seed corpora),
+## and the Python readers' property tests with many more examples
+FUZZTIME ?= 60s
+FUZZ_TARGETS = ./lib/trace:FuzzParse ./lib/trace:FuzzParseFast ./rbcserver/server:FuzzValidateBatch \
+	./appserver/cache:FuzzKey ./backends/capacity:FuzzParsePatch ./lib/config:FuzzParseTopology
+fuzz: deps
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; done
+	ROBINHOOD_FUZZ=1 $(VENV)/bin/python -m pytest -q lib/python/tests/test_topology_fuzz.py
 
 ## rbc-demo: the RBC server alone, fed by a synthetic load
 rbc-demo: build
