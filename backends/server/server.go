@@ -6,11 +6,11 @@
 package server
 
 import (
-	"runtime/debug"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
