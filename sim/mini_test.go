@@ -15,7 +15,6 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
-	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
@@ -33,14 +32,7 @@ app_servers:
 
 func miniConfig(t *testing.T, dir string, d time.Duration, scen string) Config {
 	t.Helper()
-	tp := filepath.Join(dir, "topology.yaml")
-	if err := os.WriteFile(tp, []byte(miniTopology), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	top, err := config.LoadTopology(tp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp, top := writeTopology(t, dir, miniTopology)
 	o, err := synth.ParseArgs(strings.Fields("--backends 2 --backend-names a,b --rate 300 --seed 5 --queries-per-request 8 --keys 20000 --zipf 0.9 --mean-size 4096 --size-sigma 0.5"))
 	if err != nil {
 		t.Fatal(err)

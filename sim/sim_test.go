@@ -58,7 +58,8 @@ func simConfig(t testing.TB, dir, topo string, scen string) Config {
 	return simConfigN(t, dir, topo, scen, 3000, 5)
 }
 
-func simConfigN(t testing.TB, dir, topo string, scen string, n, q int) Config {
+// writeTopology writes topo into dir and loads it.
+func writeTopology(t testing.TB, dir, topo string) (string, *config.Topology) {
 	t.Helper()
 	tp := filepath.Join(dir, "topology.yaml")
 	if err := os.WriteFile(tp, []byte(topo), 0o644); err != nil {
@@ -68,6 +69,12 @@ func simConfigN(t testing.TB, dir, topo string, scen string, n, q int) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tp, top
+}
+
+func simConfigN(t testing.TB, dir, topo string, scen string, n, q int) Config {
+	t.Helper()
+	tp, top := writeTopology(t, dir, topo)
 	tr := filepath.Join(dir, "trace.jsonl")
 	writeTrace(t, tr, []string{"a", "b"}, n, q, 100)
 	cfg := Config{TopologyPath: tp, Topology: top, TracePath: tr, Duration: time.Duration(n/100) * time.Second, Seed: 3,
