@@ -54,6 +54,11 @@ type Replicas struct {
 	// now is the clock of the health checks (tests replace it).
 	now                func() time.Time
 	retries, ejections atomic.Uint64
+
+	// AttemptTimeout bounds one call to one replica (the app server's
+	// backend_timeout); 0: only the caller's context bounds it. A batch may
+	// take two attempts, within the caller's context.
+	AttemptTimeout time.Duration
 }
 
 // Dial creates one gRPC client connection per replica of b (connections are
@@ -83,12 +88,16 @@ func (rs *Replicas) Len() int { return len(rs.list) }
 func (rs *Replicas) Replica(i int) *Replica { return rs.list[i] }
 
 // Call sends req to replica i, counting it in flight while it runs and
-// recording the outcome in the replica's health. When it fails with
-// Unavailable and the caller's deadline leaves time, the batch is retried
-// once on another replica in rotation (health.go).
+// recording the outcome in the replica's health. Each attempt is bounded by
+// AttemptTimeout (when set) within ctx. When an attempt fails with
+// Unavailable, or runs out of its AttemptTimeout, and ctx still leaves time,
+// the batch is retried once on another replica in rotation (health.go).
 func (rs *Replicas) Call(ctx context.Context, i int, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
-	resp, err := rs.call(ctx, i, req, opts...)
-	if err == nil || status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+	resp, err := rs.attempt(ctx, i, req, opts...)
+	if err == nil || ctx.Err() != nil {
+		return resp, err
+	}
+	if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
 		return resp, err
 	}
 	j := rs.other(i)
@@ -96,7 +105,17 @@ func (rs *Replicas) Call(ctx context.Context, i int, req *pb.GetRequest, opts ..
 		return resp, err
 	}
 	rs.retries.Add(1)
-	return rs.call(ctx, j, req, opts...)
+	return rs.attempt(ctx, j, req, opts...)
+}
+
+// attempt is one call to replica i, bounded by AttemptTimeout.
+func (rs *Replicas) attempt(ctx context.Context, i int, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
+	if rs.AttemptTimeout <= 0 {
+		return rs.call(ctx, i, req, opts...)
+	}
+	actx, cancel := context.WithTimeout(ctx, rs.AttemptTimeout)
+	defer cancel()
+	return rs.call(actx, i, req, opts...)
 }
 
 // Close closes every replica's connection.

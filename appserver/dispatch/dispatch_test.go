@@ -136,3 +136,65 @@ func TestDeadReplicaIsRetriedEjectedAndProbedBack(t *testing.T) {
 		t.Fatalf("a cancelled call: %v, healthy %v", err, rs.Healthy(1))
 	}
 }
+
+// A hung replica (it accepts connections and never answers, as a stopped
+// process does) costs a batch one AttemptTimeout: the attempt runs out, the
+// caller's deadline still leaves time, and the batch is retried on the other
+// replica. After EjectAfter such timeouts the hung replica is ejected.
+func TestHungReplicaIsRetriedAfterItsAttemptTimeout(t *testing.T) {
+	live := testbackend.Start(t, "ratings")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // accept and hold connections without a word
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: l.Addr().String()}, {GRPC: live.Addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	rs.AttemptTimeout = 100 * time.Millisecond
+	req := &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}
+	for n := 1; n <= EjectAfter; n++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		t0 := time.Now()
+		resp, err := rs.Call(ctx, 0, req)
+		cancel()
+		if err != nil || len(resp.Values) != 1 {
+			t.Fatalf("batch %d for the hung replica failed: %v", n, err)
+		}
+		if d := time.Since(t0); d < rs.AttemptTimeout {
+			t.Fatalf("batch %d answered in %v, before its first attempt could time out", n, d)
+		}
+		if rs.Retries() != uint64(n) {
+			t.Fatalf("after %d batches: %d retries", n, rs.Retries())
+		}
+	}
+	if rs.Healthy(0) || rs.Ejections() != 1 {
+		t.Fatalf("after %d timeouts: healthy %v, %d ejections", EjectAfter, rs.Healthy(0), rs.Ejections())
+	}
+	// No time left for a second attempt: the caller's deadline ends the batch.
+	rs2, _ := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: l.Addr().String()}, {GRPC: live.Addr}}})
+	defer rs2.Close()
+	rs2.AttemptTimeout = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := rs2.Call(ctx, 0, req); status.Code(err) != codes.DeadlineExceeded || rs2.Retries() != 0 {
+		t.Fatalf("a batch whose caller's deadline passed: %v, %d retries", err, rs2.Retries())
+	}
+}

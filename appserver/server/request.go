@@ -262,9 +262,10 @@ func (s *Server) runCall(ctx context.Context, c *call) {
 			bytes += q.Sizes[i]
 		}
 	}
-	bctx, cancel := context.WithTimeout(ctx, s.backendTimeout)
-	resp, err := be.dispatcher.Get(bctx, req, grpc.MaxCallRecvMsgSize(recvLimit(bytes, len(missed))))
-	cancel()
+	// Each attempt is bounded by backend_timeout (Replicas.AttemptTimeout);
+	// a batch whose replica fails or does not answer in time is retried once
+	// on another replica within the request's deadline.
+	resp, err := be.dispatcher.Get(ctx, req, grpc.MaxCallRecvMsgSize(recvLimit(bytes, len(missed))))
 	if err == nil {
 		err = checkResponse(resp, req)
 	}

@@ -22,11 +22,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 	"github.com/robinhoodcache/robinhood/appserver/report"
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/dialopts"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
@@ -84,6 +84,9 @@ type Config struct {
 	// NoStats turns the per-backend statistics off (no backend_stats in the
 	// RBC batches, no shadow models).
 	NoStats bool
+	// Credentials are the app server's token and TLS settings for the
+	// backends and the RBC server (docs/security.md); nil: none.
+	Credentials *auth.Client
 }
 
 // Server serves one application server's requests. It owns its background
@@ -185,16 +188,17 @@ func New(cfg Config) (_ *Server, err error) {
 	names := make([]string, 0, len(cfg.Topology.Backends))
 	for _, tb := range cfg.Topology.Backends {
 		names = append(names, tb.Name)
-		rs, err := dispatch.Dial(tb)
+		rs, err := dispatch.Dial(tb, cfg.Credentials.DialOptions()...)
 		if err != nil {
 			return nil, err
 		}
+		rs.AttemptTimeout = s.backendTimeout
 		be := &backend{name: tb.Name, id: tb.ID, replicas: rs, m: s.m.forBackend(tb.Name)}
 		s.backends[tb.Name] = be
 		lbl := prometheus.Labels{"backend": tb.Name}
 		s.m.reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_backend_retries_total", ConstLabels: lbl,
-				Help: "Batches retried on another replica after their replica failed with Unavailable."},
+				Help: "Batches retried on another replica after their replica failed with Unavailable or did not answer within backend_timeout."},
 				func() float64 { return float64(rs.Retries()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_replica_ejections_total", ConstLabels: lbl,
 				Help: "Times a replica was taken out of rotation after failing calls in a row (passive health checks)."},
@@ -258,7 +262,7 @@ func New(cfg Config) (_ *Server, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopReporter = cancel
 	if addr := cfg.Topology.RBCServer.GRPC; addr != "" {
-		s.rbcConn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), dialopts.Reconnect())
+		s.rbcConn, err = grpc.NewClient(addr, append(cfg.Credentials.DialOptions(), dialopts.Reconnect())...)
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("rbc_server.grpc %q: %w", addr, err)

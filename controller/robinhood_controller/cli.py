@@ -16,6 +16,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from robinhood_common.auth import AuthError
+
 from . import policies
 from .config import ConfigError, ControllerConfig, Overrides, load, parse_param
 from .controller import Controller, StartupError, TickReport
@@ -81,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--wait", action="store_true", help="wait for unreachable partitions instead of failing")
     run.add_argument("--timeline", metavar="FILE", help="append one JSON line per tick to FILE")
     run.add_argument("--max-ticks", type=_positive_int, default=None, metavar="N", help="stop after N ticks")
+    run.add_argument("--insecure", action="store_true",
+                     help="serve /metrics on a non-loopback address without the topology's auth block "
+                          "(docs/security.md)")
     plan = sub.add_parser("plan", parents=[common], help="one dry-run tick: current vs planned allocation")
     plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status = sub.add_parser("status", parents=[common], help="per-partition limit, used, malloced, hit ratio")
@@ -222,7 +227,7 @@ def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
         return _not_partitioned(cfg, "plan", out)
     try:
         ctl = Controller(cfg, read_only=True)
-    except policies.PolicyError as e:
+    except (policies.PolicyError, AuthError) as e:
         print(f"robinhood-controller: invalid configuration: {e}", file=sys.stderr)
         return EXIT_CONFIG
     try:
@@ -291,7 +296,11 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
     try:
         if s.metrics:
             try:
-                port = metrics.serve(s.metrics)
+                port = metrics.serve(s.metrics, tokens=cfg.auth.tokens if cfg.auth else None, tls=cfg.tls,
+                                     insecure=ns.insecure)
+            except AuthError as e:
+                print(f"robinhood-controller: {e}", file=sys.stderr)
+                return EXIT_CONFIG
             except OSError as e:
                 print(f"robinhood-controller: controller.metrics: cannot listen on {s.metrics!r}: {e.strerror}",
                       file=sys.stderr)
@@ -299,7 +308,7 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
             log.info("event=metrics addr=%s port=%d", s.metrics, port)
         try:
             ctl = Controller(cfg, metrics=metrics, timeline=timeline)
-        except policies.PolicyError as e:
+        except (policies.PolicyError, AuthError) as e:
             print(f"robinhood-controller: invalid configuration: {e}", file=sys.stderr)
             return EXIT_CONFIG
         log.info("event=start app_server=%s policy=%s params=%s budget_mb=%d partitions=%s interval=%gs "

@@ -77,6 +77,16 @@ class ControllerConfig:
     """The RBC window, seconds (rbc_server.window: the one window setting)."""
     settings: topo.Controller
     policy_params: policies.Params
+    auth: topo.Auth | None = None
+    """The topology's auth block (paths resolved): the controller calls the RBC server
+    with its app server's token and protects its /metrics with the servers' file."""
+    tls: topo.TLS | None = None
+    """The topology's tls block (paths resolved)."""
+
+    @property
+    def token_file(self) -> str | None:
+        """The controller's own token file: its app server's (auth.token with {id})."""
+        return self.auth.token_file(self.app_server) if self.auth else None
 
     @property
     def budget_bytes(self) -> int:
@@ -176,13 +186,15 @@ def _annotate(path: str, flags: dict[str, str]) -> str:
     return path
 
 
-def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None) -> ControllerConfig:
+def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
+                     folder: Path | None = None) -> ControllerConfig:
     """The configuration of app server ``app_id``'s controller from a raw topology
-    document (it is modified by the overrides)."""
+    document (it is modified by the overrides); relative paths of the auth and tls
+    blocks are relative to folder (the topology file's; default: the working folder)."""
     ov = ov or Overrides(settings={})
     idx, flags = apply_overrides(doc, app_id, ov)
     try:
-        t = topo.from_document(doc)
+        t = topo.from_document(doc).resolve_files(folder or Path("."))
     except ContractError as e:
         raise ConfigError(f"{_annotate(e.path, flags)}: {e.message}") from None
     app = t.app_servers[idx]
@@ -207,6 +219,7 @@ def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None) -> Cont
         app_server=app.id, where=where, cache_mode=app.cache_mode, budget_mb=app.cache_budget_mb,
         partitions=tuple(parts), shared_cache=app.shared_cache or "", rbc_addr=t.rbc_server.grpc or "",
         rbc_window=t.rbc_server.window, settings=app.controller, policy_params=params,
+        auth=t.auth, tls=t.tls,
     )
 
 
@@ -223,6 +236,6 @@ def load(path: str | Path, app_id: str, ov: Overrides | None = None) -> Controll
     except ContractError as e:
         raise ConfigError(f"topology {p}: {e}") from None
     try:
-        return resolve_document(doc, app_id, ov)
+        return resolve_document(doc, app_id, ov, p.parent)
     except ConfigError as e:
         raise ConfigError(f"topology {p}: {e}") from None

@@ -92,7 +92,8 @@ class Controller:
         self.names = [p.name for p in cfg.partitions]
         self.drivers = {p.name: MemcachedPartition(p.name, p.addr, s.memcached_timeout) for p in cfg.partitions}
         self.policy = cfg.build_policy()
-        self.rbc = (RBCClient(cfg.rbc_addr, s.rbc_timeout, cfg.rbc_window, cfg.app_server)
+        self.rbc = (RBCClient(cfg.rbc_addr, s.rbc_timeout, cfg.rbc_window, cfg.app_server,
+                              token_file=cfg.token_file, tls=cfg.tls)
                     if cfg.rbc_addr else None)
         self.names_by_id = cfg.backend_names()
         self.targets: dict[str, int] | None = None

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+from robinhood_common.auth import AuthError, Tokens, is_loopback, server_ssl_context
+from robinhood_common.topology import TLS
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +27,13 @@ ERROR_KINDS = (
     "automove_on",
 )
 """Every value of the `kind` label of controller_errors_total."""
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
 
 
 class Metrics:
@@ -70,12 +81,40 @@ class Metrics:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
-    def serve(self, addr: str) -> int:
-        """Serve /metrics on host:port (port 0: any free port); returns the port."""
+    def serve(self, addr: str, *, tokens: str | None = None, tls: TLS | None = None,
+              insecure: bool = False) -> int:
+        """Serve /metrics (and /healthz) on host:port (port 0: any free port); returns
+        the port. tokens: the servers' token file: /metrics then needs a bearer token;
+        tls: the topology's tls block (its certificate; client certificates when
+        client_auth). A non-loopback address (an empty host is one) needs tokens or
+        insecure, as every server of the project (docs/security.md): AuthError."""
         host, _, port = addr.rpartition(":")
-        self._server, self._thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0",
-                                                       registry=self.registry)
-        return int(self._server.server_port)
+        h = host.strip("[]")
+        if not tokens and not insecure and not is_loopback(h):
+            raise AuthError(f"controller.metrics {addr}: not a loopback address and no auth block in the "
+                            "topology: give the topology an auth block (docs/security.md) or --insecure to "
+                            "serve it unauthenticated")
+        verifier = Tokens.load(tokens) if tokens else None
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Any) -> Any:
+            if environ.get("PATH_INFO") == "/healthz":
+                start_response("200 OK", [("Content-Type", "text/plain")])
+                return [b"ok\n"]
+            if verifier is not None and verifier.check_header(environ.get("HTTP_AUTHORIZATION")) is None:
+                start_response("401 Unauthorized", [("Content-Type", "text/plain"),
+                                                    ("WWW-Authenticate", 'Bearer realm="robinhood"')])
+                return [b"missing or invalid 'Authorization: Bearer TOKEN'\n"]
+            return metrics_app(environ, start_response)
+
+        server = make_server(h or "0.0.0.0", int(port), app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        if tls is not None:
+            ctx = server_ssl_context(tls.cert, tls.key, tls.ca if tls.client_auth else None)
+            server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+        self._thread.start()
+        return int(server.server_port)
 
     def close(self) -> None:
         """Stop the /metrics server, if any, and wait for its thread."""

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import grpc
 from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
+from robinhood_common.auth import Credential, read_pem
+from robinhood_common.topology import TLS
 
 # Reconnect quickly after the RBC server comes back: gRPC's default backoff grows to
 # two minutes, longer than many ticks.
@@ -111,14 +113,29 @@ class RBCClient:
     """A GetStats (or GetRBC) client with a deadline per call. The channel reconnects
     by itself."""
 
-    def __init__(self, addr: str, timeout: float, window_seconds: float, app_server: str = "") -> None:
+    def __init__(self, addr: str, timeout: float, window_seconds: float, app_server: str = "",
+                 token_file: str | None = None, tls: TLS | None = None) -> None:
+        """token_file: the caller's token file (sent as a bearer token with every call);
+        tls: the topology's tls block (verify the server with its CA, present its
+        certificate when client_auth is on). AuthError when a file cannot be used."""
         self.addr = addr
         self.timeout = timeout
         self.window_seconds = window_seconds
         self.app_server = app_server
         self.has_stats = True
-        self._channel = grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
+        self._cred = Credential(token_file) if token_file else None
+        if tls is not None:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=read_pem(tls.ca, "tls.ca"),
+                private_key=read_pem(tls.key, "tls.key") if tls.client_auth else None,
+                certificate_chain=read_pem(tls.cert, "tls.cert") if tls.client_auth else None)
+            self._channel = grpc.secure_channel(addr, creds, options=_CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
         self._stub = rbc_pb2_grpc.RBCServiceStub(self._channel)
+
+    def _md(self) -> tuple[tuple[str, str], ...] | None:
+        return self._cred.metadata() if self._cred else None
 
     def fetch(self, names_by_id: Mapping[int, str]) -> RBCSnapshot:
         """One snapshot over the last window_seconds: the RBC and the statistics, in
@@ -127,14 +144,16 @@ class RBCClient:
         if self.has_stats:
             try:
                 resp = self._stub.GetStats(
-                    rbc_pb2.GetStatsRequest(window_seconds=self.window_seconds), timeout=self.timeout)
+                    rbc_pb2.GetStatsRequest(window_seconds=self.window_seconds), timeout=self.timeout,
+                    metadata=self._md())
                 return stats_snapshot(resp, names_by_id, self.app_server)
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise self._error("GetStats", e) from None
                 self.has_stats = False
         try:
-            rresp = self._stub.GetRBC(rbc_pb2.GetRBCRequest(window_seconds=self.window_seconds), timeout=self.timeout)
+            rresp = self._stub.GetRBC(rbc_pb2.GetRBCRequest(window_seconds=self.window_seconds), timeout=self.timeout,
+                                      metadata=self._md())
         except grpc.RpcError as e:
             raise self._error("GetRBC", e) from None
         return to_snapshot(rresp, names_by_id)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
@@ -61,9 +62,12 @@ const (
 
 // Config is a replay run.
 type Config struct {
-	Topology  *config.Topology
-	TracePath string
-	OutDir    string
+	Topology *config.Topology
+	// Credentials are the token and TLS settings for the app servers and
+	// the backends' admin API (docs/security.md); nil: none.
+	Credentials *auth.Client
+	TracePath   string
+	OutDir      string
 	// Rate > 0 sends Poisson arrivals at that many requests/s; 0 follows
 	// the trace's ts_ms.
 	Rate float64
@@ -205,7 +209,7 @@ func (c *Config) appServers() ([]appServer, error) {
 	var out []appServer
 	if len(c.AppServers) == 0 {
 		for _, a := range c.Topology.AppServers {
-			out = append(out, appServer{id: a.ID, url: "http://" + a.HTTP + RequestPath})
+			out = append(out, appServer{id: a.ID, url: c.Credentials.Scheme() + "://" + a.HTTP + RequestPath})
 		}
 		if len(out) == 0 {
 			return nil, errors.New("topology: no app_servers to send requests to")
@@ -222,7 +226,7 @@ func (c *Config) appServers() ([]appServer, error) {
 			return nil, fmt.Errorf("app-servers: %q is given twice", id)
 		}
 		seen[id] = true
-		out = append(out, appServer{id: a.ID, url: "http://" + a.HTTP + RequestPath})
+		out = append(out, appServer{id: a.ID, url: c.Credentials.Scheme() + "://" + a.HTTP + RequestPath})
 	}
 	return out, nil
 }
@@ -248,14 +252,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.client = &http.Client{Transport: &http.Transport{
+	r.client = &http.Client{Transport: cfg.Credentials.Transport(&http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        cfg.MaxConns * len(apps),
 		MaxIdleConnsPerHost: cfg.MaxConns,
 		MaxConnsPerHost:     cfg.MaxConns,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
-	}}
+	})}
 	defer r.client.CloseIdleConnections()
 
 	// The scenario, complete, before anything starts.
@@ -265,7 +269,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if replicas, err = cfg.Scenario.Replicas(cfg.Topology); err != nil {
 			return nil, err
 		}
-		initial, err := scenario.ReadInitial(ctx, r.client, replicas, cfg.Scenario.NeedsInitial())
+		initial, err := scenario.ReadInitial(ctx, r.client, cfg.Credentials.Scheme(), replicas, cfg.Scenario.NeedsInitial())
 		if err != nil {
 			return nil, fmt.Errorf("scenario: %w", err)
 		}
@@ -372,7 +376,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if len(changes) == 0 {
 			return
 		}
-		ap := &scenario.Applier{Client: r.client, Replicas: replicas, Log: r.log, Out: scFile}
+		ap := &scenario.Applier{Client: r.client, Replicas: replicas, Log: r.log, Out: scFile, Scheme: cfg.Credentials.Scheme()}
 		scTotals, scErr = ap.Run(scCtx, r.start, changes)
 	}()
 

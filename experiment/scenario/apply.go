@@ -54,15 +54,16 @@ func (s *Scenario) Replicas(t *config.Topology) (map[string][]string, error) {
 }
 
 // ReadInitial reads the current value of each (backend, field) from the
-// backend's first replica (GET /admin/limits).
-func ReadInitial(ctx context.Context, c *http.Client, replicas map[string][]string, need []BackendField) (map[BackendField]float64, error) {
+// backend's first replica (GET /admin/limits); scheme is "http" or "https"
+// ("" is http).
+func ReadInitial(ctx context.Context, c *http.Client, scheme string, replicas map[string][]string, need []BackendField) (map[BackendField]float64, error) {
 	out := map[BackendField]float64{}
 	for _, bf := range need {
 		addrs := replicas[bf.Backend]
 		if len(addrs) == 0 {
 			return nil, fmt.Errorf("backend %s has no replica to read %s from", bf.Backend, bf.Field)
 		}
-		limits, err := getLimits(ctx, c, addrs[0])
+		limits, err := getLimits(ctx, c, adminURL(scheme, addrs[0]))
 		if err != nil {
 			return nil, fmt.Errorf("reading the current %s of %s: %w", bf.Field, bf.Backend, err)
 		}
@@ -75,10 +76,18 @@ func ReadInitial(ctx context.Context, c *http.Client, replicas map[string][]stri
 	return out, nil
 }
 
-func getLimits(ctx context.Context, c *http.Client, addr string) (map[string]float64, error) {
+// adminURL is the admin endpoint of a replica's HTTP address.
+func adminURL(scheme, addr string) string {
+	if scheme == "" {
+		scheme = "http"
+	}
+	return scheme + "://" + addr + AdminPath
+}
+
+func getLimits(ctx context.Context, c *http.Client, url string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+AdminPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -89,11 +98,11 @@ func getLimits(ctx context.Context, c *http.Client, addr string) (map[string]flo
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s%s: HTTP %d: %s", addr, AdminPath, resp.StatusCode, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	var m map[string]float64
 	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("GET %s%s: %v", addr, AdminPath, err)
+		return nil, fmt.Errorf("GET %s: %v", url, err)
 	}
 	return m, nil
 }
@@ -125,6 +134,8 @@ type Applier struct {
 	Out io.Writer
 	// Timeout bounds one PUT (default 2 s).
 	Timeout time.Duration
+	// Scheme is "https" when the backends serve TLS ("" is http).
+	Scheme string
 }
 
 // Totals counts what Run did.
@@ -208,7 +219,7 @@ func (a *Applier) put(ctx context.Context, addr string, fields []FieldValue) str
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+addr+AdminPath, &body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, adminURL(a.Scheme, addr), &body)
 	if err != nil {
 		return "error: " + err.Error()
 	}

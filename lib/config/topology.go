@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -37,6 +38,24 @@ type Topology struct {
 	RBCServer  RBCServer   `json:"rbc_server"`
 	Backends   []Backend   `json:"backends"`
 	AppServers []AppServer `json:"app_servers"`
+	Auth       *Auth       `json:"auth,omitempty"`
+	TLS        *TLS        `json:"tls,omitempty"`
+}
+
+// Auth is the topology's auth block: the servers' token file and the
+// callers' own (docs/security.md). Paths are as written in the file;
+// LoadTopology makes relative ones relative to the topology's folder.
+type Auth struct {
+	Tokens string `json:"tokens"`
+	Token  string `json:"token"`
+}
+
+// TLS is the topology's tls block.
+type TLS struct {
+	CA         string `json:"ca"`
+	Cert       string `json:"cert"`
+	Key        string `json:"key"`
+	ClientAuth bool   `json:"client_auth"`
 }
 
 // RBCServer is the RBC server: its addresses and the settings of its
@@ -213,13 +232,14 @@ func decode(norm any, out any) error {
 	return nil
 }
 
-// LoadTopology reads and validates a topology file.
+// LoadTopology reads and validates a topology file. The paths of its auth
+// and tls blocks become relative to the file's folder.
 func LoadTopology(path string) (*Topology, error) {
-	b, err := os.ReadFile(path)
+	doc, err := ReadTopologyDoc(path)
 	if err != nil {
-		return nil, fmt.Errorf("topology: %w", err)
+		return nil, err
 	}
-	t, err := ParseTopology(b)
+	t, err := TopologyFrom(doc)
 	if err != nil {
 		return nil, fmt.Errorf("topology %s: %w", path, err)
 	}
@@ -264,7 +284,28 @@ func ReadTopologyDoc(path string) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("topology %s: %w", path, err)
 	}
-	return norm.(map[string]any), nil
+	m := norm.(map[string]any)
+	resolveFiles(m, filepath.Dir(path))
+	return m, nil
+}
+
+// fileFields are the blocks and fields of a topology that name files.
+var fileFields = map[string][]string{"auth": {"tokens", "token"}, "tls": {"ca", "cert", "key"}}
+
+// resolveFiles makes the relative file paths of a normalized topology
+// relative to dir, the topology file's folder.
+func resolveFiles(doc map[string]any, dir string) {
+	for block, fields := range fileFields {
+		b, ok := doc[block].(map[string]any)
+		if !ok {
+			continue
+		}
+		for _, f := range fields {
+			if p, ok := b[f].(string); ok && p != "" && !filepath.IsAbs(p) {
+				b[f] = filepath.Join(dir, p)
+			}
+		}
+	}
 }
 
 // PartitionNames returns the partition (backend) names in sorted order.

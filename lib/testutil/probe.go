@@ -18,7 +18,14 @@ import (
 // /metrics page, or 0 when the series is absent.
 func Metric(t testing.TB, baseURL, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(baseURL + "/metrics")
+	return MetricClient(t, http.DefaultClient, baseURL, series)
+}
+
+// MetricClient is Metric with a client of the caller's (for a server that
+// serves TLS or asks for a token).
+func MetricClient(t testing.TB, c *http.Client, baseURL, series string) float64 {
+	t.Helper()
+	resp, err := c.Get(baseURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/loghist"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/stats"
@@ -21,6 +22,7 @@ const (
 	ReasonTooLarge       = "too_large"            // message over MaxMessageBytes (batches only)
 	ReasonBadStats       = "bad_stats"            // a backend_stats entry is invalid
 	ReasonShare          = "share"                // one reporter's records beyond its share of the window or the ring
+	ReasonCaller         = "caller_mismatch"      // app_server_id is not the authenticated caller's name
 )
 
 // BatchError says why a ReportRequest was rejected.
@@ -104,6 +106,7 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 
 	var app string
 	var records, batches uint64
+	caller, authed := auth.Caller(stream.Context())
 	for {
 		var r received
 		select {
@@ -126,6 +129,16 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 		if batches == 0 && app == "" {
 			app = r.req.GetAppServerId()
 			s.log.Debug("report stream opened", "app_server_id", app)
+		}
+		if authed && r.req.GetAppServerId() != caller {
+			// A token speaks for one app server: its records count
+			// against that app server's share, under its name.
+			n := len(r.req.GetLatencyUs())
+			s.m.batchesRejected.WithLabelValues(ReasonCaller).Inc()
+			s.m.recordsRejected.WithLabelValues(ReasonCaller).Add(float64(n))
+			s.log.Warn("report batch rejected", "app_server_id", r.req.GetAppServerId(), "caller", caller, "reason", ReasonCaller)
+			return status.Errorf(codes.PermissionDenied, "app_server_id %q is not the caller of this token (%q): a token reports for its own app server only",
+				r.req.GetAppServerId(), caller)
 		}
 		if berr := ValidateBatch(r.req, s.cfg.MaxBackends); berr != nil {
 			s.m.batchesRejected.WithLabelValues(berr.Reason).Inc()

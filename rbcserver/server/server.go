@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
@@ -64,6 +65,8 @@ type Config struct {
 	Clock func() time.Time
 	// Logger receives the server's structured logs.
 	Logger *slog.Logger
+	// Security checks tokens and serves TLS (docs/security.md); nil: none.
+	Security *auth.Guard
 }
 
 // DefaultConfig returns the defaults: the topology schema's rbc_server
@@ -206,7 +209,7 @@ func (s *Server) Drain() {
 // grace (then Stop), HTTP Shutdown with the same deadline. It returns the
 // listener error, or nil after a shutdown requested through ctx.
 func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, grace time.Duration) error {
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append(s.cfg.Security.GRPCOptions(),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		// Fixed HTTP/2 flow-control windows (this turns off gRPC's
 		// bandwidth-delay estimation, which grows them to megabytes per
@@ -214,10 +217,10 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, grace
 		// held back by the window instead of filling the server's memory.
 		grpc.InitialWindowSize(flowWindowBytes),
 		grpc.InitialConnWindowSize(flowWindowBytes),
-	)
+	)...)
 	s.Register(gs)
 	hs := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           s.cfg.Security.HTTP(s.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
@@ -229,14 +232,15 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, grace
 		}
 	})
 	wg.Go(func() {
-		if err := hs.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(s.cfg.Security.Listener(httpLis)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("HTTP server on %s: %w", httpLis.Addr(), err)
 		}
 	})
 	s.log.Info("rbcserver serving",
 		"grpc_addr", grpcLis.Addr().String(), "http_addr", httpLis.Addr().String(),
 		"ring_size", s.cfg.RingSize, "window", s.cfg.Window.String(),
-		"low_pct", s.cfg.LowPct, "high_pct", s.cfg.HighPct, "max_backends", s.cfg.MaxBackends)
+		"low_pct", s.cfg.LowPct, "high_pct", s.cfg.HighPct, "max_backends", s.cfg.MaxBackends,
+		"security", s.cfg.Security.Describe())
 
 	var err error
 	select {

@@ -26,6 +26,7 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 	"github.com/robinhoodcache/robinhood/appserver/report"
 	"github.com/robinhoodcache/robinhood/appserver/server"
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/bytesize"
 	"github.com/robinhoodcache/robinhood/lib/config"
 )
@@ -49,6 +50,8 @@ func run(args []string) int {
 	maxRequest := fs.Int64("max-request-bytes", server.DefaultMaxRequestBytes, "most value bytes one request may ask for in all (the sum of its sizes); a larger one is refused with 413 before anything is sent")
 	check := fs.Bool("check", false, "validate the topology and this app server's settings (dispatch policy parameters among them), print what would run, and exit")
 	listDispatch := fs.Bool("list-dispatch-policies", false, "print every registered dispatch policy, one a line (name, parameters with defaults, summary), and exit")
+	var sec auth.ServerOptions
+	sec.Register(fs)
 	listen := fs.String("http-addr", "", "listen address (default: the app server's http address in the topology; set it when that name is not local, e.g. 0.0.0.0:8080 behind a container service name)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: appserver --topology FILE --id ID [flags]\n       appserver --list-dispatch-policies\n\n")
@@ -104,6 +107,13 @@ func run(args []string) int {
 	if err != nil {
 		return usage("%v", err)
 	}
+	// Its own credentials (auth.token with {id} = --id, tls) for the
+	// backends and the RBC server; the servers' settings for its listener.
+	creds, err := auth.ClientFromTopology(topo, *id)
+	if err != nil {
+		return usage("%v", err)
+	}
+	sec = sec.FromTopology(topo, config.SetFlags(fs))
 	srv, err := server.New(server.Config{
 		Topology:         topo,
 		AppServerID:      *id,
@@ -118,40 +128,46 @@ func run(args []string) int {
 		CacheTimeout:     *cacheTimeout,
 		ShadowBytes:      shadow,
 		NoStats:          *noStats,
+		Credentials:      creds,
 	})
 	if err != nil {
 		return usage("%v", err)
 	}
 	defer srv.Close()
 	app := srv.AppServer()
+	addr := app.HTTP
+	if *listen != "" {
+		addr = *listen
+	}
+	guard, err := auth.NewGuard(sec, map[string]string{"--http-addr": addr}, log)
+	if err != nil {
+		return usage("%v", err)
+	}
 	if *check {
 		fmt.Printf("app server %s: valid (cache_mode %s, dispatch %s, %d backends)\n", app.ID, app.CacheMode, app.Dispatch.Policy, len(topo.Backends))
 		return 0
 	}
 
-	addr := app.HTTP
-	if *listen != "" {
-		addr = *listen
-	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Error("cannot listen", "addr", addr, "err", err)
 		return 1
 	}
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           guard.HTTP(srv.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("serving", "id", app.ID, "http", l.Addr().String(), "cache_mode", app.CacheMode,
 		"request_timeout", time.Duration(app.RequestTimeout), "backend_timeout", time.Duration(app.BackendTimeout),
-		"rbc_server", topo.RBCServer.GRPC)
+		"rbc_server", topo.RBCServer.GRPC, "security", guard.Describe())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
+	guard.ReloadOnHUP(ctx)
+	go func() { errc <- hs.Serve(guard.Listener(l)) }()
 	select {
 	case err := <-errc:
 		log.Error("HTTP server failed", "err", err)

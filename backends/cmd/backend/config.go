@@ -12,6 +12,7 @@ import (
 	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/backends/server"
 	"github.com/robinhoodcache/robinhood/backends/sqldb"
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
@@ -29,6 +30,7 @@ type settings struct {
 	MatrixSize         int
 	LogLevel           slog.Level
 	ShutdownTimeout    time.Duration
+	Security           auth.ServerOptions
 }
 
 // errFlagSyntax reports a command line the flag package rejected (and
@@ -78,6 +80,7 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 	matrix := fs.Int("matrix-size", 0, "compute: n of the n×n matrix multiply per query (compute.matrix_size; default 96)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long queued and in-service queries may finish")
+	c.Security.Register(fs)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -121,6 +124,11 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 			return c, fmt.Errorf("--replica: %d is not a replica of backend %s (it has %d)", *replica, *id, len(reps))
 		}
 		rep = reps[*replica].(map[string]any)
+		t, err := config.TopologyFrom(doc)
+		if err != nil {
+			return c, fmt.Errorf("topology %s: %w", *topoPath, err)
+		}
+		c.Security = c.Security.FromTopology(t, set)
 	} else {
 		if set["id"] || set["replica"] {
 			return c, errors.New("--id and --replica need --topology")
@@ -248,6 +256,9 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return c, fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
+	}
+	if err := c.Security.Validate(); err != nil {
+		return c, err
 	}
 	return c, nil
 }

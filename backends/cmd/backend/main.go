@@ -36,6 +36,7 @@ import (
 	"github.com/robinhoodcache/robinhood/backends/kv"
 	"github.com/robinhoodcache/robinhood/backends/server"
 	"github.com/robinhoodcache/robinhood/backends/sqldb"
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
@@ -58,9 +59,15 @@ func run(args []string, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).
 		With("backend", cfg.Name, "type", cfg.Type)
+	guard, err := auth.NewGuard(cfg.Security, map[string]string{"--grpc-addr": cfg.GRPCAddr, "--http-addr": cfg.HTTPAddr}, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "backend: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := serve(ctx, cfg, log); err != nil {
+	guard.ReloadOnHUP(ctx)
+	if err := serve(ctx, cfg, guard, log); err != nil {
 		log.Error("backend failed", "err", err)
 		return 1
 	}
@@ -99,7 +106,7 @@ func openStore(ctx context.Context, cfg settings, reg prometheus.Registerer, log
 	return nil, fmt.Errorf("unknown type %q", cfg.Type)
 }
 
-func serve(ctx context.Context, cfg settings, log *slog.Logger) error {
+func serve(ctx context.Context, cfg settings, guard *auth.Guard, log *slog.Logger) error {
 	model, err := capacity.New(cfg.Limits, cfg.Seed, nil)
 	if err != nil {
 		return err
@@ -137,7 +144,7 @@ func serve(ctx context.Context, cfg settings, log *slog.Logger) error {
 		return fmt.Errorf("--http-addr: %w", err)
 	}
 
-	g := grpc.NewServer(server.GRPCServerOptions()...)
+	g := grpc.NewServer(append(guard.GRPCOptions(), server.GRPCServerOptions()...)...)
 	robinhoodv1.RegisterBackendServiceServer(g, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -145,7 +152,7 @@ func serve(ctx context.Context, cfg settings, log *slog.Logger) error {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(robinhoodv1.BackendService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 
-	httpSrv := &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := &http.Server{Handler: guard.HTTP(srv.HTTPHandler()), ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 2)
 	go func() {
@@ -154,7 +161,7 @@ func serve(ctx context.Context, cfg settings, log *slog.Logger) error {
 		}
 	}()
 	go func() {
-		if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+		if err := httpSrv.Serve(guard.Listener(httpLis)); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("http: %w", err)
 		}
 	}()
@@ -162,7 +169,7 @@ func serve(ctx context.Context, cfg settings, log *slog.Logger) error {
 	log.Info("backend ready", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"workers", l.Workers, "rate", l.Rate, "extra_latency_ms", l.ExtraLatencyMs,
 		"hiccup_prob", l.HiccupProb, "hiccup_ms", l.HiccupMs, "queue_limit", l.QueueLimit,
-		"seed", cfg.Seed, "options", options(cfg))
+		"seed", cfg.Seed, "options", options(cfg), "security", guard.Describe())
 
 	var runErr error
 	select {

@@ -6,6 +6,11 @@ that the committed files are what this writes).
 Every component starts from the one topology (``--topology /etc/robinhood/topology.yaml
 --id ID``), with container service names as addresses; listen addresses are overridden
 to 0.0.0.0 inside the containers. Published ports bind to the host's loopback only.
+
+The servers run with ``--insecure``: the compose network is private to the deployment
+and nothing is published beyond the host's loopback, so no tokens are set up. To run
+with tokens and TLS, add ``auth:`` and ``tls:`` blocks to the topology, mount the
+folder ``devcerts`` writes, and drop ``--insecure`` (docs/security.md).
 """
 from __future__ import annotations
 
@@ -47,7 +52,8 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
                                   "replay": ["loadgen:9300"]}
     svc.append(f"""  rbcserver:
     <<: *go
-    command: {_cmd(["rbcserver", "--topology", TOPOLOGY, "--grpc-addr", "0.0.0.0:7070", "--http-addr", "0.0.0.0:7071"])}
+    command: {_cmd(["rbcserver", "--topology", TOPOLOGY, "--grpc-addr", "0.0.0.0:7070", "--http-addr", "0.0.0.0:7071",
+                          "--insecure"])}
     ports: ["127.0.0.1:7071:7071"]
 """)
     backend_services = []
@@ -56,7 +62,7 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
             name = f"{b['name']}-{i}"
             backend_services.append(name)
             args = ["backend", "--topology", TOPOLOGY, "--id", b["name"], "--replica", str(i),
-                    "--grpc-addr", "0.0.0.0:7100", "--http-addr", "0.0.0.0:7200"]
+                    "--grpc-addr", "0.0.0.0:7100", "--http-addr", "0.0.0.0:7200", "--insecure"]
             if b["type"] == "sql" and not (b.get("sql") or {}).get("db"):
                 args += ["--db", f"/data/{b['name']}-{i}.db"]
             svc.append(f"""  {name}:
@@ -81,7 +87,7 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
         depends = ["rbcserver", *backend_services, *caches]
         svc.append(f"""  {aid}:
     <<: *go
-    command: {_cmd(["appserver", "--topology", TOPOLOGY, "--id", aid, "--http-addr", "0.0.0.0:8080"])}
+    command: {_cmd(["appserver", "--topology", TOPOLOGY, "--id", aid, "--http-addr", "0.0.0.0:8080", "--insecure"])}
     ports: ["127.0.0.1:{8080 + j}:8080"]
     depends_on: {_cmd(depends)}
 """)
@@ -92,7 +98,7 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
   controller-{aid}:
     image: ${{ROBINHOOD_REGISTRY:-robinhood}}/controller:latest
     build: {{context: ., dockerfile: deploy/docker/Dockerfile.controller}}
-    command: {_cmd(["robinhood-controller", "run", "--topology", TOPOLOGY, "--id", aid, "--wait"])}
+    command: {_cmd(["robinhood-controller", "run", "--topology", TOPOLOGY, "--id", aid, "--wait", "--insecure"])}
     networks: [robinhood]
     restart: on-failure
     depends_on: {_cmd(["rbcserver", *caches])}
@@ -140,6 +146,10 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
 # the app servers, the RBC server, a controller per app server, a load generator that
 # synthesises the trace and replays it with the scenario, and Prometheus scraping
 # everything. Every component reads /etc/robinhood/topology.yaml (deploy/compose/).
+#
+# The servers run --insecure (no tokens): the network is private and ports are
+# published on the host's loopback only. Anywhere else, give the topology auth and
+# tls blocks and drop --insecure (docs/security.md).
 #
 #   docker compose build && docker compose up          # one host
 #   docker compose build && docker compose push         # then, for several hosts:

@@ -157,12 +157,46 @@ class AppServer(_Model):
         return fill_rest(fixed, self.partition_names(), self.cache_budget_mb)
 
 
+class Auth(_Model):
+    """Bearer tokens: the servers' token file and the callers' own ({id} in it)."""
+
+    tokens: str
+    token: str
+
+    def token_file(self, caller: str) -> str:
+        """The token file of caller (its id replaces {id})."""
+        return self.token.replace("{id}", caller)
+
+
+class TLS(_Model):
+    """TLS for every listener: the CA clients verify with, the servers' certificate."""
+
+    ca: str
+    cert: str
+    key: str
+    client_auth: bool
+
+
 class Topology(_Model):
     """A whole deployment."""
 
     rbc_server: RBCServer
     backends: list[Backend]
     app_servers: list[AppServer]
+    auth: Auth | None = None
+    tls: TLS | None = None
+
+    def resolve_files(self, folder: Path) -> Topology:
+        """The topology with the relative paths of its auth and tls blocks made
+        relative to folder (the topology file's)."""
+        def rel(v: str) -> str:
+            return v if Path(v).is_absolute() else str(folder / v)
+        upd: dict[str, Any] = {}
+        if self.auth is not None:
+            upd["auth"] = self.auth.model_copy(update={"tokens": rel(self.auth.tokens), "token": rel(self.auth.token)})
+        if self.tls is not None:
+            upd["tls"] = self.tls.model_copy(update={k: rel(getattr(self.tls, k)) for k in ("ca", "cert", "key")})
+        return self.model_copy(update=upd) if upd else self
 
     def app_server(self, app_id: str) -> tuple[int, AppServer]:
         """The index and the app server with this id; ConfigError naming the known
@@ -201,6 +235,6 @@ def load(path: str | Path) -> Topology:
     except OSError as e:
         raise TopologyError(f"topology: cannot read {p}: {e.strerror}") from None
     try:
-        return parse(text)
+        return parse(text).resolve_files(p.parent)
     except ConfigError as e:
         raise TopologyError(f"topology {p}: {e}") from None

@@ -9,6 +9,10 @@
 //	rbcserver [--topology FILE] [--grpc-addr 127.0.0.1:7070] [--http-addr 127.0.0.1:7071]
 //	          [--ring-size 1000000] [--window 5s] [--low-pct 98.5] [--high-pct 99.5]
 //	          [--max-backends 1024] [--shutdown-timeout 10s] [--log-level info]
+//	          [--auth-token-file FILE] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--insecure]
+//
+// A non-loopback --grpc-addr or --http-addr needs --auth-token-file (or
+// --insecure); docs/security.md.
 //
 // Unless GOMEMLIMIT is set, the Go runtime gets a soft memory limit of
 // 48 MiB + 28 bytes per ring record (about 75 MiB for the default ring).
@@ -32,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/rbcserver/server"
 )
@@ -46,6 +51,7 @@ type options struct {
 	cfg                server.Config
 	shutdownTimeout    time.Duration
 	logLevel           slog.Level
+	sec                auth.ServerOptions
 }
 
 // errReported is a flag error the flag package already printed.
@@ -69,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.cfg.MaxBatchFraction, "max-batch-fraction", o.cfg.MaxBatchFraction, "no batch may hold more than this fraction of the ring")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take before connections are closed")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
+	o.sec.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -81,14 +88,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	// The rbc_server block: from the topology, with the flags given on top,
 	// validated by the schema's rules (one set of rules for both sources).
 	block := map[string]any{}
+	set := config.SetFlags(fs)
 	if *topoPath != "" {
 		doc, err := config.ReadTopologyDoc(*topoPath)
 		if err != nil {
 			return o, err
 		}
+		t, err := config.TopologyFrom(doc)
+		if err != nil {
+			return o, fmt.Errorf("topology %s: %w", *topoPath, err)
+		}
+		o.sec = o.sec.FromTopology(t, set)
 		block = doc["rbc_server"].(map[string]any)
 	}
-	set := config.SetFlags(fs)
 	var ov config.Overrides
 	for _, f := range []struct {
 		flag, field string
@@ -118,6 +130,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := o.cfg.Validate(); err != nil {
 		return o, err
 	}
+	if err := o.sec.Validate(); err != nil {
+		return o, err
+	}
 	if o.shutdownTimeout <= 0 {
 		return o, fmt.Errorf("--shutdown-timeout %v must be positive", o.shutdownTimeout)
 	}
@@ -144,6 +159,12 @@ func run(args []string, stderr io.Writer) int {
 		log.Debug("soft memory limit set", "bytes", limit)
 	}
 
+	guard, err := auth.NewGuard(o.sec, map[string]string{"--grpc-addr": o.grpcAddr, "--http-addr": o.httpAddr}, log)
+	if err != nil {
+		usageError(stderr, err)
+		return 2
+	}
+	o.cfg.Security = guard
 	srv, err := server.New(o.cfg)
 	if err != nil {
 		usageError(stderr, err)
@@ -162,6 +183,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	guard.ReloadOnHUP(ctx)
 	if err := srv.Serve(ctx, grpcLis, httpLis, o.shutdownTimeout); err != nil {
 		log.Error("rbcserver failed", "err", err)
 		return 1

@@ -32,6 +32,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/bytesize"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/workload/mrc"
@@ -298,6 +299,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	topoPath := fs.String("topology", "", "topology file: app servers' http addresses, backends' admin addresses (required)")
 	tracePath := fs.String("trace", "", "trace file (required)")
 	out := fs.String("out", "", "output folder for requests.csv, summary.json, scenario.jsonl (required)")
+	tokenFile := fs.String("token-file", "", "this caller's token file (one \"name token\" line) for the app servers and the backends' admin API (default: the topology's auth.token with {id} = operator)")
 	rate := fs.Float64("rate", 0, "send Poisson arrivals at this many requests/s instead of the trace's ts_ms")
 	duration := fs.Duration("duration", 0, "stop sending after this long (default: at the end of the trace)")
 	apps := fs.String("app-servers", "", "comma-separated app server ids to spread requests over (default: all)")
@@ -334,9 +336,18 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	copts := auth.ClientOptionsFromTopology(topo, auth.Operator)
+	if *tokenFile != "" {
+		copts.TokenFile = *tokenFile
+	}
+	creds, err := auth.NewClient(copts)
+	if err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg := replay.Config{
-		Topology: topo, TracePath: *tracePath, OutDir: *out, Rate: *rate, Duration: *duration,
+		Credentials: creds,
+		Topology:    topo, TracePath: *tracePath, OutDir: *out, Rate: *rate, Duration: *duration,
 		SLO:  slo.Params{SLO: *sloD, Step: *step, Window: *window, Warmup: warm.d},
 		Seed: *seed, ScenarioSeed: *seed, Loop: *loop, Timeout: *timeout, MaxInFlight: *maxInFlight,
 		MaxConns: *maxConns, MetricsAddr: *metricsAddr, Log: log,

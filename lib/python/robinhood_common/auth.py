@@ -1,0 +1,181 @@
+"""Bearer tokens and TLS settings for the Python clients and servers (docs/security.md).
+
+The token file format is the Go servers' (``lib/auth``): one ``name token`` pair per
+line, blank lines and ``#`` comments ignored, names of 1-64 characters of letters,
+digits, ``_ . -``, tokens of at least 16 characters of the bearer alphabet, no token on
+two lines. Both readers run the vectors of ``tests/vectors/auth``.
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import re
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MIN_TOKEN_LEN = 16
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
+
+
+class AuthError(ValueError):
+    """A token or certificate file that cannot be used; the message names the file and
+    line, never the token."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    token: str
+
+
+def parse_tokens(src: str, text: str) -> list[Entry]:
+    """The entries of a token file's text; AuthError names src, the line and the fault."""
+    out: list[Entry] = []
+    seen: dict[str, int] = {}
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        f = line.split()
+        if len(f) != 2:
+            raise AuthError(f'{src}:{n}: want "name token", found {len(f)} fields')
+        name, tok = f
+        if not _NAME.match(name):
+            raise AuthError(f"{src}:{n}: name {_go_quote(name)} must be 1-64 characters of letters, digits, "
+                            "'_', '.', '-'")
+        if len(tok) < MIN_TOKEN_LEN:
+            raise AuthError(f"{src}:{n}: the token of {_go_quote(name)} has {len(tok)} characters; "
+                            f"at least {MIN_TOKEN_LEN} are required")
+        if not _TOKEN.match(tok):
+            raise AuthError(f"{src}:{n}: the token of {_go_quote(name)} has characters outside "
+                            "A-Z a-z 0-9 - . _ ~ + / (and trailing =)")
+        if tok in seen:
+            raise AuthError(f"{src}:{n}: the token of {_go_quote(name)} is the same as on line {seen[tok]}: "
+                            "every caller needs its own")
+        seen[tok] = n
+        out.append(Entry(name, tok))
+    if not out:
+        raise AuthError(f'{src}: no "name token" line')
+    return out
+
+
+def _go_quote(s: str) -> str:
+    """A string quoted as Go's %q quotes it (for the printable ASCII of names)."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as e:
+        raise AuthError(f"token file: open {path}: {e.strerror}") from None
+
+
+class Tokens:
+    """A server's verifier: token → caller name (hashed, as the Go servers do)."""
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self._by_hash = {hashlib.sha256(e.token.encode()).digest(): e.name for e in entries}
+
+    @classmethod
+    def load(cls, path: str) -> Tokens:
+        return cls(parse_tokens(path, _read(path)))
+
+    def verify(self, token: str) -> str | None:
+        """The caller's name, or None for an unknown token."""
+        if not token:
+            return None
+        return self._by_hash.get(hashlib.sha256(token.encode()).digest())
+
+    def check_header(self, value: str | None) -> str | None:
+        """The caller of an ``Authorization: Bearer TOKEN`` value, or None."""
+        if not value or len(value) <= 7 or value[:7].lower() != "bearer ":
+            return None
+        return self.verify(value[7:].strip())
+
+
+def load_credential(path: str) -> Entry:
+    """A caller's own token file: exactly one line."""
+    e = parse_tokens(path, _read(path))
+    if len(e) != 1:
+        raise AuthError(f'{path}: a caller\'s token file holds one "name token" line, this one has {len(e)}')
+    return e[0]
+
+
+class Credential:
+    """A caller's token, re-read when its file changes (checked at most once a second),
+    so that a rotated token is picked up without a restart."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._entry = load_credential(path)
+        self._stamp = self._stat()
+        self._checked = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _stat(self) -> tuple[float, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_mtime, st.st_size
+
+    @property
+    def name(self) -> str:
+        return self._entry.name
+
+    def token(self) -> str:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked >= 1.0:
+                self._checked = now
+                stamp = self._stat()
+                if stamp is not None and stamp != self._stamp:
+                    try:
+                        self._entry, self._stamp = load_credential(self.path), stamp
+                    except AuthError:
+                        pass  # keep the last good token
+            return self._entry.token
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """gRPC call metadata carrying the token."""
+        return (("authorization", "Bearer " + self.token()),)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host is reachable from this machine only (the Go rule: localhost
+    or a loopback IP; an empty host, 0.0.0.0, :: or another name is not)."""
+    h = host.strip("[]")
+    if h.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def server_ssl_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
+    """TLS for a Python listener (TLS 1.2+); client certificates signed by client_ca
+    are required when it is given."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key)
+        if client_ca:
+            ctx.load_verify_locations(client_ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as e:
+        raise AuthError(f"TLS certificate {cert} with key {key}: {e}") from None
+    return ctx
+
+
+def read_pem(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise AuthError(f"{what}: open {path}: {e.strerror}") from None
