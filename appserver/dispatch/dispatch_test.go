@@ -198,3 +198,33 @@ func TestHungReplicaIsRetriedAfterItsAttemptTimeout(t *testing.T) {
 		t.Fatalf("a batch whose caller's deadline passed: %v, %d retries", err, rs2.Retries())
 	}
 }
+
+// When every other replica is ejected, the retry still goes to one (the one
+// whose ejection ends first): a replica that came back is probed by the retry
+// instead of the batch failing.
+func TestRetryProbesAnEjectedReplicaWhenNoneIsInRotation(t *testing.T) {
+	live := testbackend.Start(t, "ratings")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: dead}, {GRPC: live.Addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	now := time.Unix(1_000, 0)
+	rs.now = func() time.Time { return now }
+	rs.list[1].health.ejectedUntil = now.Add(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := rs.Call(ctx, 0, &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}})
+	if err != nil || len(resp.Values) != 1 || rs.Retries() != 1 || live.Calls() != 1 {
+		t.Fatalf("got %v, %d retries, %d calls to the ejected live replica", err, rs.Retries(), live.Calls())
+	}
+	if !rs.Healthy(1) && rs.list[1].health.ejections != 0 {
+		t.Fatal("a successful probe left the replica's ejection streak")
+	}
+}

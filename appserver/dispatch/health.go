@@ -17,8 +17,9 @@ import (
 // part of the mechanism every dispatch policy gets: a replica that fails
 // EjectAfter calls in a row with Unavailable or a deadline is ejected for a
 // back-off period (EjectBase, doubling with every ejection in a row up to
-// EjectMax) and then probed back by ordinary traffic; a call that fails fast
-// with Unavailable is retried once on another replica within its deadline.
+// EjectMax) and then probed back by ordinary traffic; a call that fails
+// with Unavailable or runs out of its attempt timeout is retried once on
+// another replica within its deadline.
 const (
 	EjectAfter = 3
 	EjectBase  = time.Second
@@ -38,6 +39,13 @@ func (h *health) healthy(now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return !now.Before(h.ejectedUntil)
+}
+
+// until is the end of the replica's ejection (zero when in rotation).
+func (h *health) until() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ejectedUntil
 }
 
 // outcome records a call's result; it returns true when the replica was
@@ -116,17 +124,29 @@ func (rs *Replicas) call(ctx context.Context, i int, req *pb.GetRequest, opts ..
 }
 
 // other picks the replica for a retry: in rotation, not i, fewest calls in
-// flight; -1 when there is none.
+// flight. When every other replica is ejected it picks the one whose
+// ejection ends first (a replica that came back is probed by the retry
+// instead of the request failing: Envoy's "panic mode"); -1 when there is no
+// other replica.
 func (rs *Replicas) other(i int) int {
-	best := -1
+	best, fallback := -1, -1
 	now := rs.now()
 	for j, r := range rs.list {
-		if j == i || !r.health.healthy(now) {
+		if j == i {
+			continue
+		}
+		if !r.health.healthy(now) {
+			if fallback < 0 || r.health.until().Before(rs.list[fallback].health.until()) {
+				fallback = j
+			}
 			continue
 		}
 		if best < 0 || r.inFlight.Load() < rs.list[best].inFlight.Load() {
 			best = j
 		}
+	}
+	if best < 0 {
+		return fallback
 	}
 	return best
 }
