@@ -16,7 +16,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: build test demo sim-demo paper paper-full fuzz rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: build test demo sim-demo paper paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -74,6 +74,11 @@ schema-check: venv build
 ## bench: the Go benchmarks (numbers go to docs/benchmarks.md)
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## chaos: 20 minutes of the testbed while the RBC server, the controller, memcached and backend
+## replicas are killed and hung at seeded random times (docs/reliability.md); CHAOS_FLAGS adds flags
+chaos: build venv
+	$(VENV)/bin/robinhood-testbed chaos --experiment examples/chaos.yaml $(CHAOS_FLAGS)
 
 ## demo: the local testbed: the arms of examples/demo.yaml (robinhood, static, shared)
 demo: build

@@ -418,6 +418,22 @@ def cmd_compose(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from .chaos import run_chaos
+    console = Console()
+    exp = _load(args)
+    arm = _arms(args, exp, single=True)[0]
+    out = _out_dir(args, exp)
+    if out.exists() and any(out.iterdir()):
+        raise ExperimentError(f"--out: {out} exists and is not empty")
+    seed = args.seed if args.seed is not None else exp.seed
+    console.print(f"Chaos run of [bold]{exp.name}[/] (arm {arm.name}), {exp.duration:g} s, fault seed {seed}; "
+                  f"results in {out}")
+    run_chaos(exp, arm, out, out / "data", seed)
+    console.print((out / "chaos.md").read_text())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="robinhood-testbed", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -506,6 +522,10 @@ def main(argv: list[str] | None = None) -> int:
     vs.add_argument("--sim", required=True, help="results folder of the simulator (engine sim)")
     vs.add_argument("--plot", help="write the P99-over-time figure of both here (PNG)")
     vs.add_argument("--log-level", default="warning")
+    ch = sub.add_parser("chaos", help="run one arm while killing and hanging the RBC server, a controller, a "
+                        "memcached and a backend replica at seeded random times (docs/reliability.md)")
+    common(ch)
+    one_arm(ch)
     cmps = sub.add_parser("compose", help="write docker-compose.yml and its configuration for one arm")
     cmps.add_argument("--experiment", required=True, help="experiment file")
     one_arm(cmps)
@@ -531,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_sweep(args)
         if args.cmd == "matrix":
             return cmd_matrix(args)
+        if args.cmd == "chaos":
+            return cmd_chaos(args)
         return cmd_compare(args)
     except ExperimentError as e:
         print(f"robinhood-testbed: {e}", file=sys.stderr)
