@@ -9,7 +9,7 @@ PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 TOOLS   := .tools/bin
 PROTOS  := $(wildcard proto/robinhood/v1/*.proto)
-PYPKGS  := proto/python lib/python controller experiment/testbed
+PYPKGS  := proto/python lib/python controller experiment/testbed reporter/python
 GOTEST_FLAGS ?= -count=1 -timeout 15m
 PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 
@@ -51,7 +51,7 @@ go-test:
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 py-test: venv
-	$(PY) -m pytest $(PYTEST_FLAGS) lib/python/tests controller/tests experiment/testbed/tests tests
+	$(PY) -m pytest $(PYTEST_FLAGS) lib/python/tests controller/tests experiment/testbed/tests reporter/python/tests tests
 
 ## proto: regenerate the committed Go and Python code from proto/
 proto: venv

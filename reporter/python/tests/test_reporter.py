@@ -1,0 +1,171 @@
+"""robinhood_report against the real RBC server (bin/rbcserver): records arrive and count
+in the RBC exactly, the fan-out helper names the query that ended last, a full buffer
+drops and counts without blocking, the reporter reconnects after the server returns,
+and it authenticates with a token over mutual TLS."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
+
+from conftest import wait_tcp
+from robinhood_report import Reporter, RequestTimer, fan_out
+
+BACKENDS = {"catalog": 0, "ratings": 1, "reviews": 2}
+
+
+def _rbc(procs, gobin, free_address, *extra: str) -> tuple[str, object]:
+    addr = free_address()
+    p = procs.start([gobin("rbcserver"), "--grpc-addr", addr, "--http-addr", free_address(), "--window", "10m",
+                     *extra], name="rbcserver")
+    wait_tcp(addr, proc=p)
+    return addr, p
+
+
+def _get_rbc(addr: str, creds: grpc.ChannelCredentials | None = None, md=None) -> rbc_pb2.GetRBCResponse:
+    ch = grpc.secure_channel(addr, creds) if creds else grpc.insecure_channel(addr)
+    with ch:
+        return rbc_pb2_grpc.RBCServiceStub(ch).GetRBC(rbc_pb2.GetRBCRequest(), timeout=5, metadata=md)
+
+
+def _wait_requests(addr: str, n: int, **kw) -> rbc_pb2.GetRBCResponse:
+    deadline = time.monotonic() + 15
+    while True:
+        r = _get_rbc(addr, **kw)
+        if r.window_requests >= n or time.monotonic() > deadline:
+            return r
+        time.sleep(0.05)
+
+
+def test_records_reach_the_rbc_exactly(procs, gobin, free_address) -> None:
+    addr, _ = _rbc(procs, gobin, free_address)
+    with Reporter(addr, "app0", BACKENDS, batch=100) as rep:
+        # 1000 requests: latencies 1..1000 µs; the band P98.5-P99.5 holds 986..995,
+        # blamed on ratings, everything else on catalog.
+        for lat in range(1, 1001):
+            assert rep.record(lat, "ratings" if 986 <= lat <= 995 else "catalog")
+        assert not rep.record(5, "nosuch")
+        assert rep.flush()
+    r = _wait_requests(addr, 1000)
+    assert r.window_requests == 1000
+    band = range(r.low_latency_us, r.high_latency_us + 1)
+    want = {1: sum(1 for lat in band if 986 <= lat <= 995), 0: sum(1 for lat in band if not 986 <= lat <= 995)}
+    got = {b.backend: b.blocking_count for b in r.backends}
+    assert {k: v for k, v in got.items() if v} == {k: v for k, v in want.items() if v} and want[1] >= 9, (got, band)
+    assert {b.backend: b.window_blocking for b in r.backends} == {0: 990, 1: 10}
+    s = rep.stats()
+    assert (s.recorded, s.dropped, s.unknown_backend, s.sent) == (1000, 0, 1, 1000)
+    assert s.batches >= 10
+
+
+def test_request_timer_names_the_query_that_ended_last() -> None:
+    got: list[tuple[int, int | str]] = []
+
+    class Sink:
+        def record(self, latency_us: int, backend: int | str) -> bool:
+            got.append((latency_us, backend))
+            return True
+
+    delays = {"catalog": 0.03, "ratings": 0.08, "reviews": 0.01}
+    res = fan_out(Sink(), {n: (lambda d=d, n=n: time.sleep(d) or n) for n, d in delays.items()})
+    assert res == {n: n for n in delays}
+    assert got[0][1] == "ratings" and got[0][0] >= 80_000
+    with RequestTimer(Sink()) as req:
+        with req.query("catalog"):
+            time.sleep(0.01)
+        with req.query("reviews"):
+            pass
+    assert got[1][1] == "reviews" and req.blocking == "reviews"
+    with pytest.raises(RuntimeError):  # a failed request is not recorded
+        with RequestTimer(Sink()) as req:
+            with req.query("catalog"):
+                raise RuntimeError("boom")
+    with RequestTimer(Sink()):  # neither is one without queries
+        pass
+    assert len(got) == 2
+
+
+def test_full_buffer_drops_and_counts_and_reconnects(procs, gobin, free_address) -> None:
+    addr = free_address()  # nothing listens yet
+    rep = Reporter(addr, "app0", BACKENDS, buffer=500)
+    try:
+        t0 = time.perf_counter()
+        accepted = sum(rep.record(100, 0) for _ in range(20_000))
+        spent = time.perf_counter() - t0
+        # Nothing is sent while the server is away: at most the buffer (plus what the
+        # sender took before it found no server) is kept, the rest is dropped.
+        s = rep.stats()
+        assert s.dropped == 20_000 - accepted and s.dropped >= 19_000, s
+        assert spent < 5, f"record blocked: {spent:.2f}s for 20,000 records"
+        # The server comes up on that address: the reporter reconnects (back-off ≤ 2 s).
+        port = addr.rsplit(":", 1)[1]
+        p = procs.start([gobin("rbcserver"), "--grpc-addr", addr, "--http-addr", free_address(),
+                         "--window", "10m"], name="rbcserver")
+        wait_tcp(addr, proc=p)
+        for _ in range(100):
+            rep.record(200, 1)
+        r = _wait_requests(addr, 100)
+        assert r.window_requests >= 100, f"nothing arrived after the server came up on port {port}"
+    finally:
+        rep.close()
+
+
+def test_token_and_mutual_tls(procs, gobin, free_address, tmp_path: Path) -> None:
+    sec = tmp_path / "secrets"
+    subprocess.run([gobin("devcerts"), "--out", sec, "--callers", "app0,app1"], check=True, capture_output=True)
+    addr, _ = _rbc(procs, gobin, free_address, "--auth-token-file", str(sec / "tokens"),
+                   "--tls-cert", str(sec / "cert.pem"), "--tls-key", str(sec / "key.pem"),
+                   "--tls-client-ca", str(sec / "ca.pem"))
+    tls = dict(tls_ca=str(sec / "ca.pem"), tls_cert=str(sec / "cert.pem"), tls_key=str(sec / "key.pem"))
+    with Reporter(addr, "app0", BACKENDS, token_file=str(sec / "app0.token"), **tls) as rep:
+        for _ in range(50):
+            rep.record(300, "reviews")
+        rep.flush()
+        creds = grpc.ssl_channel_credentials((sec / "ca.pem").read_bytes(), (sec / "key.pem").read_bytes(),
+                                             (sec / "cert.pem").read_bytes())
+        tok = (sec / "app1.token").read_text().split()[1]
+        r = _wait_requests(addr, 50, creds=creds, md=(("authorization", f"Bearer {tok}"),))
+        assert r.window_requests == 50
+    # app1's token reporting as app0: refused, counted as a stream error, never accepted.
+    with Reporter(addr, "app0", BACKENDS, token_file=str(sec / "app1.token"), **tls) as rep:
+        rep.record(300, "reviews")
+        deadline = time.monotonic() + 10
+        while rep.stats().stream_errors == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert rep.stats().stream_errors >= 1
+
+
+def test_bad_arguments() -> None:
+    for kw, msg in [({"app_server": ""}, "app_server"), ({"buffer": 0}, "at least 1"),
+                    ({"flush_interval": 0}, "positive"), ({"tls_cert": "x"}, "go together"),
+                    ({"token": "a" * 20, "token_file": "f"}, "not both")]:
+        args = {"app_server": "app0", **kw}
+        with pytest.raises(ValueError, match=msg):
+            Reporter("127.0.0.1:1", start=False, **args)
+
+
+def test_cli_streams_stdin(procs, gobin, free_address) -> None:
+    addr, _ = _rbc(procs, gobin, free_address)
+    lines = "# latency backend\n" + "".join(f"{i} ratings\n" for i in range(1, 301)) + "oops\n5 nosuch\n7 2\n"
+    r = subprocess.run([sys.executable, "-m", "robinhood_report.cli", "--rbc", addr, "--app-server", "app0",
+                        "--backend", "ratings=1"], input=lines, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "line 302: want 'LATENCY_US BACKEND'" in r.stderr and "line 303: backend 'nosuch'" in r.stderr
+    assert "301 records, 0 dropped, 2 bad lines" in r.stderr
+    assert _wait_requests(addr, 301).window_requests == 301
+
+
+def test_concurrent_recorders_lose_nothing() -> None:
+    rep = Reporter("127.0.0.1:1", "app0", buffer=10**6, start=False)
+    ts = [threading.Thread(target=lambda: [rep.record(i, 0) for i in range(20_000)]) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert rep.stats().recorded == 160_000 and len(rep._q) == 160_000
