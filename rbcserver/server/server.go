@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -24,6 +25,7 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+	"github.com/robinhoodcache/robinhood/rbcserver/otlp"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 	"github.com/robinhoodcache/robinhood/rbcserver/ring"
 	"github.com/robinhoodcache/robinhood/rbcserver/stats"
@@ -67,6 +69,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Security checks tokens and serves TLS (docs/security.md); nil: none.
 	Security *auth.Guard
+	// OTLP says which spans of the OTLP trace service are requests and how
+	// their queries name backends (docs/opentelemetry.md).
+	OTLP otlp.Config
 }
 
 // DefaultConfig returns the defaults: the topology schema's rbc_server
@@ -131,6 +136,7 @@ type Server struct {
 	defaults query
 	m        *metrics
 	health   *health.Server
+	traces   *traceService
 
 	draining  chan struct{} // closed by Drain
 	drainOnce sync.Once
@@ -174,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.epoch = s.clock()
 	s.m = newMetrics(r)
+	s.traces = newTraceService(s, cfg.OTLP)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(robinhoodv1.RBCService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s, nil
@@ -186,10 +193,11 @@ func (s *Server) now() (time.Time, int64) {
 	return t, int64(t.Sub(s.epoch))
 }
 
-// Register adds the RBCService, the gRPC health service and server
-// reflection to gs.
+// Register adds the RBCService, the OTLP TraceService, the gRPC health
+// service and server reflection to gs.
 func (s *Server) Register(gs *grpc.Server) {
 	robinhoodv1.RegisterRBCServiceServer(gs, s)
+	collectortrace.RegisterTraceServiceServer(gs, s.traces)
 	healthpb.RegisterHealthServer(gs, s.health)
 	reflection.Register(gs)
 }

@@ -38,6 +38,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/rbcserver/otlp"
 	"github.com/robinhoodcache/robinhood/rbcserver/server"
 )
 
@@ -76,6 +77,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take before connections are closed")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	o.sec.Register(fs)
+	otlpRequest := fs.String("otlp-request", "root", "OTLP traces: which server spans are requests: root (root spans) or service:NAME (every server span of service NAME) (docs/opentelemetry.md)")
+	otlpAttrs := fs.String("otlp-backend-attrs", "peer.service,server.address", "OTLP traces: the attributes of a client span naming its backend, tried in order; names map to ids through --topology's backends (a decimal value is an id)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -99,6 +102,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("topology %s: %w", *topoPath, err)
 		}
 		o.sec = o.sec.FromTopology(t, set)
+		o.cfg.OTLP.Backends = map[string]uint32{}
+		for _, b := range t.Backends {
+			o.cfg.OTLP.Backends[b.Name] = b.ID
+		}
 		block = doc["rbc_server"].(map[string]any)
 	}
 	var ov config.Overrides
@@ -132,6 +139,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := o.sec.Validate(); err != nil {
 		return o, err
+	}
+	if o.cfg.OTLP.Service, err = otlp.ParseRequestMode(*otlpRequest); err != nil {
+		return o, err
+	}
+	for _, a := range strings.Split(*otlpAttrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.cfg.OTLP.BackendAttrs = append(o.cfg.OTLP.BackendAttrs, a)
+		}
+	}
+	if len(o.cfg.OTLP.BackendAttrs) == 0 {
+		return o, fmt.Errorf("--otlp-backend-attrs %q: give at least one attribute key", *otlpAttrs)
 	}
 	if o.shutdownTimeout <= 0 {
 		return o, fmt.Errorf("--shutdown-timeout %v must be positive", o.shutdownTimeout)

@@ -1,0 +1,78 @@
+package otlp
+
+import (
+	"testing"
+	"time"
+)
+
+func span(trace, id, parent string, kind Kind, svc string, start, end uint64, attrs map[string]string) Span {
+	return Span{TraceID: trace, SpanID: id, ParentID: parent, Kind: kind, Service: svc, StartNs: start, EndNs: end,
+		Attr: func(k string) string { return attrs[k] }}
+}
+
+func TestAssembler(t *testing.T) {
+	now := time.Unix(100, 0)
+	a := New(Config{Backends: map[string]uint32{"db": 3, "kv": 4}, MaxBackends: 8})
+	// Queries in one export, their request in the next.
+	out := a.Add([]Span{
+		span("t1", "q1", "r1", KindClient, "web", 0, 5_000, map[string]string{"peer.service": "db"}),
+		span("t1", "q2", "r1", KindClient, "web", 0, 9_000, map[string]string{"server.address": "kv"}),
+	}, now)
+	if len(out) != 0 || a.Pending() != 2 {
+		t.Fatalf("out %v pending %d", out, a.Pending())
+	}
+	out = a.Add([]Span{span("t1", "r1", "", KindServer, "web", 0, 12_000, nil)}, now)
+	if len(out) != 1 || out[0] != (Record{LatencyUs: 12, Backend: 4}) || a.Pending() != 0 {
+		t.Fatalf("out %v pending %d", out, a.Pending())
+	}
+	// A named backend that is unknown is not looked up under the next key.
+	out = a.Add([]Span{
+		span("t2", "q1", "r2", KindClient, "web", 0, 9_000, map[string]string{"peer.service": "cache", "server.address": "db"}),
+		span("t2", "q2", "r2", KindClient, "web", 0, 1_000, map[string]string{"peer.service": "7"}),
+		span("t2", "r2", "", KindServer, "web", 0, 10_000, nil),
+	}, now)
+	if len(out) != 0 || a.Counts.Unattributed != 1 || a.Counts.UnknownBackend != 1 {
+		t.Fatalf("out %v counts %+v", out, a.Counts)
+	}
+	// A decimal id below MaxBackends is an id; above it, unknown.
+	out = a.Add([]Span{
+		span("t3", "q1", "r3", KindClient, "web", 0, 9_000, map[string]string{"peer.service": "7"}),
+		span("t3", "r3", "", KindServer, "web", 0, 10_000, nil),
+		span("t4", "q1", "r4", KindClient, "web", 0, 9_000, map[string]string{"peer.service": "8"}),
+		span("t4", "r4", "", KindServer, "web", 0, 10_000, nil),
+	}, now)
+	if len(out) != 1 || out[0].Backend != 7 || a.Counts.Unattributed != 2 {
+		t.Fatalf("out %v counts %+v", out, a.Counts)
+	}
+	// Orphans expire after PendingTTL.
+	a.Add([]Span{span("t5", "q1", "gone", KindClient, "web", 0, 1, map[string]string{"peer.service": "db"})}, now)
+	a.Add(nil, now.Add(31*time.Second))
+	if a.Pending() != 0 || a.Counts.Orphans != 1 {
+		t.Fatalf("pending %d counts %+v", a.Pending(), a.Counts)
+	}
+}
+
+func TestServiceModeAndBounds(t *testing.T) {
+	now := time.Unix(100, 0)
+	a := New(Config{Service: "api", Backends: map[string]uint32{"db": 0}, MaxBackends: 4, PendingMax: 2})
+	out := a.Add([]Span{
+		span("t", "q", "s", KindClient, "api", 0, 2_000, map[string]string{"peer.service": "db"}),
+		span("t", "s", "gateway", KindServer, "api", 0, 3_000, nil), // not a root, but of the service
+		span("u", "x", "", KindServer, "gateway", 0, 3_000, nil),     // another service's server span
+	}, now)
+	if len(out) != 1 || out[0] != (Record{LatencyUs: 3, Backend: 0}) || a.Counts.Other != 1 {
+		t.Fatalf("out %v counts %+v", out, a.Counts)
+	}
+	for i := range 3 {
+		a.Add([]Span{span("v", "q", string(rune('a'+i)), KindClient, "api", 0, 1, nil)}, now)
+	}
+	if a.Pending() != 2 || a.Counts.Orphans != 1 {
+		t.Fatalf("pending %d counts %+v", a.Pending(), a.Counts)
+	}
+	if _, err := ParseRequestMode("service:"); err == nil {
+		t.Fatal("service: without a name accepted")
+	}
+	if s, err := ParseRequestMode("service:api"); err != nil || s != "api" {
+		t.Fatal(s, err)
+	}
+}

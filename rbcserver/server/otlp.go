@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/robinhoodcache/robinhood/lib/auth"
+	"github.com/robinhoodcache/robinhood/rbcserver/otlp"
+)
+
+// OTLP outcomes, the values of the outcome label of rbcserver_otlp_spans_total.
+var otlpOutcomes = []string{"request", "query", "unknown_backend", "unattributed", "no_queries", "orphan", "other"}
+
+// traceService is the OTLP/gRPC TraceService of the RBC server
+// (docs/opentelemetry.md): traces in, RBC records into the ring.
+type traceService struct {
+	collectortrace.UnimplementedTraceServiceServer
+	s     *Server
+	mu    sync.Mutex
+	asm   *otlp.Assembler
+	spans *prometheus.CounterVec
+	last  otlp.Counts
+}
+
+func newTraceService(s *Server, cfg otlp.Config) *traceService {
+	cfg.MaxBackends = s.cfg.MaxBackends
+	t := &traceService{s: s, asm: otlp.New(cfg), spans: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rbcserver_otlp_spans_total",
+		Help: "OTLP spans by what became of them: request (a record), query (used), unknown_backend (a query without a known backend), unattributed (a request whose last query had no known backend, not recorded), no_queries (a request without query spans, not recorded), orphan (a query whose request never came), other.",
+	}, []string{"outcome"})}
+	for _, o := range otlpOutcomes {
+		t.spans.WithLabelValues(o)
+	}
+	s.m.reg.MustRegister(t.spans)
+	return t
+}
+
+func attrString(kvs []*commonpb.KeyValue, key string) string {
+	for _, kv := range kvs {
+		if kv.GetKey() != key {
+			continue
+		}
+		switch v := kv.GetValue().GetValue().(type) {
+		case *commonpb.AnyValue_StringValue:
+			return v.StringValue
+		case *commonpb.AnyValue_IntValue:
+			return strconv.FormatInt(v.IntValue, 10)
+		}
+	}
+	return ""
+}
+
+func kindOf(k tracepb.Span_SpanKind) otlp.Kind {
+	switch k {
+	case tracepb.Span_SPAN_KIND_SERVER:
+		return otlp.KindServer
+	case tracepb.Span_SPAN_KIND_CLIENT:
+		return otlp.KindClient
+	}
+	return otlp.KindOther
+}
+
+// Export turns the spans into records (requests whose query spans have all
+// arrived), stores them as one batch, and answers success; spans that make
+// no record are counted, never an error.
+func (t *traceService) Export(ctx context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	select {
+	case <-t.s.draining:
+		return nil, status.Error(codes.Unavailable, "rbcserver is shutting down")
+	default:
+	}
+	var spans []otlp.Span
+	for _, rs := range req.GetResourceSpans() {
+		svc := attrString(rs.GetResource().GetAttributes(), "service.name")
+		for _, ss := range rs.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				attrs := sp.GetAttributes()
+				spans = append(spans, otlp.Span{
+					TraceID: hex.EncodeToString(sp.GetTraceId()), SpanID: hex.EncodeToString(sp.GetSpanId()),
+					ParentID: hex.EncodeToString(sp.GetParentSpanId()), Kind: kindOf(sp.GetKind()), Service: svc,
+					StartNs: sp.GetStartTimeUnixNano(), EndNs: sp.GetEndTimeUnixNano(),
+					Attr: func(k string) string { return attrString(attrs, k) },
+				})
+			}
+		}
+	}
+	now, at := t.s.now()
+	t.mu.Lock()
+	recs := t.asm.Add(spans, now)
+	c := t.asm.Counts
+	d := []uint64{c.Requests - t.last.Requests, c.Queries - t.last.Queries, c.UnknownBackend - t.last.UnknownBackend,
+		c.Unattributed - t.last.Unattributed, c.NoQueries - t.last.NoQueries, c.Orphans - t.last.Orphans, c.Other - t.last.Other}
+	t.last = c
+	t.mu.Unlock()
+	for i, o := range otlpOutcomes {
+		if d[i] > 0 {
+			t.spans.WithLabelValues(o).Add(float64(d[i]))
+		}
+	}
+	if len(recs) == 0 {
+		return &collectortrace.ExportTraceServiceResponse{}, nil
+	}
+	app := "otlp"
+	if name, ok := auth.Caller(ctx); ok {
+		app = name
+	}
+	if lim := int(t.s.cfg.MaxBatchFraction * float64(t.s.cfg.RingSize)); len(recs) > lim {
+		return nil, t.s.refuse(app, len(recs), ReasonShare, fmt.Errorf("an export of %d requests is more than %g of the ring (%d records; --max-batch-fraction)", len(recs), t.s.cfg.MaxBatchFraction, lim))
+	}
+	if err := t.s.shares.admit(app, len(recs), at, t.s.cfg.MaxAppShare); err != nil {
+		return nil, t.s.refuse(app, len(recs), ReasonShare, err)
+	}
+	lat := make([]uint32, len(recs))
+	be := make([]uint32, len(recs))
+	for i, r := range recs {
+		lat[i], be[i] = r.LatencyUs, r.Backend
+	}
+	t.s.ring.Append(at, lat, be)
+	t.s.m.addIngested(len(recs))
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
