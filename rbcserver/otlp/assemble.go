@@ -16,9 +16,9 @@ import (
 // Span is what the assembler needs of one span.
 type Span struct {
 	TraceID, SpanID, ParentID string // hex or raw bytes, compared as given
-	Kind                          Kind
-	Service                       string // the resource's service.name
-	StartNs, EndNs                uint64
+	Kind                      Kind
+	Service                   string // the resource's service.name
+	StartNs, EndNs            uint64
 	// Attr returns the span's string attribute (resource attributes are not
 	// consulted), "" when absent.
 	Attr func(key string) string

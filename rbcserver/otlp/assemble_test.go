@@ -58,7 +58,7 @@ func TestServiceModeAndBounds(t *testing.T) {
 	out := a.Add([]Span{
 		span("t", "q", "s", KindClient, "api", 0, 2_000, map[string]string{"peer.service": "db"}),
 		span("t", "s", "gateway", KindServer, "api", 0, 3_000, nil), // not a root, but of the service
-		span("u", "x", "", KindServer, "gateway", 0, 3_000, nil),     // another service's server span
+		span("u", "x", "", KindServer, "gateway", 0, 3_000, nil),    // another service's server span
 	}, now)
 	if len(out) != 1 || out[0] != (Record{LatencyUs: 3, Backend: 0}) || a.Counts.Other != 1 {
 		t.Fatalf("out %v counts %+v", out, a.Counts)

@@ -142,4 +142,3 @@ func TestOTLPTracesFromTheRealSDK(t *testing.T) {
 		t.Error("reflection does not list the OTLP trace service")
 	}
 }
-
