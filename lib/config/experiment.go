@@ -53,10 +53,11 @@ type ExperimentBackend struct {
 
 // ExperimentCache is the app servers' caches.
 type ExperimentCache struct {
-	AppServers    int            `json:"app_servers"`
-	BudgetMB      int            `json:"budget_mb"`
-	InitialMB     map[string]int `json:"initial_mb"`
-	MemcachedArgs []string       `json:"memcached_args"`
+	AppServers    int              `json:"app_servers"`
+	BudgetMB      int              `json:"budget_mb"`
+	InitialMB     map[string]int   `json:"initial_mb"`
+	AppInitialMB  []map[string]int `json:"app_initial_mb"`
+	MemcachedArgs []string         `json:"memcached_args"`
 }
 
 // SLO is the SLO series' settings.

@@ -71,9 +71,9 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
 """)
             jobs["backend"].append(f"{name}:7200")
     mc_args = [str(a) for a in exp.cache.memcached_args]
-    alloc = exp.initial_allocation()
     for j, app in enumerate(topology["app_servers"]):
         aid = app["id"]
+        alloc = exp.initial_allocation(j)
         caches: dict[str, int] = {}
         if app["cache_mode"] == "partitioned":
             caches = {f"mc-{aid}-{n}": alloc[n] for n in app["partitions"]}

@@ -78,9 +78,12 @@ def build_topology(exp: Experiment, arm: Arm, ports: PortAllocator | None = None
                 entry[kind] = b[kind]
         backends.append(entry)
     topology["backends"] = backends
-    alloc = exp.initial_allocation()
     apps = []
-    for app in app_ids(exp):
+    for i, app in enumerate(app_ids(exp)):
+        try:
+            alloc = exp.initial_allocation(i)
+        except ConfigError as e:
+            raise ExperimentError(str(e)) from None
         entry = {
             "id": app, "http": addr(app, 8080), "cache_mode": arm.cache_mode, "cache_budget_mb": exp.cache.budget_mb,
             "request_timeout": doc["request_timeout"], "backend_timeout": doc["backend_timeout"],

@@ -33,6 +33,7 @@ class Cache(_Model):
     app_servers: int
     budget_mb: int
     initial_mb: dict[str, int]
+    app_initial_mb: list[dict[str, int]]
     memcached_args: list[str]
 
 
@@ -101,10 +102,22 @@ class Experiment(_Model):
         q = Path(p)
         return q if q.is_absolute() else Path(self.base_dir) / q
 
-    def initial_allocation(self) -> dict[str, int]:
-        """Initial MB per backend: ``cache.initial_mb``, the rest of the budget split
-        evenly (largest remainder)."""
-        return fill_rest(self.cache.initial_mb, [b.name for b in self.backends], self.cache.budget_mb)
+    def initial_allocation(self, app: int | None = None) -> dict[str, int]:
+        """Initial MB per backend: ``cache.initial_mb`` (or app server ``app``'s entry of
+        ``cache.app_initial_mb``), the rest of the budget split evenly (largest
+        remainder). ConfigError names the entry when it names an unknown backend or
+        does not fit the budget."""
+        names = [b.name for b in self.backends]
+        fixed, where = self.cache.initial_mb, "cache.initial_mb"
+        if app is not None and self.cache.app_initial_mb:
+            fixed, where = self.cache.app_initial_mb[app], f"cache.app_initial_mb[{app}]"
+            for k in fixed:
+                if k not in names:
+                    raise ConfigError(where, f"no backend of this experiment is named {k!r}")
+            total = sum(fixed.values())
+            if total > self.cache.budget_mb or (len(fixed) == len(names) and total != self.cache.budget_mb):
+                raise ConfigError(where, f"sums to {total} MB; the budget is {self.cache.budget_mb} MB")
+        return fill_rest(fixed, names, self.cache.budget_mb)
 
     def scenario_data(self) -> dict[str, Any] | None:
         """The scenario as a mapping {seed?, events} (read from its file when given as
