@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +55,9 @@ type Replicas struct {
 	// now is the clock of the health checks (tests replace it).
 	now                func() time.Time
 	retries, ejections atomic.Uint64
+	readmissions       atomic.Uint64
+	done               chan struct{} // closed by Close: stops the probes
+	closeOnce          sync.Once
 
 	// AttemptTimeout bounds one call to one replica (the app server's
 	// backend_timeout); 0: only the caller's context bounds it. A batch may
@@ -68,7 +72,7 @@ func Dial(b config.Backend, opts ...grpc.DialOption) (*Replicas, error) {
 	if len(b.Replicas) == 0 {
 		return nil, fmt.Errorf("dispatch: backend %q has no replicas", b.Name)
 	}
-	rs := &Replicas{Backend: b.Name, now: time.Now}
+	rs := &Replicas{Backend: b.Name, now: time.Now, done: make(chan struct{})}
 	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dialopts.Reconnect()}, opts...)
 	for i, r := range b.Replicas {
 		conn, err := grpc.NewClient(r.GRPC, all...)
@@ -120,6 +124,7 @@ func (rs *Replicas) attempt(ctx context.Context, i int, req *pb.GetRequest, opts
 
 // Close closes every replica's connection.
 func (rs *Replicas) Close() error {
+	rs.closeOnce.Do(func() { close(rs.done) })
 	var errs []error
 	for _, r := range rs.list {
 		errs = append(errs, r.conn.Close())

@@ -228,3 +228,54 @@ func TestRetryProbesAnEjectedReplicaWhenNoneIsInRotation(t *testing.T) {
 		t.Fatal("a successful probe left the replica's ejection streak")
 	}
 }
+
+// An ejected replica that answers its health check again is readmitted by
+// the active probe once it has been out EjectBase, not at the end of a long
+// doubled ejection; one that does not answer stays out.
+func TestEjectedReplicaIsReadmittedByTheActiveProbe(t *testing.T) {
+	slow := testbackend.Start(t, "ratings")
+	live := testbackend.Start(t, "ratings")
+	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: slow.Addr}, {GRPC: live.Addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	rs.AttemptTimeout = 50 * time.Millisecond
+	rs.list[0].health.ejections = 4 // the next ejection lasts 16 s
+	slow.SetDelay(time.Second)
+	req := &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := rs.Call(ctx, 0, req); err != nil {
+		t.Fatal(err)
+	}
+	if rs.Healthy(0) {
+		t.Fatal("a replica with a streak of ejections was not ejected by its next failure")
+	}
+	slow.SetDelay(0)
+	t0 := time.Now()
+	for !rs.Healthy(0) {
+		if time.Since(t0) > 5*time.Second {
+			t.Fatalf("not readmitted within 5 s of a 16 s ejection (%d readmissions)", rs.Readmissions())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d := time.Since(t0); d < EjectBase-100*time.Millisecond || rs.Readmissions() != 1 {
+		t.Fatalf("readmitted after %v (%d readmissions); want EjectBase at least", d, rs.Readmissions())
+	}
+
+	// A replica that does not answer at all is not readmitted early.
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := l.Addr().String()
+	l.Close()
+	rs2, _ := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: dead}, {GRPC: live.Addr}}})
+	defer rs2.Close()
+	rs2.list[0].health.ejections = 4
+	if _, err := rs2.Call(ctx, 0, req); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(EjectBase + 3*ProbeEvery)
+	if rs2.Healthy(0) || rs2.Readmissions() != 0 {
+		t.Fatalf("a dead replica was readmitted (%d)", rs2.Readmissions())
+	}
+}

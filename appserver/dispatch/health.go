@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
@@ -24,6 +25,13 @@ const (
 	EjectAfter = 3
 	EjectBase  = time.Second
 	EjectMax   = 30 * time.Second
+	// ProbeEvery and ProbeTimeout pace the active probe of an ejected
+	// replica: a gRPC health check of its BackendService. A replica that
+	// passes it after at least EjectBase out is readmitted at once instead
+	// of waiting out a doubled ejection (a process that was hung and
+	// resumed, a restarted one).
+	ProbeEvery   = 250 * time.Millisecond
+	ProbeTimeout = 200 * time.Millisecond
 )
 
 // health is one replica's record of failures.
@@ -32,6 +40,20 @@ type health struct {
 	fails        int       // retryable failures in a row
 	ejections    int       // ejections in a row (no success since)
 	ejectedUntil time.Time // zero when in rotation
+	ejectedAt    time.Time // start of the current ejection
+	probing      bool      // an active probe runs
+}
+
+// readmit ends the ejection at now when it has lasted at least EjectBase;
+// it reports whether it did.
+func (h *health) readmit(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !now.Before(h.ejectedUntil) || now.Sub(h.ejectedAt) < EjectBase {
+		return false
+	}
+	h.ejectedUntil, h.fails = now, 0
+	return true
 }
 
 // healthy reports whether the replica is in rotation at now.
@@ -64,6 +86,7 @@ func (h *health) outcome(failed bool, now time.Time) bool {
 	}
 	d := EjectBase << min(h.ejections, 5)
 	h.ejectedUntil = now.Add(min(d, EjectMax))
+	h.ejectedAt = now
 	h.ejections++
 	h.fails = 0
 	return true
@@ -118,10 +141,58 @@ func (rs *Replicas) call(ctx context.Context, i int, req *pb.GetRequest, opts ..
 	if err == nil || failed {
 		if r.health.outcome(failed, rs.now()) {
 			rs.ejections.Add(1)
+			rs.startProbe(r)
 		}
 	}
 	return resp, err
 }
+
+// startProbe runs the active probe of an ejected replica, unless one runs.
+func (rs *Replicas) startProbe(r *Replica) {
+	r.health.mu.Lock()
+	if r.health.probing {
+		r.health.mu.Unlock()
+		return
+	}
+	r.health.probing = true
+	r.health.mu.Unlock()
+	go rs.probe(r)
+}
+
+// probe health-checks an ejected replica every ProbeEvery until it is back
+// in rotation (readmitted by the probe, or its ejection ran out), or the
+// replica set is closed.
+func (rs *Replicas) probe(r *Replica) {
+	defer func() {
+		r.health.mu.Lock()
+		r.health.probing = false
+		r.health.mu.Unlock()
+	}()
+	hc := healthpb.NewHealthClient(r.conn)
+	t := time.NewTicker(ProbeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-rs.done:
+			return
+		case <-t.C:
+		}
+		if r.health.healthy(rs.now()) {
+			return // ordinary traffic probes it now
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: pb.BackendService_ServiceDesc.ServiceName})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING && r.health.readmit(rs.now()) {
+			rs.readmissions.Add(1)
+			return
+		}
+	}
+}
+
+// Readmissions is the number of ejected replicas readmitted early by the
+// active probe.
+func (rs *Replicas) Readmissions() uint64 { return rs.readmissions.Load() }
 
 // other picks the replica for a retry: in rotation, not i, fewest calls in
 // flight. When every other replica is ejected it picks the one whose

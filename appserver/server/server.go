@@ -203,6 +203,9 @@ func New(cfg Config) (_ *Server, err error) {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_replica_ejections_total", ConstLabels: lbl,
 				Help: "Times a replica was taken out of rotation after failing calls in a row (passive health checks)."},
 				func() float64 { return float64(rs.Ejections()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_replica_readmissions_total", ConstLabels: lbl,
+				Help: "Ejected replicas readmitted early because they passed an active gRPC health check after at least 1 s out."},
+				func() float64 { return float64(rs.Readmissions()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appserver_replicas_in_rotation", ConstLabels: lbl,
 				Help: "Replicas not ejected (all of them when every one is: a backend is never given up on)."},
 				func() float64 {

@@ -14,6 +14,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/robinhoodcache/robinhood/backends/value"
@@ -47,6 +49,9 @@ func Start(t testing.TB, name string) *Server {
 	s := &Server{Name: name, Addr: l.Addr().String()}
 	g := grpc.NewServer()
 	pb.RegisterBackendServiceServer(g, s)
+	hs := health.NewServer() // as bin/backend's
+	hs.SetServingStatus(pb.BackendService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

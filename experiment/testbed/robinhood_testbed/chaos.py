@@ -267,9 +267,14 @@ class Injector(threading.Thread):
                 else:
                     p.popen.send_signal(signal.SIGCONT)
                     self._event(event="resumed", target=f.target)
+            # Processes started by this thread die with it (the supervisor sets
+            # PR_SET_PDEATHSIG, which fires when the creating thread ends): stay
+            # until the run is over.
+            self.stop_ev.wait()
         except Exception as e:  # noqa: BLE001 - reported, the run goes on without faults
             self.errors.append(f"{type(e).__name__}: {e}")
             log.exception("chaos injector failed")
+            self.stop_ev.wait()
         finally:
             self.events.close()
 
