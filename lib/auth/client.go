@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,8 +14,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
-
-func slicesSort(s []string) { slices.Sort(s) }
 
 // ClientOptions are a caller's credentials.
 type ClientOptions struct {

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -91,7 +92,7 @@ func CheckExposure(listeners map[string]string, authOn, insecure bool) error {
 	if len(bad) == 0 {
 		return nil
 	}
-	slicesSort(bad)
+	slices.Sort(bad)
 	return fmt.Errorf("%s: not a loopback address and no --auth-token-file: anyone who reaches it could steer the caches; give --auth-token-file (docs/security.md) or --insecure to serve it unauthenticated", strings.Join(bad, ", "))
 }
 
@@ -243,7 +244,8 @@ func (g *Guard) authenticate(values []string) (string, error) {
 	return name, nil
 }
 
-// healthMethods are the gRPC methods anyone may call: probes.
+// openMethod reports whether anyone may call a gRPC method: the health
+// service, for probes.
 func openMethod(full string) bool {
 	return strings.HasPrefix(full, "/grpc.health.v1.Health/")
 }
