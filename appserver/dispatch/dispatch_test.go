@@ -56,6 +56,17 @@ func TestBuildRejectsUnknownPolicy(t *testing.T) {
 	}
 }
 
+// deadAddr is a loopback address nothing listens on (connection refused).
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
 func TestDialNeedsReplicas(t *testing.T) {
 	if _, err := Dial(config.Backend{Name: "x"}); err == nil {
 		t.Fatal("Dial accepted a backend without replicas")
@@ -69,12 +80,7 @@ func TestDialNeedsReplicas(t *testing.T) {
 // back in rotation once it answers.
 func TestDeadReplicaIsRetriedEjectedAndProbedBack(t *testing.T) {
 	live := testbackend.Start(t, "ratings")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
+	dead := deadAddr(t)
 	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: dead}, {GRPC: live.Addr}}})
 	if err != nil {
 		t.Fatal(err)
@@ -204,12 +210,7 @@ func TestHungReplicaIsRetriedAfterItsAttemptTimeout(t *testing.T) {
 // instead of the batch failing.
 func TestRetryProbesAnEjectedReplicaWhenNoneIsInRotation(t *testing.T) {
 	live := testbackend.Start(t, "ratings")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
+	dead := deadAddr(t)
 	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: dead}, {GRPC: live.Addr}}})
 	if err != nil {
 		t.Fatal(err)
@@ -265,9 +266,7 @@ func TestEjectedReplicaIsReadmittedByTheActiveProbe(t *testing.T) {
 	}
 
 	// A replica that does not answer at all is not readmitted early.
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := l.Addr().String()
-	l.Close()
+	dead := deadAddr(t)
 	rs2, _ := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: dead}, {GRPC: live.Addr}}})
 	defer rs2.Close()
 	rs2.list[0].health.ejections = 4

@@ -31,10 +31,10 @@ from typing import Any
 
 from robinhood_common.units import format_duration
 
-from .deploy import Deployment, go_bin
+from .deploy import Deployment
 from .experiment import Arm, Experiment, ExperimentError
 from .procs import Proc, StartError
-from .run import RUN_START, deployment, prepare_inputs
+from .run import RUN_START, deployment, prepare_inputs, replay_args
 
 log = logging.getLogger(__name__)
 
@@ -345,14 +345,7 @@ def run_chaos(exp: Experiment, arm: Arm, out_dir: Path, data_dir: Path, seed: in
         log.info("chaos: %d faults over %s: %s", len(faults), format_duration(exp.duration),
                  ", ".join(f"{f.kind} {f.target}" for f in faults))
         replay_dir = run_dir / "replay"
-        args = [str(go_bin("tracegen")), "replay", "--topology", str(dep.topology_path),
-                "--trace", str(trace), "--out", str(replay_dir),
-                "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
-                "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
-                "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup),
-                "--metrics", dep.ep.replay_metrics]
-        if scenario is not None:
-            args += ["--scenario", str(scenario)]
+        args = replay_args(exp, dep, trace, scenario, replay_dir)
         t0 = time.time()
         (run_dir / RUN_START).write_text(f"{t0:.6f}\n")
         replay = dep.sup.start("replay", args)

@@ -215,6 +215,20 @@ def deployment(exp: Experiment, arm: Arm, run_dir: Path, data_dir: Path, prometh
                       prometheus=prometheus, replay=replay)
 
 
+def replay_args(exp: Experiment, dep: Deployment, trace: Path, scenario: Path | None, out: Path) -> list[str]:
+    """The `tracegen replay` command of one run: the experiment's trace, duration,
+    seed, SLO method and scenario against the deployment's topology."""
+    args = [str(go_bin("tracegen")), "replay", "--topology", str(dep.topology_path),
+            "--trace", str(trace), "--out", str(out),
+            "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
+            "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
+            "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup),
+            "--metrics", dep.ep.replay_metrics]
+    if scenario is not None:
+        args += ["--scenario", str(scenario)]
+    return args
+
+
 def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Path | None,
             data_dir: Path, view: Callable[[LiveState], Any] | None = None,
             prometheus: bool = False) -> RunResult:
@@ -232,14 +246,7 @@ def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Pat
     log.info("policy %s: starting the topology (logs in %s)", policy, dep.sup.log_dir)
     with dep:
         replay_dir = run_dir / "replay"
-        args = [str(go_bin("tracegen")), "replay", "--topology", str(dep.topology_path),
-                "--trace", str(trace), "--out", str(replay_dir),
-                "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
-                "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
-                "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup),
-                "--metrics", dep.ep.replay_metrics]
-        if scenario is not None:
-            args += ["--scenario", str(scenario)]
+        args = replay_args(exp, dep, trace, scenario, replay_dir)
         watcher = Watcher(dep, state)
         state.started = time.time()
         (run_dir / RUN_START).write_text(f"{state.started:.6f}\n")
