@@ -133,6 +133,21 @@ class Procs:
         wait_tcp(addr, proc=p)
         return p, addr
 
+    def redis(self, mb: int = 64, extra: list[str] | None = None, addr: str | None = None,
+              policy: str = "allkeys-lru") -> tuple[subprocess.Popen, str]:
+        """A redis-server without persistence, with maxmemory mb MB (as the testbed
+        starts a Redis partition), on a free port or on addr."""
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.fail("redis-server is not installed: run 'make deps' (as root it installs Debian's redis-server)")
+        addr = addr or free_addr()
+        port = addr.rsplit(":", 1)[1]
+        args = [exe, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+                "--maxmemory", f"{mb}mb", "--maxmemory-policy", policy]
+        p = self.start(args + (extra or []), name="redis")
+        wait_tcp(addr, proc=p)
+        return p, addr
+
 
 @pytest.fixture
 def procs(tmp_path: Path) -> Iterator[Procs]:

@@ -131,3 +131,42 @@ def test_prometheus_scrapes_every_component() -> None:
     expected = {n for n, s in services.items()
                 if "memcached" not in str(s.get("image", "")) and "prometheus" not in n}
     assert expected <= targets, f"not scraped: {sorted(expected - targets)}"
+
+
+def test_compose_on_redis_partitions(tmp_path: Path, gobin: Callable[[str], Path]) -> None:
+    """cache.store redis: one redis-server service per partition, named in the topology."""
+    doc = yaml.safe_load((REPO / "examples" / "demo.yaml").read_text())
+    doc["cache"]["store"] = "redis"
+    exp_path = REPO / "examples" / "redis-demo.tmp.yaml"  # relative paths of the demo stay valid
+    try:
+        exp_path.write_text(yaml.safe_dump(doc))
+        exp = load_experiment(exp_path)
+    finally:
+        exp_path.unlink()
+    arm = arms(exp)[0]
+    files = compose_gen.generate(exp, arm, Path("examples/demo.yaml"))
+    services = yaml.safe_load(files["docker-compose.yml"])["services"]
+    topo_text = files["deploy/compose/topology.yaml"]
+    topo = yaml.safe_load(topo_text)
+    parts = topo["app_servers"][0]["partitions"]
+    assert set(parts) == {b["name"] for b in doc["backends"]}
+    for name, p in parts.items():
+        host = p["redis"].rsplit(":", 1)[0]
+        assert host == f"redis-app0-{name}" and "addr" not in p
+        svc = services[host]
+        assert svc["image"].startswith("redis:")
+        cmd = svc["command"]
+        assert cmd[0] == "redis-server" and "allkeys-lru" in cmd
+        assert cmd[cmd.index("--maxmemory") + 1] == f"{p['initial_mb']}mb"
+    assert not any(n.startswith("mc-app0-") for n in services)
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    res = subprocess.run([str(gobin("topocheck")), str(tmp_path / "deploy" / "compose" / "topology.yaml")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    exe = shutil.which("docker-compose")
+    assert exe is not None, "docker-compose is not installed: run 'make deps'"
+    res = subprocess.run([exe, "-f", str(tmp_path / "docker-compose.yml"), "config", "-q"], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Setter stores one value; *Client is one.
+// Setter stores one value; every Store is one.
 type Setter interface {
 	Set(ctx context.Context, key string, value []byte) error
 }
@@ -38,7 +38,7 @@ type fillItem struct {
 }
 
 // Filler stores values into one cache partition in the background so that
-// requests do not wait for memcached's answer. Its queue is bounded: Enqueue
+// requests do not wait for the instance's answer. Its queue is bounded: Enqueue
 // never blocks and reports false when the queue is full. The Filler owns its
 // worker goroutines; Close stops them.
 type Filler struct {

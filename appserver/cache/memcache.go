@@ -1,7 +1,3 @@
-// Package cache talks to an application server's memcached partitions: the
-// key mapping (Key), a small memcached text-protocol client with a bounded
-// connection pool and context deadlines (Client), and a bounded background
-// fill queue per partition (Filler).
 package cache
 
 import (
@@ -12,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -30,21 +25,24 @@ const maxKeysPerGet = 100
 
 const bufSize = 16 << 10
 
-// Errors returned by Client. Network errors are returned as they are.
+// Errors returned by Client (and, ErrTooLarge and ErrClosed, by
+// RedisClient). Network errors are returned as they are.
 var (
-	// ErrTooLarge is memcached's "SERVER_ERROR object too large for cache".
-	ErrTooLarge = errors.New("memcached: object too large for cache")
+	// ErrTooLarge is an instance's refusal to store a value for its size:
+	// memcached's "SERVER_ERROR object too large for cache"; RedisClient
+	// wraps Redis's OOM answer to a set in it.
+	ErrTooLarge = errors.New("cache: value too large for the cache")
 	// ErrNotStored is memcached's NOT_STORED answer to a set.
 	ErrNotStored = errors.New("memcached: not stored")
 	// ErrClosed is returned after Close.
-	ErrClosed = errors.New("memcached: client closed")
+	ErrClosed = errors.New("cache: client closed")
 )
 
-// ProtocolError is an answer the client cannot parse; the connection it came
-// from is closed.
+// ProtocolError is an answer the client cannot parse; Client closes the
+// connection it came from.
 type ProtocolError struct{ Line string }
 
-func (e *ProtocolError) Error() string { return fmt.Sprintf("memcached: unexpected answer %q", e.Line) }
+func (e *ProtocolError) Error() string { return fmt.Sprintf("cache: unexpected answer %q", e.Line) }
 
 // ServerError is an ERROR, CLIENT_ERROR or SERVER_ERROR answer.
 type ServerError struct{ Line string }
@@ -56,40 +54,7 @@ type KeyError struct{ Key string }
 
 func (e *KeyError) Error() string { return fmt.Sprintf("memcached: illegal key %q", e.Key) }
 
-// ErrorKind classifies an error of Client into a small fixed set, for metric
-// labels: timeout, canceled, too_large, not_stored, server, protocol, key,
-// closed, bypassed (the circuit breaker is open), conn; "" for nil.
-func ErrorKind(err error) string {
-	var se *ServerError
-	var pe *ProtocolError
-	var ke *KeyError
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, ErrTooLarge):
-		return "too_large"
-	case errors.Is(err, ErrNotStored):
-		return "not_stored"
-	case errors.Is(err, ErrClosed):
-		return "closed"
-	case errors.Is(err, ErrBreakerOpen):
-		return "bypassed"
-	case errors.As(err, &se):
-		return "server"
-	case errors.As(err, &pe):
-		return "protocol"
-	case errors.As(err, &ke):
-		return "key"
-	default:
-		return "conn"
-	}
-}
-
-// Options configure a Client.
+// Options configure a Client or a RedisClient.
 type Options struct {
 	// MaxConns bounds the open connections (busy and idle); callers wait
 	// for a free one, up to their context's deadline. Idle connections are
@@ -133,37 +98,15 @@ func NewClient(addr string, opt Options) *Client {
 		timeout: opt.Timeout,
 		slots:   make(chan struct{}, opt.MaxConns),
 		idle:    make(chan *conn, opt.MaxConns),
-		brk:     breaker{now: time.Now},
+		brk:     newBreaker(),
 	}
-}
-
-// guarded runs one operation through the circuit breaker (breaker.go).
-func (c *Client) guarded(op func() error) error {
-	if !c.brk.allow() {
-		return ErrBreakerOpen
-	}
-	err := op()
-	if !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
-		c.brk.done(unanswered(err))
-	} else {
-		c.brk.release()
-	}
-	return err
 }
 
 // BreakerOpenings is how many times the circuit breaker opened.
-func (c *Client) BreakerOpenings() uint64 {
-	c.brk.mu.Lock()
-	defer c.brk.mu.Unlock()
-	return c.brk.Opened
-}
+func (c *Client) BreakerOpenings() uint64 { return c.brk.openings() }
 
 // Bypassed reports whether the breaker is open (the instance is bypassed).
-func (c *Client) Bypassed() bool {
-	c.brk.mu.Lock()
-	defer c.brk.mu.Unlock()
-	return c.brk.opens > 0 && c.brk.now().Before(c.brk.until)
-}
+func (c *Client) Bypassed() bool { return c.brk.bypassed() }
 
 // Addr returns the memcached address.
 func (c *Client) Addr() string { return c.addr }
@@ -269,7 +212,7 @@ func checkKey(k string) error {
 // a miss. vals must be at least as long as keys. Keys may repeat. On error
 // the values found so far are kept and the rest are nil.
 func (c *Client) GetMulti(ctx context.Context, keys []string, vals [][]byte) error {
-	return c.guarded(func() error { return c.getMulti(ctx, keys, vals) })
+	return c.brk.guard(func() error { return c.getMulti(ctx, keys, vals) })
 }
 
 func (c *Client) getMulti(ctx context.Context, keys []string, vals [][]byte) error {
@@ -387,7 +330,7 @@ func parseValueLine(line []byte) (key []byte, n int, err error) {
 // Set stores value under key (flags 0, no expiry) and waits for memcached's
 // answer.
 func (c *Client) Set(ctx context.Context, key string, value []byte) error {
-	return c.guarded(func() error { return c.set(ctx, key, value) })
+	return c.brk.guard(func() error { return c.set(ctx, key, value) })
 }
 
 func (c *Client) set(ctx context.Context, key string, value []byte) error {
@@ -441,7 +384,7 @@ func (cn *conn) set(key string, value []byte) error {
 // Stats returns memcached's general statistics (`stats`): name → value.
 func (c *Client) Stats(ctx context.Context) (map[string]string, error) {
 	var out map[string]string
-	err := c.guarded(func() error {
+	err := c.brk.guard(func() error {
 		var err error
 		out, err = c.stats(ctx)
 		return err
@@ -479,4 +422,17 @@ func (cn *conn) stats() (map[string]string, error) {
 		}
 		out[string(f[1])] = string(f[2])
 	}
+}
+
+// Limit is memcached's memory limit in bytes (limit_maxbytes of `stats`).
+func (c *Client) Limit(ctx context.Context) (int64, error) {
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(st["limit_maxbytes"], 10, 64)
+	if err != nil {
+		return 0, &ProtocolError{Line: "STAT limit_maxbytes " + st["limit_maxbytes"]}
+	}
+	return v, nil
 }

@@ -86,7 +86,7 @@ func newMetrics() *metrics {
 		}, []string{"backend", "kind"}),
 		cacheErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appserver_cache_errors_total",
-			Help: "Failed memcached operations (gets and fills) by kind; size_mismatch counts cached values whose length differed from the requested size.",
+			Help: "Failed cache operations (memcached or Redis; gets and fills) by kind; size_mismatch counts cached values whose length differed from the requested size.",
 		}, []string{"backend", "kind"}),
 		fillDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appserver_cache_fill_dropped_total",
@@ -94,7 +94,7 @@ func newMetrics() *metrics {
 		}, []string{"backend"}),
 		fillSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appserver_cache_fill_skipped_total",
-			Help: "Cacheable values not stored, by reason (too_large: above the memcached item size limit).",
+			Help: "Cacheable values not stored, by reason (too_large: above the item size limit, --memcached-item-max, or refused by the cache).",
 		}, []string{"backend", "reason"}),
 		fills: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appserver_cache_fills_total",

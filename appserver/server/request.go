@@ -192,7 +192,7 @@ func (s *Server) runCall(ctx context.Context, c *call) {
 	}
 	c.vals = make([][]byte, n)
 
-	var ckeys []string // memcached key per query, "" when not looked up
+	var ckeys []string // cache key per query, "" when not looked up
 	if be.cache != nil {
 		ckeys = make([]string, n)
 		look := make([]string, 0, n)

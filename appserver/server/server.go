@@ -35,10 +35,10 @@ import (
 // Defaults of Config.
 const (
 	DefaultMemcachedConns = 128
-	// DefaultCacheTimeout bounds one memcached operation: a healthy local
-	// instance answers in well under a millisecond, and one that does not
-	// answer in this long is bypassed by the circuit breaker after three
-	// in a row (docs/appserver.md).
+	// DefaultCacheTimeout bounds one cache operation (memcached or Redis):
+	// a healthy local instance answers in well under a millisecond, and
+	// one that does not answer in this long is bypassed by the circuit
+	// breaker after three in a row (docs/appserver.md).
 	DefaultCacheTimeout     = 50 * time.Millisecond
 	DefaultMemcachedItemMax = 1 << 20
 	DefaultMaxBodyBytes     = 8 << 20
@@ -55,11 +55,12 @@ type Config struct {
 	// Logger receives startup, shutdown and state-change lines (nothing per
 	// request above debug level).
 	Logger *slog.Logger
-	// CacheTimeout bounds one memcached operation (0: DefaultCacheTimeout).
+	// CacheTimeout bounds one cache operation, memcached or Redis (0:
+	// DefaultCacheTimeout).
 	CacheTimeout time.Duration
-	// MemcachedConns bounds the connections to each memcached instance;
-	// all are kept open for reuse. It should be at least the expected
-	// number of concurrent requests.
+	// MemcachedConns bounds the connections to each cache instance
+	// (memcached or Redis); idle ones are kept open for reuse. It should be
+	// at least the expected number of concurrent requests.
 	MemcachedConns int
 	// MemcachedItemMax is the memcached item size limit (-I); larger
 	// values are not cached.
@@ -96,7 +97,7 @@ type Server struct {
 	log            *slog.Logger
 	backends       map[string]*backend
 	names          string // the topology's backend names, for error messages
-	clients        []*cache.Client
+	clients        []cache.Store
 	itemMax        int
 	maxBody        int64
 	maxRequest     int64
@@ -118,7 +119,7 @@ type backend struct {
 	id         uint32
 	replicas   *dispatch.Replicas
 	dispatcher dispatch.Dispatcher
-	cache      *cache.Client // nil in cache mode none
+	cache      cache.Store // memcached or Redis; nil in cache mode none
 	filler     *cache.Filler
 	m          backendMetrics
 	stats      backendStats
@@ -222,15 +223,20 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 		switch app.CacheMode {
 		case config.CachePartitioned:
-			c := cache.NewClient(app.Partitions[tb.Name].Addr, copt)
+			var c cache.Store
+			if p := app.Partitions[tb.Name]; p.Store() == config.StoreRedis {
+				c = cache.NewRedisClient(p.Endpoint(), copt)
+			} else {
+				c = cache.NewClient(p.Endpoint(), copt)
+			}
 			be.cache = c
 			s.clients = append(s.clients, c)
 			s.m.reg.MustRegister(
 				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_cache_breaker_openings_total", ConstLabels: lbl,
-					Help: "Times the circuit breaker in front of the backend's memcached partition opened (three operations in a row unanswered)."},
+					Help: "Times the circuit breaker in front of the backend's cache partition (memcached or Redis) opened (three operations in a row unanswered)."},
 					func() float64 { return float64(c.BreakerOpenings()) }),
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appserver_cache_bypassed", ConstLabels: lbl,
-					Help: "1 while the backend's memcached partition is bypassed by its circuit breaker."},
+					Help: "1 while the backend's cache partition (memcached or Redis) is bypassed by its circuit breaker."},
 					func() float64 {
 						if c.Bypassed() {
 							return 1

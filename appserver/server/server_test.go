@@ -23,14 +23,15 @@ import (
 )
 
 // env is one application server (in process, real HTTP on loopback) with
-// real memcached partitions and two in-process gRPC backends, "fast" (id 0)
-// and "slow" (id 1).
+// real memcached (or Redis) partitions and two in-process gRPC backends,
+// "fast" (id 0) and "slow" (id 1).
 type env struct {
 	t        *testing.T
 	srv      *Server
 	url      string
 	mc       map[string]*testutil.Process
 	mcAddr   map[string]string
+	redis    map[string]bool // partitions that are Redis instances (in mc, mcAddr)
 	backends map[string]*testbackend.Server
 	client   *http.Client
 }
@@ -39,6 +40,7 @@ type envOptions struct {
 	mode           string // partitioned (default), shared, none
 	requestTimeout string
 	backendTimeout string
+	redis          []string // partitioned: these backends' partitions are Redis instances
 	cfg            Config
 }
 
@@ -53,14 +55,24 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.backendTimeout == "" {
 		o.backendTimeout = "1s"
 	}
-	e := &env{t: t, mc: map[string]*testutil.Process{}, mcAddr: map[string]string{}, backends: map[string]*testbackend.Server{}}
+	e := &env{t: t, mc: map[string]*testutil.Process{}, mcAddr: map[string]string{}, redis: map[string]bool{}, backends: map[string]*testbackend.Server{}}
 	var cacheYAML string
 	switch o.mode {
 	case config.CachePartitioned:
-		for _, name := range []string{"fast", "slow"} {
-			e.mc[name], e.mcAddr[name] = testutil.Memcached(t, 16)
+		for _, name := range o.redis {
+			e.redis[name] = true
 		}
-		cacheYAML = fmt.Sprintf("partitions: {fast: %q, slow: %q}", e.mcAddr["fast"], e.mcAddr["slow"])
+		var parts []string
+		for _, name := range []string{"fast", "slow"} {
+			if e.redis[name] {
+				e.mc[name], e.mcAddr[name] = testutil.Redis(t)
+				parts = append(parts, fmt.Sprintf("%s: {redis: %q}", name, e.mcAddr[name]))
+				continue
+			}
+			e.mc[name], e.mcAddr[name] = testutil.Memcached(t, 16)
+			parts = append(parts, fmt.Sprintf("%s: %q", name, e.mcAddr[name]))
+		}
+		cacheYAML = "partitions: {" + strings.Join(parts, ", ") + "}"
 	case config.CacheShared:
 		p, addr := testutil.Memcached(t, 16)
 		for _, name := range []string{"fast", "slow"} {
@@ -181,10 +193,15 @@ func (e *env) checkValues(r response, backend string, keys []string, sizes []int
 	}
 }
 
-// cached reads key of backend directly from its memcached.
+// cached reads key of backend directly from its memcached or Redis.
 func (e *env) cached(backend, key string) []byte {
 	e.t.Helper()
-	c := cache.NewClient(e.mcAddr[backend], cache.Options{MaxConns: 1})
+	var c cache.Store
+	if e.redis[backend] {
+		c = cache.NewRedisClient(e.mcAddr[backend], cache.Options{MaxConns: 1})
+	} else {
+		c = cache.NewClient(e.mcAddr[backend], cache.Options{MaxConns: 1})
+	}
 	defer c.Close()
 	vals := make([][]byte, 1)
 	if err := c.GetMulti(context.Background(), []string{cache.Key(backend, key)}, vals); err != nil {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +24,7 @@ const (
 type backendStats struct {
 	hits, misses, shadowHits atomic.Uint64
 	latency                  loghist.Histogram
-	limit                    atomic.Int64 // the partition's cache_memlimit, bytes (0: unknown)
+	limit                    atomic.Int64 // the partition's memory limit, bytes (0: unknown)
 }
 
 // shadowEvent is one cacheable query for the shadow model of its partition.
@@ -96,7 +95,8 @@ func (sc *statsCollector) runModels(ctx context.Context) {
 	}
 }
 
-// pollLimits reads every partition's limit (limit_maxbytes) now and then.
+// pollLimits reads every partition's memory limit now and then (memcached's
+// limit_maxbytes, Redis's maxmemory: Store.Limit).
 func (sc *statsCollector) pollLimits(ctx context.Context) {
 	defer sc.done.Done()
 	t := time.NewTicker(limitPollInterval)
@@ -107,10 +107,8 @@ func (sc *statsCollector) pollLimits(ctx context.Context) {
 				continue
 			}
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			if st, err := be.cache.Stats(pctx); err == nil {
-				if v, err := strconv.ParseInt(st["limit_maxbytes"], 10, 64); err == nil {
-					be.stats.limit.Store(v)
-				}
+			if v, err := be.cache.Limit(pctx); err == nil {
+				be.stats.limit.Store(v)
 			}
 			cancel()
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,17 +11,6 @@ import (
 
 	"github.com/robinhoodcache/robinhood/backends/value"
 )
-
-// SetRedisLogger sends go-redis's own log lines (connection trouble) to log
-// at warn level, as structured lines, instead of its default unstructured
-// stderr logger. It affects every go-redis client in the process.
-func SetRedisLogger(log *slog.Logger) { redis.SetLogger(redisLog{log}) }
-
-type redisLog struct{ log *slog.Logger }
-
-func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
-}
 
 // Redis is a store kept in a real Redis server: GET the key, and on a miss
 // (or a stored value of another size) SET the derived value. Keys are

@@ -21,7 +21,7 @@ from robinhood_common.auth import AuthError
 from . import policies
 from .config import ConfigError, ControllerConfig, Overrides, load, parse_param
 from .controller import Controller, StartupError, TickReport
-from .memcached import MemcachedPartition, PartitionError, PartitionStats
+from .partition import PartitionError, PartitionStats, open_partition
 from .metrics import Metrics
 from .plan import MIB
 from .policy_server import serve_stdio
@@ -153,12 +153,12 @@ def cmd_status(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
     """Print limit, used, malloced, items, evictions, hit ratio per partition."""
     if cfg.cache_mode == "none":
         return _not_partitioned(cfg, "status", out)
-    targets = ([(p.name, p.addr) for p in cfg.partitions] if cfg.cache_mode == "partitioned"
-               else [("shared", cfg.shared_cache)])
+    targets = ([(p.name, p.store, p.addr) for p in cfg.partitions] if cfg.cache_mode == "partitioned"
+               else [("shared", "memcached", cfg.shared_cache)])
     rows: list[dict[str, Any]] = []
     failed = False
-    for name, addr in targets:
-        d = MemcachedPartition(name, addr, cfg.settings.memcached_timeout)
+    for name, store, addr in targets:
+        d = open_partition(name, store, addr, cfg.settings.memcached_timeout)
         st: PartitionStats | None
         err = ""
         try:
@@ -168,7 +168,7 @@ def cmd_status(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
         finally:
             d.close()
         rows.append({
-            "partition": name, "addr": addr,
+            "partition": name, "store": store, "addr": addr,
             "limit_bytes": st.limit_bytes if st else None,
             "used_bytes": st.item_bytes if st else None,
             "malloced_bytes": st.malloced_bytes if st else None,

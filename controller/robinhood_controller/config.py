@@ -59,6 +59,8 @@ class PartitionConfig:
     addr: str
     backend_id: int
     initial_mb: int
+    store: str = "memcached"
+    """"memcached" or "redis" (partition.py)."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,8 @@ def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
     if app.cache_mode == "partitioned":
         ids = {b.name: b.id for b in t.backends}
         initial = app.initial_allocation_mb()
-        parts = [PartitionConfig(name=n, addr=app.partitions[n].addr, backend_id=ids[n], initial_mb=initial[n])
+        parts = [PartitionConfig(name=n, addr=app.partitions[n].endpoint, backend_id=ids[n],
+                                 initial_mb=initial[n], store=app.partitions[n].store)
                  for n in app.partition_names()]
         if cls.needs_rbc and not t.rbc_server.grpc:
             raise ConfigError(f"rbc_server.grpc: an address is required by the {pol.name} policy (it has none)")

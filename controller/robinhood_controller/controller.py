@@ -1,19 +1,20 @@
 """The controller loop: every interval, read the actual state, plan, reconcile.
 
 Each tick (docs/controller.md, paper §4.2):
-  1. read every partition (`stats`, `stats slabs`); a partition that does not answer
-     is left alone this tick and counted (`partition_unreachable`); one that restarted
-     (new pid) is attached again (`slabs automove 0`);
+  1. read every partition (memcached: `stats`, `stats slabs`; Redis: INFO); a partition
+     that does not answer is left alone this tick and counted (`partition_unreachable`);
+     one that restarted (new pid) is attached again (memcached: `slabs automove 0`;
+     Redis: an allkeys-* maxmemory-policy);
   2. read the RBC snapshot (deadline `rbc_timeout`); when that fails a policy that
      needs RBC keeps its targets;
   3. on the first tick, adopt targets from the actual limits (plan.adopt); then let the
      policy plan the reachable partitions, and round the targets to whole-MB limits
      that sum to the budget (this step is decide.decide, which the simulator's policy
      server runs too);
-  4. reconcile memcached towards the limits (resize.reconcile), unless dry-run;
+  4. reconcile the partitions towards the limits (resize.reconcile), unless dry-run;
   5. export metrics, append the timeline, log one line.
 The targets (bytes) are the only state kept between ticks, and a new process
-recreates them from memcached, so the loop is level-triggered.
+recreates them from the partitions, so the loop is level-triggered.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from typing import Any
 
 from .config import ControllerConfig
 from .decide import check_decision, decide
-from .memcached import MemcachedPartition, PartitionError, PartitionStats, Unreachable, Unsupported
+from .partition import PartitionError, PartitionStats, Unreachable, Unsupported, open_partition
 from .metrics import Metrics
 from .plan import MIB
 from .policies import PartitionSample
@@ -90,7 +91,7 @@ class Controller:
         self.timeline = timeline
         self.clock = clock
         self.names = [p.name for p in cfg.partitions]
-        self.drivers = {p.name: MemcachedPartition(p.name, p.addr, s.memcached_timeout) for p in cfg.partitions}
+        self.drivers = {p.name: open_partition(p.name, p.store, p.addr, s.memcached_timeout) for p in cfg.partitions}
         self.policy = cfg.build_policy()
         self.rbc = (RBCClient(cfg.rbc_addr, s.rbc_timeout, cfg.rbc_window, cfg.app_server,
                               token_file=cfg.token_file, tls=cfg.tls)
@@ -139,8 +140,8 @@ class Controller:
                     still.append(name)
                     continue
                 self._pids[name] = info.pid
-                log.info("event=attached partition=%s addr=%s version=%s pid=%d automove_was=%s read_only=%s",
-                         name, d.addr, info.version, info.pid, info.automove_was, self.read_only)
+                log.info("event=attached partition=%s store=%s addr=%s version=%s pid=%d took_over=%s read_only=%s",
+                         name, d.store, d.addr, info.version, info.pid, info.took_over, self.read_only)
             pending = still
             if pending:
                 if stop is not None and stop.wait(retry):
@@ -204,8 +205,8 @@ class Controller:
                 continue
             if not self.read_only:
                 try:
-                    if d.automove_off():
-                        self._error("automove_on", name, "memcached's slab automove was on; turned it off again")
+                    if (fixed := d.repair()) is not None:
+                        self._error(fixed[0], name, fixed[1])
                 except PartitionError as e:
                     self._error("protocol", name, str(e))
             out[name] = st

@@ -6,89 +6,26 @@ It only speaks the commands verified against memcached 1.6.18: `stats`, `stats s
 """
 from __future__ import annotations
 
-import enum
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
 
+from .partition import (  # noqa: F401 - re-exported: the partition types were first defined here
+    AttachInfo,
+    MemlimitError,
+    PartitionError,
+    PartitionStats,
+    ProtocolError,
+    Reassign,
+    Unreachable,
+    Unsupported,
+)
+
 
 T = TypeVar("T")
-
-
-class PartitionError(Exception):
-    """A partition could not be used; the message says which one and why."""
-
-
-class Unreachable(PartitionError):
-    """The memcached instance did not answer (connection refused, reset, timeout)."""
-
-
-class Unsupported(PartitionError):
-    """The instance cannot be resized at run time (preallocated with -L, or slab
-    reassignment disabled)."""
-
-
-class MemlimitError(PartitionError):
-    """cache_memlimit was refused (MEMLIMIT_TOO_SMALL, MEMLIMIT_ADJUST_FAILED)."""
-
-
-class ProtocolError(PartitionError):
-    """memcached answered something this driver does not understand."""
-
-
-class Reassign(enum.Enum):
-    """Answers to `slabs reassign`."""
-
-    OK = "OK"
-    BUSY = "BUSY"
-    BADCLASS = "BADCLASS"
-    NOSPARE = "NOSPARE"
-    NOTFULL = "NOTFULL"
-    UNSAFE = "UNSAFE"
-    SAME = "SAME"
-
-
-@dataclass(frozen=True)
-class PartitionStats:
-    """One reading of a partition."""
-
-    limit_bytes: int
-    """limit_maxbytes: the current cache_memlimit."""
-    item_bytes: int
-    """bytes: the size of the stored items."""
-    malloced_bytes: int
-    """total_malloced (`stats slabs`): memory in slab pages."""
-    items: int
-    evictions: int
-    get_hits: int
-    get_misses: int
-    pid: int
-    uptime: int
-    reassign_running: bool
-    """A page move is in progress (slab_reassign_running)."""
-    pages: dict[int, int] = field(default_factory=dict)
-    """total_pages per slab class."""
-
-    @property
-    def hit_ratio(self) -> float | None:
-        """get_hits / (get_hits + get_misses), None before the first get."""
-        total = self.get_hits + self.get_misses
-        return self.get_hits / total if total else None
-
-
-@dataclass(frozen=True)
-class AttachInfo:
-    """What attach found."""
-
-    version: str
-    pid: int
-    automove_was: str
-    checked_memlimit: bool
-    """cache_memlimit was probed (False in read-only attach)."""
 
 
 def _int(v: object) -> int:
@@ -108,8 +45,13 @@ def _text(v: object) -> str:
 
 
 class MemcachedPartition:
-    """A managed memcached instance; every method raises a PartitionError subclass on
-    failure and leaves the client ready to reconnect on the next call."""
+    """A managed memcached instance (the Partition protocol of partition.py); every
+    method raises a PartitionError subclass on failure and leaves the client ready to
+    reconnect on the next call."""
+
+    store = "memcached"
+    evicts_itself = False
+    limit_slack = 0
 
     def __init__(self, name: str, addr: str, timeout: float = 1.0) -> None:
         host, _, port = addr.rpartition(":")
@@ -219,7 +161,7 @@ class MemcachedPartition:
             ans = self._raw("slabs automove 0")
             if ans != "OK":
                 raise ProtocolError(f"partition {self.name} ({self.addr}): `slabs automove 0` answered {ans!r}")
-        return AttachInfo(version=version, pid=_int(st[b"pid"]), automove_was=s.get("slab_automove", "?"),
+        return AttachInfo(version=version, pid=_int(st[b"pid"]), took_over=f"slab_automove={s.get('slab_automove', '?')}",
                           checked_memlimit=checked)
 
     def automove_off(self) -> bool:
@@ -231,6 +173,12 @@ class MemcachedPartition:
         if ans != "OK":
             raise ProtocolError(f"partition {self.name} ({self.addr}): `slabs automove 0` answered {ans!r}")
         return True
+
+    def repair(self) -> tuple[str, str] | None:
+        """automove_off, as the Partition protocol's repair."""
+        if self.automove_off():
+            return "automove_on", "memcached's slab automove was on; turned it off again"
+        return None
 
     def set_limit(self, mb: int) -> None:
         """cache_memlimit mb. MemlimitError when memcached refuses it."""

@@ -25,6 +25,7 @@ ERROR_KINDS = (
     "unsupported",
     "policy",
     "automove_on",
+    "eviction_policy",
 )
 """Every value of the `kind` label of controller_errors_total."""
 

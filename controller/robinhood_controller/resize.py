@@ -1,7 +1,7 @@
-"""The resize mechanism: drive memcached's limits and memory to the desired limits.
+"""The resize mechanism: drive the partitions' limits and memory to the desired limits.
 
 It knows nothing of policies; it gets desired whole-MB limits that sum to the budget
-and closes the gap to memcached's actual state, idempotently (a level-triggered
+and closes the gap to the instances' actual state, idempotently (a level-triggered
 reconcile, docs/algorithms.md):
 
 1. Lower: every partition whose limit is above its desired limit gets the new limit
@@ -14,6 +14,9 @@ reconcile, docs/algorithms.md):
    others proceed; `BADCLASS`/`NOSPARE` rule the class out and the next one is tried;
    when no class has a spare page the shrink is reported stuck. An unfinished shrink is
    simply found again by the next tick's reading (malloced > limit).
+   A Redis partition (evicts_itself) frees memory by itself once its maxmemory is
+   lowered: its shrink only polls used_memory, with the same back-off, until it is
+   below the limit.
 3. Grow: partitions below their desired limit are raised, but only by memory that is
    actually free: headroom = budget − Σ max(limit, total_malloced), where partitions
    that cannot be read count with max(their desired limit, last known limit). So the
@@ -26,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .memcached import MemcachedPartition, MemlimitError, PartitionError, PartitionStats, Reassign, Unreachable
+from .partition import MemlimitError, Partition, PartitionError, PartitionStats, Reassign, Unreachable
 from .plan import MIB
 
 BACKOFF_MIN = 0.001
@@ -38,7 +41,7 @@ class Target:
     """One partition's input to a reconcile."""
 
     name: str
-    driver: MemcachedPartition
+    driver: Partition
     stats: PartitionStats | None
     """This tick's reading; None when the partition could not be read."""
     desired_mb: int
@@ -69,6 +72,15 @@ class Outcome:
     lost: set[str] = field(default_factory=set)
     shrink_seconds: dict[str, float] = field(default_factory=dict)
     """Time each shrink that finished this tick took."""
+
+
+def _within(t: Target, held: int, limit: int) -> int:
+    """The memory a partition holds against its limit: a Redis hovering within its
+    limit_slack above maxmemory (client buffers between writes; the next write evicts)
+    counts as at its limit, so it is neither shrinking nor taking headroom."""
+    if limit < held <= limit + getattr(t.driver, "limit_slack", 0):
+        return limit
+    return held
 
 
 def _error_kind(e: PartitionError) -> str:
@@ -142,7 +154,7 @@ def reconcile(
     shrinking = [
         _Shrink(t, limit[n], malloced[n], dict(t.stats.pages), start)  # type: ignore[union-attr]
         for n, t in live.items()
-        if malloced[n] > limit[n]
+        if _within(t, malloced[n], limit[n]) > limit[n]
     ]
     while True:
         active = [s for s in shrinking if not s.done]
@@ -156,6 +168,17 @@ def reconcile(
                 continue
             acted = True
             try:
+                if s.t.driver.evicts_itself:
+                    # Redis evicts by itself: wait for used_memory to fall.
+                    m, _, _ = s.t.driver.malloced()
+                    s.malloced = _within(s.t, m, s.limit)
+                    if s.malloced <= s.limit:
+                        s.done = True
+                        out.shrink_seconds[name] = clock() - s.started
+                    else:
+                        s.next_at = clock() + s.backoff
+                        s.backoff = min(2 * s.backoff, BACKOFF_MAX)
+                    continue
                 if s.malloced <= s.limit:
                     # The estimate says done: confirm once no page move is in flight.
                     m, running, pages = s.t.driver.malloced()
@@ -220,7 +243,7 @@ def reconcile(
             except PartitionError as e:
                 fail(name, e)
                 continue
-        malloced[name] = max(s.malloced, 0)
+        malloced[name] = _within(s.t, max(s.malloced, 0), limit[name])
         if s.stuck and malloced[name] > limit[name]:
             out.stuck.append(name)
             out.errors.append((
@@ -236,7 +259,7 @@ def reconcile(
     holds: dict[str, int] = {}
     for t in targets:
         if t.name in live:
-            holds[t.name] = max(limit[t.name], malloced[t.name])
+            holds[t.name] = max(limit[t.name], _within(t, malloced[t.name], limit[t.name]))
         else:
             holds[t.name] = max(t.desired_mb, t.last_limit_mb) * MIB
     headroom = budget_mb * MIB - sum(holds.values())

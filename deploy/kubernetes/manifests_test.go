@@ -357,8 +357,8 @@ func TestManifests(t *testing.T) {
 				// Its partitions are memcached sidecars of this pod, and its
 				// controller runs here too.
 				for name, p := range a.Partitions {
-					if !sidecarListens(pod, portOf(t, p.Addr)) {
-						t.Errorf("%s: partition %s at %s: no memcached sidecar listens there", where, name, p.Addr)
+					if !sidecarListens(pod, portOf(t, p.Endpoint())) {
+						t.Errorf("%s: partition %s at %s: no cache sidecar listens there", where, name, p.Endpoint())
 					}
 				}
 				ctlFound := false

@@ -57,6 +57,7 @@ type ExperimentCache struct {
 	BudgetMB      int              `json:"budget_mb"`
 	InitialMB     map[string]int   `json:"initial_mb"`
 	AppInitialMB  []map[string]int `json:"app_initial_mb"`
+	Store         string           `json:"store"`
 	MemcachedArgs []string         `json:"memcached_args"`
 }
 

@@ -108,9 +108,11 @@ type ComputeOptions struct {
 	MatrixSize int `json:"matrix_size"`
 }
 
-// Partition is one backend's memcached instance on an application server.
+// Partition is one backend's cache instance on an application server: a
+// memcached (Addr) or a Redis (Redis); the schema admits exactly one.
 type Partition struct {
-	Addr string `json:"addr"`
+	Addr  string `json:"addr,omitempty"`
+	Redis string `json:"redis,omitempty"`
 	// InitialMB is the configured allocation; 0 means an even share of the
 	// rest of the budget.
 	InitialMB int `json:"initial_mb"`
@@ -191,6 +193,28 @@ type AppServer struct {
 	BackendTimeout Duration             `json:"backend_timeout"`
 	Dispatch       Dispatch             `json:"dispatch"`
 	Controller     Controller           `json:"controller"`
+}
+
+// Cache stores of a partition.
+const (
+	StoreMemcached = "memcached"
+	StoreRedis     = "redis"
+)
+
+// Store is what the partition is: StoreMemcached or StoreRedis.
+func (p Partition) Store() string {
+	if p.Redis != "" {
+		return StoreRedis
+	}
+	return StoreMemcached
+}
+
+// Endpoint is the partition's address, whichever its store.
+func (p Partition) Endpoint() string {
+	if p.Redis != "" {
+		return p.Redis
+	}
+	return p.Addr
 }
 
 // Duration is a time.Duration written as a Go duration string ("250ms").

@@ -29,6 +29,7 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/bytesize"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/redislog"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -102,6 +103,7 @@ func run(args []string) int {
 		return usage("--shadow-bytes: %q must be a positive byte size (%s)", *shadowBytes, bytesize.Hint)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	redislog.Use(log) // Redis partitions: connection trouble as structured lines
 
 	topo, err := config.LoadTopology(*topoPath)
 	if err != nil {

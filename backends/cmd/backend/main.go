@@ -38,6 +38,7 @@ import (
 	"github.com/robinhoodcache/robinhood/backends/sqldb"
 	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/redislog"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -79,7 +80,7 @@ func openStore(ctx context.Context, cfg settings, reg prometheus.Registerer, log
 	switch cfg.Type {
 	case config.TypeKV:
 		if cfg.Redis != "" {
-			kv.SetRedisLogger(log)
+			redislog.Use(log)
 			// Connections open on demand; the pool must not become a second
 			// queue when workers is raised at run time.
 			return kv.NewRedis(ctx, cfg.Name, kv.RedisOptions{Addr: cfg.Redis, PoolSize: max(cfg.Limits.Workers, 128)})

@@ -333,6 +333,9 @@ def reconcile_times(results: list[FaultResult], ticks: list[tuple[float, bool]],
 def run_chaos(exp: Experiment, arm: Arm, out_dir: Path, data_dir: Path, seed: int) -> Report:
     """Run one arm with faults scheduled from seed; write schedule.json, faults.jsonl,
     chaos.json and chaos.md to out_dir."""
+    if exp.cache.store != "memcached":
+        raise ExperimentError(f"chaos: cache.store is {exp.cache.store}; the chaos run watches and faults "
+                              "memcached partitions only (docs/reliability.md)")
     out_dir.mkdir(parents=True, exist_ok=True)
     trace, scenario = prepare_inputs(exp, out_dir)
     run_dir = out_dir / arm.name

@@ -103,11 +103,13 @@ def _arms(args: argparse.Namespace, exp: Experiment, single: bool = False) -> li
 
 
 def _load(args: argparse.Namespace) -> Experiment:
-    """The experiment file, with --duration and --seed applied (and validated again)."""
+    """The experiment file, with --duration, --seed and --store applied (and validated
+    again)."""
     exp = load(args.experiment)
     duration, seed = getattr(args, "duration", None), getattr(args, "seed", None)
     req, apps = getattr(args, "request_sample", None), getattr(args, "apps", None)
-    if not duration and seed is None and req is None and apps is None:
+    store = getattr(args, "store", None)
+    if not duration and seed is None and req is None and apps is None and store is None:
         return exp
     from robinhood_common.experiment import from_document
     doc = dict(exp.document)
@@ -121,6 +123,8 @@ def _load(args: argparse.Namespace) -> Experiment:
             doc["slo"] = {**doc["slo"], "warmup": f"{d / 4:g}s"}
     if seed is not None:
         doc["seed"] = seed
+    if store is not None:
+        doc["cache"] = {**doc["cache"], "store": store}
     if req is not None or apps is not None:
         sim = dict(doc.get("sim") or {})
         if req is not None:
@@ -445,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--prometheus", action="store_true", help="also run a Prometheus server scraping every component")
         p.add_argument("--duration", help="override the experiment's duration (e.g. 60s)")
         p.add_argument("--seed", type=int, help="override the experiment's seed (trace, hiccups, random choices)")
+        p.add_argument("--store", choices=("memcached", "redis"),
+                       help="override cache.store: what the partitions are (docs/topology.md, \"Redis partitions\")")
         p.add_argument("--log-level", default="warning")
 
     def one_arm(p: argparse.ArgumentParser) -> None:
@@ -530,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     cmps.add_argument("--experiment", required=True, help="experiment file")
     one_arm(cmps)
     cmps.add_argument("--out", required=True, help="the repository root to write into (docker-compose.yml, deploy/compose/)")
+    cmps.add_argument("--store", choices=("memcached", "redis"), help="override cache.store")
     cmps.add_argument("--log-level", default="warning")
     args = ap.parse_args(argv)
     if not hasattr(args, "duration"):

@@ -75,11 +75,20 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
         aid = app["id"]
         alloc = exp.initial_allocation(j)
         caches: dict[str, int] = {}
+        redis_store = app["cache_mode"] == "partitioned" and exp.cache.store == "redis"
         if app["cache_mode"] == "partitioned":
-            caches = {f"mc-{aid}-{n}": alloc[n] for n in app["partitions"]}
+            prefix = "redis" if redis_store else "mc"
+            caches = {f"{prefix}-{aid}-{n}": alloc[n] for n in app["partitions"]}
         elif app["cache_mode"] == "shared":
             caches = {f"mc-{aid}-shared": exp.cache.budget_mb}
         for name, mb in caches.items():
+            if redis_store:
+                svc.append(f"""  {name}:
+    <<: *redis
+    command: {_cmd(["redis-server", "--save", "", "--appendonly", "no", "--maxmemory", f"{mb}mb",
+                    "--maxmemory-policy", "allkeys-lru"])}
+""")
+                continue
             svc.append(f"""  {name}:
     <<: *memcached
     command: {_cmd(["memcached", "-m", str(mb), "-U", "0", *mc_args])}
@@ -94,7 +103,7 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
         jobs["appserver"].append(f"{aid}:8080")
         if app["cache_mode"] == "partitioned":
             svc.append(f"""  # One controller per app server; in a multi-host deployment place it on the app
-  # server's host (deploy.placement) next to its memcached partitions.
+  # server's host (deploy.placement) next to its cache partitions.
   controller-{aid}:
     image: ${{ROBINHOOD_REGISTRY:-robinhood}}/controller:latest
     build: {{context: ., dockerfile: deploy/docker/Dockerfile.controller}}
@@ -141,8 +150,10 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
     ports: ["127.0.0.1:9090:9090"]
     networks: [robinhood]
 """)
+    redis_anchor = ("\nx-redis: &redis\n  image: redis:7.0\n  networks: [robinhood]\n  restart: on-failure\n"
+                    if exp.cache.store == "redis" else "")
     files["docker-compose.yml"] = f"""{header}#
-# The experiment {exp.name} in containers: the backends, one memcached per partition,
+# The experiment {exp.name} in containers: the backends, one memcached (or Redis) per partition,
 # the app servers, the RBC server, a controller per app server, a load generator that
 # synthesises the trace and replays it with the scenario, and Prometheus scraping
 # everything. Every component reads /etc/robinhood/topology.yaml (deploy/compose/).
@@ -166,7 +177,7 @@ x-memcached: &memcached
   image: memcached:1.6
   networks: [robinhood]
   restart: on-failure
-
+{redis_anchor}
 services:
 {chr(10).join(svc)}
 volumes:

@@ -90,8 +90,12 @@ def build_topology(exp: Experiment, arm: Arm, ports: PortAllocator | None = None
             "dispatch": dict(arm.dispatch),
         }
         if arm.cache_mode == "partitioned":
-            entry["partitions"] = {b["name"]: {"addr": addr(f"mc-{app}-{b['name']}", 11211), "initial_mb": alloc[b["name"]]}
-                                   for b in doc["backends"]}
+            if exp.cache.store == "redis":
+                entry["partitions"] = {b["name"]: {"redis": addr(f"redis-{app}-{b['name']}", 6379),
+                                                   "initial_mb": alloc[b["name"]]} for b in doc["backends"]}
+            else:
+                entry["partitions"] = {b["name"]: {"addr": addr(f"mc-{app}-{b['name']}", 11211),
+                                                   "initial_mb": alloc[b["name"]]} for b in doc["backends"]}
             ctl = {k: v for k, v in doc["controller"].items() if k != "metrics"}
             ctl["policy"] = dict(arm.policy or {"name": "static"})
             ctl["metrics"] = "0.0.0.0:9100" if service_names else addr(f"controller-{app}", 9100)
@@ -119,8 +123,10 @@ class Endpoints:
     backends: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     #: app server id -> http address
     app_http: dict[str, str] = field(default_factory=dict)
-    #: app server id -> backend name (or "*shared*") -> memcached address
+    #: app server id -> backend name (or "*shared*") -> cache address (memcached or Redis)
     caches: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: app server id -> backend name (or "*shared*") -> "memcached" or "redis"
+    stores: dict[str, dict[str, str]] = field(default_factory=dict)
     #: app server id -> controller metrics address
     controller_metrics: dict[str, str] = field(default_factory=dict)
     replay_metrics: str = ""
@@ -134,11 +140,13 @@ class Endpoints:
         for a in t.app_servers:
             ep.app_http[a.id] = a.http
             if a.cache_mode == "partitioned":
-                ep.caches[a.id] = {n: p.addr for n, p in a.partitions.items()}
+                ep.caches[a.id] = {n: p.endpoint for n, p in a.partitions.items()}
+                ep.stores[a.id] = {n: p.store for n, p in a.partitions.items()}
                 if a.controller.metrics:
                     ep.controller_metrics[a.id] = a.controller.metrics
             elif a.cache_mode == "shared" and a.shared_cache:
                 ep.caches[a.id] = {"*shared*": a.shared_cache}
+                ep.stores[a.id] = {"*shared*": "memcached"}
         return ep
 
     def scrape_targets(self) -> dict[str, list[str]]:
@@ -153,6 +161,22 @@ class Endpoints:
         if self.replay_metrics:
             jobs["replay"] = [self.replay_metrics]
         return jobs
+
+
+def cache_command(store: str, port: str, mb: int, memcached_args: list[str]) -> list[str]:
+    """The command line of one cache instance on 127.0.0.1:port with a limit of mb MB: a
+    memcached, or a redis-server without persistence that evicts any key by LRU (the
+    policy the controller keeps, docs/topology.md)."""
+    exe = shutil.which("redis-server" if store == "redis" else "memcached")
+    if exe is None:
+        raise StartError(f"{'redis-server' if store == 'redis' else 'memcached'} is not installed: run 'make deps'")
+    if store == "redis":
+        return [exe, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+                "--maxmemory", f"{mb}mb", "--maxmemory-policy", "allkeys-lru"]
+    args = [exe, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", str(mb), *memcached_args]
+    if os.geteuid() == 0:
+        args += ["-u", "root"]
+    return args
 
 
 def _local_port(addr: str, what: str) -> str:
@@ -225,25 +249,20 @@ class Deployment:
 
     def start(self) -> None:
         t, topo_file = self.typed, str(self.topology_path)
-        memcached = shutil.which("memcached")
-        if memcached is None:
-            raise StartError("memcached is not installed: run 'make deps'")
         waits: list[tuple[Proc, str]] = []
         for a in t.app_servers:
             if not self._wanted(a.id):
                 continue
-            caches: dict[str, tuple[str, int]] = {}
+            caches: dict[str, tuple[str, str, int]] = {}
             if a.cache_mode == "partitioned":
                 alloc = a.initial_allocation_mb()
-                caches = {n: (p.addr, alloc[n]) for n, p in a.partitions.items()}
+                caches = {n: (p.store, p.endpoint, alloc[n]) for n, p in a.partitions.items()}
             elif a.cache_mode == "shared" and a.shared_cache:
-                caches = {"shared": (a.shared_cache, a.cache_budget_mb)}
-            for name, (addr, mb) in caches.items():
+                caches = {"shared": ("memcached", a.shared_cache, a.cache_budget_mb)}
+            for name, (store, addr, mb) in caches.items():
                 port = _local_port(addr, f"app_servers {a.id} partition {name}")
-                args = [memcached, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", str(mb), *self.memcached_args]
-                if os.geteuid() == 0:
-                    args += ["-u", "root"]
-                waits.append((self.sup.start(f"memcached-{a.id}-{name}", args), addr))
+                args = cache_command(store, port, mb, self.memcached_args)
+                waits.append((self.sup.start(f"{store}-{a.id}-{name}", args), addr))
         for b in t.backends:
             if not self._wanted(b.name):
                 continue

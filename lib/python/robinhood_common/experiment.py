@@ -34,6 +34,7 @@ class Cache(_Model):
     budget_mb: int
     initial_mb: dict[str, int]
     app_initial_mb: list[dict[str, int]]
+    store: str
     memcached_args: list[str]
 
 

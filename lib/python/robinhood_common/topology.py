@@ -82,10 +82,22 @@ class Backend(_Model):
 
 
 class Partition(_Model):
-    """One backend's memcached instance on an application server."""
+    """One backend's cache instance on an application server: a memcached (addr) or a
+    Redis (redis); the schema admits exactly one."""
 
-    addr: str
+    addr: str | None = None
+    redis: str | None = None
     initial_mb: int | None = None
+
+    @property
+    def store(self) -> str:
+        """"memcached" or "redis"."""
+        return "redis" if self.redis else "memcached"
+
+    @property
+    def endpoint(self) -> str:
+        """The partition's address, whichever its store."""
+        return self.redis or self.addr or ""
 
 
 class Named(_Model):
