@@ -1,5 +1,5 @@
 """The competitor policies (fair++, lama++, cliffhanger++, tao++, oracle), the
-paper's two and RobinHood's variant (robinhood-home): the shared vectors (tests/vectors/policies.json) and properties every
+paper's two and RobinHood's variants (robinhood-home, robinhood-guard): the shared vectors (tests/vectors/policies.json) and properties every
 policy must have — targets keep their sum, never go below the floor, and the same input
 gives the same output."""
 from __future__ import annotations
@@ -51,13 +51,14 @@ def test_vectors_cover_every_policy_that_has_them() -> None:
     names = {c["name"] for c in VECTORS["cases"]}
     assert {"robinhood_home_healthy_goes_home", "robinhood_home_unhealthy_is_robinhood",
             "robinhood_home_unknown_p99_is_robinhood", "robinhood_home_at_home_stays",
-            "robinhood_home_scales_home_to_the_total", "robinhood_home_ineligible_gets_nothing"} <= names
+            "robinhood_home_scales_home_to_the_total", "robinhood_home_ineligible_gets_nothing",
+            "robinhood_guard_untaxes_a_saturated_backend", "robinhood_guard_without_stats_is_robinhood"} <= names
     assert {c["policy"]["name"] for c in VECTORS["cases"]} >= {"fair++", "lama++", "cliffhanger++", "tao++",
-                                                                "robinhood-home"}
+                                                                "robinhood-home", "robinhood-guard"}
 
 
 def test_every_registered_policy_is_listed() -> None:
-    assert {"robinhood", "robinhood-home", "static", "tao++", "cliffhanger++", "fair++", "lama++",
+    assert {"robinhood", "robinhood-home", "robinhood-guard", "static", "tao++", "cliffhanger++", "fair++", "lama++",
             "oracle"} <= set(policies.names())
 
 
@@ -90,7 +91,8 @@ def inputs(draw: st.DrawFn) -> Inputs:
     return targets, floor, stats, rbc, configured, p99s
 
 
-@pytest.mark.parametrize("spec", [{"name": "robinhood"}, {"name": "robinhood-home"}, {"name": "static"},
+@pytest.mark.parametrize("spec", [{"name": "robinhood"}, {"name": "robinhood-home"}, {"name": "robinhood-guard"},
+                                  {"name": "static"},
                                   {"name": "fair++"}, {"name": "lama++"}, {"name": "cliffhanger++"},
                                   {"name": "tao++", "learn": 30.0}],
                          ids=lambda s: s["name"])
@@ -351,3 +353,34 @@ def test_robinhood_home_gets_the_p99_from_the_tick() -> None:
     assert d.targets == SKEWED and d.notes == ["robinhood-home: mode rbc (p99 unknown)"]
     d = tick(None)  # no snapshot: a policy that needs the RBC keeps its targets
     assert d.targets == SKEWED and d.notes == ["rbc unavailable: targets kept"]
+
+
+# -- robinhood-guard ------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(data=inputs(), guard_us=st.integers(1, 400_000))
+def test_robinhood_guard_never_shrinks_a_guarded_partition_and_is_robinhood_otherwise(
+        data: Inputs, guard_us: int) -> None:
+    from robinhood_controller.policies.robinhood_guard import plan_guard
+
+    targets, floor, stats, rbc, _, _ = data
+    params = RobinHoodParams(tax=0.01, unused_gap=0.3, floor_bytes=floor)
+    p99 = {n: s.p99_query_latency_us for n, s in stats.items()}
+    g = plan_guard(targets, targets, rbc, p99, guard_us, params)
+    assert sum(g.targets.values()) == sum(targets.values())
+    assert g.guarded == sorted(n for n, v in p99.items() if v > 0 and v >= guard_us)
+    for n in g.guarded:
+        assert g.tax[n] == 0 and g.targets[n] >= targets[n]
+    r = plan_robinhood(targets, targets, rbc, params)
+    if not g.guarded:
+        assert g.targets == r.targets
+    # The others pay exactly RobinHood's tax.
+    assert all(g.tax[n] == r.tax[n] for n in targets if n not in g.guarded)
+
+
+def test_robinhood_guard_notes_the_untaxed_partitions() -> None:
+    t = {"a": 40 * MIB, "b": 40 * MIB, "c": 40 * MIB}
+    pol = build({"name": "robinhood-guard", "slo_ms": 100.0, "guard": 0.4}, t, 16 * MIB)
+    slow = {"a": QueryStats(p99_query_latency_us=40_000), "c": QueryStats(p99_query_latency_us=39_999)}
+    d = pol.plan(PlanInput(targets=t, used=t, rbc={"b": 3}, stats=slow))
+    assert d.note == "robinhood-guard: untaxed a" and d.targets["a"] == t["a"] and d.targets["c"] < t["c"]
