@@ -104,8 +104,8 @@ class Partition(Protocol):
     """A lowered limit frees memory by itself (Redis); memcached needs page moves."""
     limit_slack: int
     """Bytes above its limit the instance may hold and still count as at its limit:
-    Redis's used_memory includes client buffers, which can put it a few KB over
-    maxmemory between writes (the next write evicts); memcached: 0."""
+    Redis's used_memory includes client buffers, which under load keep it about 1 MB
+    over maxmemory a fifth of the time (the next write evicts); memcached: 0."""
 
     def close(self) -> None:
         """Close the connection (the next call reconnects)."""

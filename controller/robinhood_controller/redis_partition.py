@@ -49,7 +49,7 @@ class RedisPartition:
 
     store = "redis"
     evicts_itself = True
-    limit_slack = MIB
+    limit_slack = 2 * MIB
 
     def __init__(self, name: str, addr: str, timeout: float = 1.0) -> None:
         host, _, port = addr.rpartition(":")

@@ -76,7 +76,7 @@ class Outcome:
 
 def _within(t: Target, held: int, limit: int) -> int:
     """The memory a partition holds against its limit: a Redis hovering within its
-    limit_slack above maxmemory (client buffers between writes; the next write evicts)
+    limit_slack above maxmemory (client buffers under load; the next write evicts)
     counts as at its limit, so it is neither shrinking nor taking headroom."""
     if limit < held <= limit + getattr(t.driver, "limit_slack", 0):
         return limit

@@ -34,6 +34,8 @@ func env() (*cel.Env, error) {
 			cel.Variable("before", cel.ListType(cel.DynType)),
 			cel.Function("sum", cel.Overload("sum_dyn", dyn, cel.DynType, cel.UnaryBinding(celSum))),
 			cel.Function("keys", cel.Overload("keys_dyn", dyn, cel.ListType(cel.StringType), cel.UnaryBinding(celKeys))),
+			cel.Function("flatten", cel.Overload("flatten_dyn", dyn, cel.ListType(cel.DynType), cel.UnaryBinding(celFlatten))),
+			cel.Function("dups", cel.Overload("dups_dyn", dyn, cel.ListType(cel.DynType), cel.UnaryBinding(celDups))),
 			cel.Function("q", cel.Overload("q_dyn", dyn, cel.StringType, cel.UnaryBinding(func(v ref.Val) ref.Val {
 				s, ok := v.Value().(string)
 				if !ok {
@@ -89,6 +91,57 @@ func celSum(v ref.Val) ref.Val {
 		return types.Double(dbl)
 	}
 	return types.Int(ints)
+}
+
+// celFlatten concatenates a list of lists.
+func celFlatten(v ref.Val) ref.Val {
+	l, ok := v.(traits.Lister)
+	if !ok {
+		return types.NewErr("flatten: %v is not a list", v.Type())
+	}
+	var out []ref.Val
+	it := l.Iterator()
+	for it.HasNext() == types.True {
+		inner, ok := it.Next().(traits.Lister)
+		if !ok {
+			return types.NewErr("flatten: an item is not a list")
+		}
+		in := inner.Iterator()
+		for in.HasNext() == types.True {
+			out = append(out, in.Next())
+		}
+	}
+	return types.DefaultTypeAdapter.NativeToValue(out)
+}
+
+// celDups returns the values of a list that occur more than once, each once,
+// in the order in which they first occur again.
+func celDups(v ref.Val) ref.Val {
+	l, ok := v.(traits.Lister)
+	if !ok {
+		return types.NewErr("dups: %v is not a list", v.Type())
+	}
+	var seen, rep []ref.Val
+	in := func(xs []ref.Val, x ref.Val) bool {
+		for _, y := range xs {
+			if y.Equal(x) == types.True {
+				return true
+			}
+		}
+		return false
+	}
+	it := l.Iterator()
+	for it.HasNext() == types.True {
+		x := it.Next()
+		if in(seen, x) {
+			if !in(rep, x) {
+				rep = append(rep, x)
+			}
+			continue
+		}
+		seen = append(seen, x)
+	}
+	return types.DefaultTypeAdapter.NativeToValue(rep)
 }
 
 func celKeys(v ref.Val) ref.Val {

@@ -18,7 +18,9 @@ same normalized document and the same first error:
    (the node, durations as seconds), ``root`` (the document), ``key`` (the map key of
    the node, or ""), ``index`` (its array index, or -1), ``before`` (the array items
    before it, or []), and the functions ``sum(list)``, ``keys(map)`` (sorted),
-   ``q(string)`` (quoted), ``num(number)`` and ``dur(seconds)``. ``x-let`` names
+   ``q(string)`` (quoted), ``num(number)``, ``dur(seconds)``, ``flatten(list of
+   lists)`` and ``dups(list)`` (the values occurring more than once, in the order they
+   first recur). ``x-let`` names
    sub-expressions. A false rule is reported as ``PATH[.field]: message``, the
    message itself a CEL expression.
 
@@ -105,7 +107,25 @@ def _cel_dur(x: Any) -> Any:
     return celtypes.StringType(format_duration(float(x)))
 
 
-_FUNCTIONS = {"sum": _cel_sum, "keys": _cel_keys, "q": _cel_q, "num": _cel_num, "dur": _cel_dur}
+def _cel_flatten(xs: Any) -> Any:
+    return celtypes.ListType([x for inner in xs for x in inner])
+
+
+def _cel_dups(xs: Any) -> Any:
+    """The values occurring more than once, each once, in the order they first recur."""
+    seen: list[Any] = []
+    rep: list[Any] = []
+    for x in xs:
+        if x in seen:
+            if x not in rep:
+                rep.append(x)
+        else:
+            seen.append(x)
+    return celtypes.ListType(rep)
+
+
+_FUNCTIONS = {"sum": _cel_sum, "keys": _cel_keys, "q": _cel_q, "num": _cel_num, "dur": _cel_dur,
+              "flatten": _cel_flatten, "dups": _cel_dups}
 _ENV = celpy.Environment()
 
 
