@@ -109,7 +109,7 @@ class RobinHoodGuard(AllocationPolicy):
                "pays no tax (beyond the paper)")
     Params = RobinHoodGuardSettings
     needs_rbc = True
-    color = "#8c564b"
+    color = "#bcbd22"
 
     def plan(self, inp: PlanInput) -> Decision:
         p: RobinHoodGuardSettings = self.params  # type: ignore[assignment]
