@@ -207,7 +207,8 @@ def test_ring_property_against_reference(rbcserver: Callable[..., RBCServer]) ->
     """After every batch, GetRBC equals the reference over the newest
     --ring-size records sent so far, for random batches and bands."""
     ring_size = 300
-    s = rbcserver("--ring-size", str(ring_size), "--max-backends", "1024")
+    # Batches up to 250 records: the batch bound (--max-batch-fraction) is tested elsewhere.
+    s = rbcserver("--ring-size", str(ring_size), "--max-backends", "1024", "--max-batch-fraction", "1")
     sent: list[Record] = []
     records = st.lists(st.tuples(st.integers(0, 2**32 - 1) | st.integers(0, 20), st.integers(0, 1023)),
                        max_size=250)

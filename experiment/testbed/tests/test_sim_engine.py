@@ -33,7 +33,8 @@ def test_every_policy_in_the_simulator(tmp_path: Path, built: None) -> None:
     res = run_sim(tmp_path, "a")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = tmp_path / "a"
-    arms = ["robinhood", "static", "cliffhanger++", "fair++", "lama++", "oracle", "robinhood-home", "tao++", "shared"]
+    arms = ["robinhood", "static", "cliffhanger++", "fair++", "lama++", "oracle", "robinhood-home", "robinhood-guard",
+            "tao++", "shared"]
     for arm in arms:
         d = out / arm
         summary = json.loads((d / "replay" / "summary.json").read_text())
