@@ -384,3 +384,26 @@ def test_robinhood_guard_notes_the_untaxed_partitions() -> None:
     slow = {"a": QueryStats(p99_query_latency_us=40_000), "c": QueryStats(p99_query_latency_us=39_999)}
     d = pol.plan(PlanInput(targets=t, used=t, rbc={"b": 3}, stats=slow))
     assert d.note == "robinhood-guard: untaxed a" and d.targets["a"] == t["a"] and d.targets["c"] < t["c"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=inputs(), guard_us=st.integers(1, 400_000))
+def test_robinhood_guard_keep_pool_takes_the_guarded_tax_from_the_others(data: Inputs, guard_us: int) -> None:
+    from robinhood_controller.policies.robinhood_guard import plan_guard
+
+    targets, floor, stats, rbc, _, _ = data
+    params = RobinHoodParams(tax=0.01, unused_gap=0.3, floor_bytes=floor)
+    p99 = {n: s.p99_query_latency_us for n, s in stats.items()}
+    g = plan_guard(targets, targets, rbc, p99, guard_us, params, keep_pool=True)
+    r = plan_robinhood(targets, targets, rbc, params)
+    assert sum(g.targets.values()) == sum(targets.values())
+    assert all(v >= floor for v in g.targets.values())
+    for n in g.guarded:
+        assert g.tax[n] == 0 and g.targets[n] >= targets[n]
+    # The pool is RobinHood's when the unguarded partitions can pay it (room above the
+    # floor), never more.
+    payers = [n for n in targets if n not in g.guarded and r.tax[n] > 0]
+    assert g.pool <= r.pool
+    if payers and all(targets[n] - floor >= r.pool for n in payers):
+        assert g.pool == r.pool
+    assert all(g.tax[n] >= r.tax[n] or g.tax[n] == targets[n] - floor for n in targets if n not in g.guarded)

@@ -58,6 +58,7 @@ def plan_guard(
     guard_us: float,
     params: RobinHoodParams,
     applied: Mapping[str, int] | None = None,
+    keep_pool: bool = False,
 ) -> GuardResult:
     """One step.
 
@@ -68,6 +69,10 @@ def plan_guard(
 
     1. g_i: query_p99_us_i ≥ guard_us. t_i = 0 if g_i, else RobinHood's tax
        (:func:`robinhood_tax`: floor(tax · a_i), capped so a_i − t_i ≥ floor). P = Σ t_i.
+       With keep_pool, the guarded partitions' share of RobinHood's pool is taken from
+       the others instead: RobinHood's whole pool split over the unguarded partitions in
+       proportion to their RobinHood tax (:func:`split_weighted`), each still capped so
+       a_i − t_i ≥ floor.
     2. RobinHood's eligibility (:func:`is_eligible`, on the applied allocation).
     3. P goes to eligible partitions in proportion to RBC (:func:`split_weighted`). When
        no eligible partition has RBC > 0, or P = 0, nothing changes.
@@ -75,8 +80,14 @@ def plan_guard(
     check_inputs(allocations, used, rbc)
     guarded = sorted(n for n in allocations if query_p99_us.get(n, 0) > 0 and query_p99_us[n] >= guard_us)
     tax = robinhood_tax(allocations, params)
+    full = sum(tax.values())
     for n in guarded:
         tax[n] = 0
+    if keep_pool and full > 0:
+        payers = {n: t for n, t in tax.items() if t > 0}
+        if payers:
+            for n, t in split_weighted(full, payers).items():
+                tax[n] = min(t, max(allocations[n] - params.floor_bytes, 0))
     pool = sum(tax.values())
     applied = applied or {}
     eligible = {n: is_eligible(applied.get(n, a), used.get(n, 0), params.unused_gap)
@@ -98,6 +109,8 @@ class RobinHoodGuardSettings(Params):
     slo_ms: float = Field(150.0, gt=0, description="the request P99 objective, milliseconds")
     guard: float = Field(0.5, gt=0, le=10, description=(
         "a partition whose backend's P99 query latency over the window is at least guard × slo_ms pays no tax"))
+    keep_pool: bool = Field(False, description=(
+        "the others pay the guarded partitions' tax, so the pool is RobinHood's (false: the pool shrinks)"))
 
 
 @register
@@ -116,6 +129,6 @@ class RobinHoodGuard(AllocationPolicy):
         params = RobinHoodParams(tax=p.tax, unused_gap=p.unused_gap, floor_bytes=self.ctx.floor_bytes)
         p99 = {n: st.p99_query_latency_us for n, st in inp.stats.items() if n in inp.targets}
         r = plan_guard(inp.targets, inp.used, inp.rbc, p99, p.guard * p.slo_ms * 1000.0, params,
-                       applied=inp.applied())
+                       applied=inp.applied(), keep_pool=p.keep_pool)
         note = f"robinhood-guard: untaxed {','.join(r.guarded)}" if r.guarded else ""
         return Decision(targets=r.targets, moved=r.redistributed, eligible=r.eligible, note=note)
