@@ -157,7 +157,8 @@ def test_compose_on_redis_partitions(tmp_path: Path, gobin: Callable[[str], Path
         assert svc["image"].startswith("redis:")
         cmd = svc["command"]
         assert cmd[0] == "redis-server" and "allkeys-lru" in cmd
-        assert cmd[cmd.index("--maxmemory") + 1] == f"{p['initial_mb']}mb"
+        # Started at the floor: the controller's first tick takes initial_mb.
+        assert cmd[cmd.index("--maxmemory") + 1] == f"{doc['controller']['min_partition_mb']}mb"
     assert not any(n.startswith("mc-app0-") for n in services)
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

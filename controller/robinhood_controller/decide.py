@@ -93,7 +93,7 @@ def decide(
 
     if current is None and len(live) == len(names):
         limits = {n: samples[n].limit_bytes // MIB for n in names}
-        adopted = adopt(limits, budget_mb, floor_mb)
+        adopted = adopt(limits, budget_mb, floor_mb, configured=policy.ctx.configured)
         current = policy.initial_targets(adopted)
         notes.append("adopted " + " ".join(f"{n}:{limits[n]}MB" for n in names))
     elif current is None:

@@ -15,7 +15,10 @@ to the budget, so each limit is its target rounded down or up.
 Level-triggered. The targets are soft state: a controller that starts (or restarts)
 derives them from memcached's actual limits with `adopt` and continues from there (the
 sub-MB residue lost on restart is below 1 MB per partition); a memcached that restarts
-with its command-line limit is simply driven back to its target by the next tick.
+with its command-line limit is simply driven back to its target by the next tick. Started
+at the floor (`-m min_partition_mb`), instances get the configured allocation on the
+controller's first tick, and one that restarts comes back below its target, so the
+limits never sum to more than the budget.
 """
 from __future__ import annotations
 
@@ -40,13 +43,18 @@ def round_limits(targets: Mapping[str, int], budget_mb: int) -> dict[str, int]:
     return largest_remainder(quotas, budget_mb - sum(w for w, _ in quotas.values()))
 
 
-def adopt(limits_mb: Mapping[str, int], budget_mb: int, floor_mb: int) -> dict[str, int]:
+def adopt(limits_mb: Mapping[str, int], budget_mb: int, floor_mb: int,
+          configured: Mapping[str, int] | None = None) -> dict[str, int]:
     """Targets (bytes) for a controller that starts against running memcached instances.
 
     When the actual limits are each ≥ the floor and sum to the budget, they are the
-    targets (a restarted controller continues where it left off). Otherwise the
-    limits are scaled to the budget in proportion to their size, no partition below
-    the floor: the operator's split is kept as far as the budget allows.
+    targets (a restarted controller continues where it left off). When every limit is
+    at the floor or below and a configured allocation is given (bytes per partition,
+    each ≥ the floor, summing to the budget: initial_mb / the even share), it is the
+    targets: instances started at the floor, as the testbed starts them, so that one
+    that restarts never pushes the limits over the budget (docs/reliability.md).
+    Otherwise the limits are scaled to the budget in proportion to their size, no
+    partition below the floor: the operator's split is kept as far as the budget allows.
     """
     names = sorted(limits_mb)
     if not names:
@@ -57,6 +65,10 @@ def adopt(limits_mb: Mapping[str, int], budget_mb: int, floor_mb: int) -> dict[s
     floor = floor_mb * MIB
     if sum(limits_mb.values()) == budget_mb and all(limits_mb[n] >= floor_mb for n in names):
         return {n: limits_mb[n] * MIB for n in names}
+    if (configured is not None and all(limits_mb[n] <= floor_mb for n in names)
+            and sorted(configured) == names and sum(configured.values()) == budget
+            and all(configured[n] >= floor for n in names)):
+        return {n: configured[n] for n in names}
     # Water-fill: pin the partitions the proportional share would put under the floor,
     # share the rest in proportion to the remaining limits.
     pinned: set[str] = set()

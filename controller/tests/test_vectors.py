@@ -57,5 +57,5 @@ def test_plan_vector(case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", ADOPT_CASES, ids=[c["name"] for c in ADOPT_CASES])
 def test_adopt_vector(case: dict[str, Any]) -> None:
-    got = adopt(case["limits_mb"], case["budget_mb"], case["min_partition_mb"])
+    got = adopt(case["limits_mb"], case["budget_mb"], case["min_partition_mb"], configured=case.get("configured_bytes"))
     assert got == case["expect_targets_bytes"]

@@ -73,12 +73,14 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
     mc_args = [str(a) for a in exp.cache.memcached_args]
     for j, app in enumerate(topology["app_servers"]):
         aid = app["id"]
-        alloc = exp.initial_allocation(j)
         caches: dict[str, int] = {}
         redis_store = app["cache_mode"] == "partitioned" and exp.cache.store == "redis"
         if app["cache_mode"] == "partitioned":
+            # At the floor: the controller's first tick takes the configured allocation,
+            # and a restarted instance never pushes the limits over the budget.
             prefix = "redis" if redis_store else "mc"
-            caches = {f"{prefix}-{aid}-{n}": alloc[n] for n in app["partitions"]}
+            floor = exp.document["controller"]["min_partition_mb"]
+            caches = {f"{prefix}-{aid}-{n}": floor for n in app["partitions"]}
         elif app["cache_mode"] == "shared":
             caches = {f"mc-{aid}-shared": exp.cache.budget_mb}
         for name, mb in caches.items():

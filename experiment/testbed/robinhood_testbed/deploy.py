@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -255,8 +256,11 @@ class Deployment:
                 continue
             caches: dict[str, tuple[str, str, int]] = {}
             if a.cache_mode == "partitioned":
-                alloc = a.initial_allocation_mb()
-                caches = {n: (p.store, p.endpoint, alloc[n]) for n, p in a.partitions.items()}
+                # At the floor: the controller's first tick takes the configured allocation
+                # (plan.adopt), and an instance that restarts comes back below its target, so
+                # the limits never sum to more than the budget (docs/reliability.md).
+                floor = a.controller.min_partition_mb
+                caches = {n: (p.store, p.endpoint, floor) for n, p in a.partitions.items()}
             elif a.cache_mode == "shared" and a.shared_cache:
                 caches = {"shared": ("memcached", a.shared_cache, a.cache_budget_mb)}
             for name, (store, addr, mb) in caches.items():
@@ -292,9 +296,27 @@ class Deployment:
                 if a.controller.metrics:
                     waits.append((p, f"http://{a.controller.metrics}/metrics"))
         self._wait(waits)
+        self._wait_first_ticks()
         if self.prometheus:
             from .prom import start_prometheus
             self.ep.prometheus = start_prometheus(self)
+
+    def _wait_first_ticks(self, timeout: float = 60.0) -> None:
+        """Wait until every started controller has ticked once: its partitions, started
+        at the floor, then have the configured allocation before any traffic."""
+        pending = {a.id for a in self.typed.app_servers if a.cache_mode == "partitioned" and self._wanted(a.id)}
+        deadline = time.monotonic() + timeout
+        while pending:
+            for aid in list(pending):
+                tl = self.run_dir / f"controller-{aid}.jsonl"
+                if tl.exists() and tl.stat().st_size > 0:
+                    pending.discard(aid)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise StartError(f"controller of {', '.join(sorted(pending))} did not tick within {timeout:g}s "
+                                 f"(see {self.run_dir / 'logs'})")
+            time.sleep(0.05)
 
     def _wait(self, waits: list[tuple[Proc, str]]) -> None:
         for proc, target in waits:
