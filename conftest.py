@@ -47,12 +47,15 @@ def wait_tcp(addr: str, timeout: float = 15.0, proc: subprocess.Popen | None = N
     raise TimeoutError(f"nothing listens on {addr} after {timeout}s")
 
 
-def wait_ready_file(p: subprocess.Popen, ready: Path, what: str, timeout: float = 90.0) -> None:
+def wait_ready_file(p: subprocess.Popen, ready: Path, what: str, timeout: float = 90.0,
+                    log: Path | None = None) -> None:
     """Wait until a process (e.g. `robinhood-testbed up --ready-file`) writes ready;
-    fail with its output when it exits first or the time is up."""
+    fail with its output (its pipe, or the file ``log`` it writes to) when it exits
+    first or the time is up."""
     deadline = time.monotonic() + timeout
     while not ready.exists():
-        assert p.poll() is None, f"{what} exited: " + (p.stdout.read() if p.stdout else "")
+        out = log.read_text(errors="replace") if log is not None and log.exists() else ""
+        assert p.poll() is None, f"{what} exited: " + (p.stdout.read() if p.stdout else out)
         assert time.monotonic() < deadline, f"{what} did not get ready within {timeout:g}s"
         time.sleep(0.2)
 

@@ -170,11 +170,13 @@ app_servers:
     assert res.returncode == 2 and "controller.policy.step (from --policy-param): 2 is above the maximum of 1" in res.stderr
 
     out, ready = tmp_path / "out", tmp_path / "ready"
-    p = subprocess.Popen([sys.executable, "-m", "robinhood_testbed.cli", "up", "--topology", str(topo), "--out",
-                          str(out), "--ready-file", str(ready)], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "up.log"  # a file, never a pipe nobody reads: a full pipe would block `up`
+    with log.open("w") as fh:
+        p = subprocess.Popen([sys.executable, "-m", "robinhood_testbed.cli", "up", "--topology", str(topo), "--out",
+                              str(out), "--ready-file", str(ready)], env=env, stdout=fh,
+                             stderr=subprocess.STDOUT, text=True)
     try:
-        wait_ready_file(p, ready, "up --topology", timeout=90)
+        wait_ready_file(p, ready, "up --topology", timeout=90, log=log)
         for i in range(20):
             body = json.dumps({"t": 0, "d": [{"kv0": {"S": [64], "U": [f"k{i}"], "C": [0]}}]}).encode()
             req = urllib.request.Request(f"http://{a['app']}/v1/request", data=body, method="POST")

@@ -157,11 +157,14 @@ def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
     exp.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "out"
     ready = tmp_path / "ready"
-    p = subprocess.Popen(cli_args("up", "--experiment", str(exp), "--policy", "robinhood", "--prometheus",
-                                 "--out", str(out), "--ready-file", str(ready)),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Output to a file, never a pipe nobody reads: a full pipe would block `up`.
+    log = tmp_path / "up.log"
+    with log.open("w") as fh:
+        p = subprocess.Popen(cli_args("up", "--experiment", str(exp), "--policy", "robinhood", "--prometheus",
+                                     "--out", str(out), "--ready-file", str(ready)),
+                             stdout=fh, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_ready_file(p, ready, "testbed up", timeout=120)
+        wait_ready_file(p, ready, "testbed up", timeout=120, log=log)
         cfg = yaml.safe_load((out / "robinhood" / "prometheus" / "prometheus.yml").read_text())
         addr = json.loads(ready.read_text())["prometheus"]
         jobs = {j["job_name"] for j in cfg["scrape_configs"]}
@@ -207,10 +210,12 @@ app_servers:
     controller: {{policy: static, min_partition_mb: 16, interval: 500ms, metrics: "{a['ctl']}"}}
 """)
     out, ready = tmp_path / "out", tmp_path / "ready"
-    p = subprocess.Popen(cli_args("up", "--topology", str(topo), "--out", str(out), "--ready-file", str(ready)),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "up.log"  # a file, never a pipe nobody reads: a full pipe would block `up`
+    with log.open("w") as fh:
+        p = subprocess.Popen(cli_args("up", "--topology", str(topo), "--out", str(out), "--ready-file", str(ready)),
+                             stdout=fh, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_ready_file(p, ready, "testbed up --topology", timeout=90)
+        wait_ready_file(p, ready, "testbed up --topology", timeout=90, log=log)
         body = json.dumps({"t": 0, "d": [{"kv0": {"S": [100], "U": ["k1"], "C": [1]}}]}).encode()
         deadline = time.monotonic() + 10  # the first request fills the cache asynchronously
         while True:
