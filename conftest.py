@@ -60,6 +60,13 @@ def wait_ready_file(p: subprocess.Popen, ready: Path, what: str, timeout: float 
         time.sleep(0.2)
 
 
+def sigint_default() -> None:
+    """Popen preexec_fn: SIGINT at its default in the child. A test runner started as a
+    background job ignores SIGINT, children inherit that, and Python then installs no
+    KeyboardInterrupt handler: interrupt() would not work like Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt(p: subprocess.Popen, timeout: float = 30.0) -> int | None:
     """Ctrl-C a process and wait for it (killed when it does not stop in time)."""
     p.send_signal(signal.SIGINT)

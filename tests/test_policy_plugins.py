@@ -17,7 +17,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from conftest import go_binary, interrupt, wait_ready_file
+from conftest import go_binary, interrupt, sigint_default, wait_ready_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -174,7 +174,7 @@ app_servers:
     with log.open("w") as fh:
         p = subprocess.Popen([sys.executable, "-m", "robinhood_testbed.cli", "up", "--topology", str(topo), "--out",
                               str(out), "--ready-file", str(ready)], env=env, stdout=fh,
-                             stderr=subprocess.STDOUT, text=True)
+                             stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default)
     try:
         wait_ready_file(p, ready, "up --topology", timeout=90, log=log)
         for i in range(20):

@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from conftest import interrupt, wait_ready_file
+from conftest import interrupt, sigint_default, wait_ready_file
 from robinhood_testbed import prom
 from robinhood_testbed.procs import MARKER_ENV
 
@@ -162,7 +162,8 @@ def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
     with log.open("w") as fh:
         p = subprocess.Popen(cli_args("up", "--experiment", str(exp), "--policy", "robinhood", "--prometheus",
                                      "--out", str(out), "--ready-file", str(ready)),
-                             stdout=fh, stderr=subprocess.STDOUT, text=True)
+                             stdout=fh, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=sigint_default)
     try:
         wait_ready_file(p, ready, "testbed up", timeout=120, log=log)
         cfg = yaml.safe_load((out / "robinhood" / "prometheus" / "prometheus.yml").read_text())
@@ -213,7 +214,8 @@ app_servers:
     log = tmp_path / "up.log"  # a file, never a pipe nobody reads: a full pipe would block `up`
     with log.open("w") as fh:
         p = subprocess.Popen(cli_args("up", "--topology", str(topo), "--out", str(out), "--ready-file", str(ready)),
-                             stdout=fh, stderr=subprocess.STDOUT, text=True)
+                             stdout=fh, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=sigint_default)
     try:
         wait_ready_file(p, ready, "testbed up --topology", timeout=90, log=log)
         body = json.dumps({"t": 0, "d": [{"kv0": {"S": [100], "U": ["k1"], "C": [1]}}]}).encode()
