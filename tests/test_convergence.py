@@ -18,7 +18,7 @@ import grpc
 from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
 
 from conftest import wait_tcp
-from test_controller_integration import MIB, Writer, _stat
+from controller_harness import MIB, Writer, _stat
 
 BUDGET_MB, FLOOR_MB, TAX = 96, 8, 0.1
 START = {"app0": {"a": 16, "b": 16, "c": 64}, "app1": {"a": 64, "b": 16, "c": 16}}

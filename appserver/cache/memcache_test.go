@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -153,28 +152,7 @@ func TestClientBoundsConnections(t *testing.T) {
 		dials.Add(1)
 		return nil
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k := fmt.Sprintf("b:%d", i)
-			if err := c.Set(context.Background(), k, []byte(k)); err != nil {
-				errs <- err
-				return
-			}
-			vals := make([][]byte, 1)
-			if err := c.GetMulti(context.Background(), []string{k}, vals); err != nil || string(vals[0]) != k {
-				errs <- fmt.Errorf("%s: %q %v", k, vals[0], err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	concurrentSetGet(t, c, nil)
 	if n := dials.Load(); n < 1 || n > 3 {
 		t.Fatalf("the client dialled %d connections for 64 concurrent callers, want 1 to 3", n)
 	}
@@ -219,16 +197,11 @@ func TestClientWaitForConnectionRespectsContext(t *testing.T) {
 	if err := c.Set(context.Background(), "b:k", []byte("v")); !errors.Is(err, ErrBreakerOpen) || ErrorKind(err) != "bypassed" {
 		t.Fatalf("after three timeouts: %v, want the breaker open", err)
 	}
-	later := time.Now().Add(OpenFor)
-	c.brk.mu.Lock()
-	c.brk.now = func() time.Time { return later }
-	c.brk.mu.Unlock()
+	*pinClock(&c.brk) = time.Now().Add(OpenFor)
 	if err := c.Set(context.Background(), "b:k", []byte("v")); err != nil {
 		t.Fatalf("after SIGCONT, the probe: %v", err)
 	}
-	if c.Bypassed() || c.BreakerOpenings() != 1 {
-		t.Fatalf("after a good probe: bypassed %v, %d openings", c.Bypassed(), c.BreakerOpenings())
-	}
+	wantClosed(t, c, 1)
 }
 
 // A hung memcached (SIGSTOP) costs three operations their short timeout; after
@@ -238,8 +211,7 @@ func TestBreakerBypassesAHungInstance(t *testing.T) {
 	p, addr := testutil.Memcached(t, 16)
 	c := NewClient(addr, Options{Timeout: 50 * time.Millisecond})
 	defer c.Close()
-	now := time.Now()
-	c.brk.now = func() time.Time { return now }
+	now := pinClock(&c.brk)
 	if err := c.Set(context.Background(), "b:k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
@@ -250,32 +222,22 @@ func TestBreakerBypassesAHungInstance(t *testing.T) {
 			t.Fatalf("operation %d on the hung instance: %v, want a timeout", i, err)
 		}
 	}
-	t0 := time.Now()
-	for range 100 {
-		if err := c.GetMulti(context.Background(), []string{"b:k"}, make([][]byte, 1)); !errors.Is(err, ErrBreakerOpen) {
-			t.Fatalf("with the breaker open: %v", err)
-		}
-	}
-	if el := time.Since(t0); el > 50*time.Millisecond {
-		t.Fatalf("100 bypassed operations took %v: they must not wait", el)
-	}
-	now = now.Add(OpenFor) // the probe times out: open again, for twice as long
+	wantBypassedAtOnce(t, c, 50*time.Millisecond)
+	*now = now.Add(OpenFor) // the probe times out: open again, for twice as long
 	if err := c.GetMulti(context.Background(), []string{"b:k"}, make([][]byte, 1)); ErrorKind(err) != "timeout" {
 		t.Fatalf("the probe: %v, want a timeout", err)
 	}
-	now = now.Add(OpenFor)
+	*now = now.Add(OpenFor)
 	if !c.Bypassed() {
 		t.Fatal("the second opening lasted only OpenFor")
 	}
 	resume()
-	now = now.Add(OpenFor)
+	*now = now.Add(OpenFor)
 	got := make([][]byte, 1)
 	if err := c.GetMulti(context.Background(), []string{"b:k"}, got); err != nil || string(got[0]) != "v" {
 		t.Fatalf("after SIGCONT, the probe: %v %q", err, got[0])
 	}
-	if c.Bypassed() || c.BreakerOpenings() != 2 {
-		t.Fatalf("bypassed %v, %d openings", c.Bypassed(), c.BreakerOpenings())
-	}
+	wantClosed(t, c, 2)
 }
 
 func TestClientClose(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -154,32 +153,12 @@ func TestRedisBoundsConnections(t *testing.T) {
 	for i := range long {
 		long[i] = fmt.Sprintf("b:long%d", i)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k := fmt.Sprintf("b:%d", i)
-			if err := c.Set(context.Background(), k, []byte(k)); err != nil {
-				errs <- err
-				return
-			}
-			vals := make([][]byte, 1)
-			if err := c.GetMulti(context.Background(), []string{k}, vals); err != nil || string(vals[0]) != k {
-				errs <- fmt.Errorf("%s: %q %v", k, vals[0], err)
-				return
-			}
-			if err := c.GetMulti(context.Background(), long, make([][]byte, len(long))); err != nil {
-				errs <- fmt.Errorf("long multi-get: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	concurrentSetGet(t, c, func() error {
+		if err := c.GetMulti(context.Background(), long, make([][]byte, len(long))); err != nil {
+			return fmt.Errorf("long multi-get: %v", err)
+		}
+		return nil
+	})
 	if n, _ := strconv.Atoi(infoField(t, r, "clients", "connected_clients")); n < 2 || n > 4 {
 		t.Fatalf("%d clients connected to Redis, want the raw one and 1 to 3 of the RedisClient", n)
 	}
@@ -269,10 +248,7 @@ func TestRedisTimeoutAndBreaker(t *testing.T) {
 	p, addr := testutil.Redis(t)
 	c := NewRedisClient(addr, Options{MaxConns: 2, Timeout: 300 * time.Millisecond})
 	defer c.Close()
-	now := time.Now()
-	c.brk.mu.Lock()
-	c.brk.now = func() time.Time { return now }
-	c.brk.mu.Unlock()
+	now := pinClock(&c.brk)
 	ctx := context.Background()
 	if err := c.Set(ctx, "b:k", []byte("v")); err != nil {
 		t.Fatal(err)
@@ -312,24 +288,14 @@ func TestRedisTimeoutAndBreaker(t *testing.T) {
 	if !c.Bypassed() || c.BreakerOpenings() != 1 {
 		t.Fatalf("after three timeouts: bypassed %v, %d openings", c.Bypassed(), c.BreakerOpenings())
 	}
-	t0 := time.Now()
-	for range 100 {
-		if err := c.GetMulti(ctx, []string{"b:k"}, make([][]byte, 1)); !errors.Is(err, ErrBreakerOpen) || ErrorKind(err) != "bypassed" {
-			t.Fatalf("with the breaker open: %v", err)
-		}
-	}
-	if el := time.Since(t0); el > 100*time.Millisecond {
-		t.Fatalf("100 bypassed operations took %v: they must not wait", el)
-	}
+	wantBypassedAtOnce(t, c, 100*time.Millisecond)
 	resume()
-	now = now.Add(OpenFor)
+	*now = now.Add(OpenFor)
 	got := make([][]byte, 1)
 	if err := c.GetMulti(ctx, []string{"b:k"}, got); err != nil || string(got[0]) != "v" {
 		t.Fatalf("after SIGCONT, the probe: %v %q", err, got[0])
 	}
-	if c.Bypassed() || c.BreakerOpenings() != 1 {
-		t.Fatalf("after a good probe: bypassed %v, %d openings", c.Bypassed(), c.BreakerOpenings())
-	}
+	wantClosed(t, c, 1)
 }
 
 // A killed Redis: refused connections open the breaker; a Redis started
@@ -338,10 +304,7 @@ func TestRedisBreakerAfterKill(t *testing.T) {
 	p, addr := testutil.Redis(t)
 	c := NewRedisClient(addr, Options{MaxConns: 4, Timeout: 300 * time.Millisecond})
 	defer c.Close()
-	now := time.Now()
-	c.brk.mu.Lock()
-	c.brk.now = func() time.Time { return now }
-	c.brk.mu.Unlock()
+	now := pinClock(&c.brk)
 	ctx := context.Background()
 	if err := c.Set(ctx, "b:k", []byte("v")); err != nil {
 		t.Fatal(err)
@@ -362,13 +325,11 @@ func TestRedisBreakerAfterKill(t *testing.T) {
 	_, port, _ := net.SplitHostPort(addr)
 	testutil.Start(t, "redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no")
 	testutil.WaitTCP(t, addr)
-	now = now.Add(OpenFor)
+	*now = now.Add(OpenFor)
 	if err := c.Set(ctx, "b:k2", []byte("again")); err != nil {
 		t.Fatalf("the probe on the restarted Redis: %v", err)
 	}
-	if c.Bypassed() || c.BreakerOpenings() != 1 {
-		t.Fatalf("after a good probe: bypassed %v, %d openings", c.Bypassed(), c.BreakerOpenings())
-	}
+	wantClosed(t, c, 1)
 	vals := make([][]byte, 2)
 	if err := c.GetMulti(ctx, []string{"b:k", "b:k2"}, vals); err != nil || vals[0] != nil || string(vals[1]) != "again" {
 		t.Fatalf("get from the restarted (empty) Redis: %q, %v", vals, err)

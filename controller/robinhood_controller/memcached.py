@@ -13,16 +13,7 @@ from typing import TypeVar
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
 
-from .partition import (  # noqa: F401 - re-exported: the partition types were first defined here
-    AttachInfo,
-    MemlimitError,
-    PartitionError,
-    PartitionStats,
-    ProtocolError,
-    Reassign,
-    Unreachable,
-    Unsupported,
-)
+from .partition import AttachInfo, MemlimitError, PartitionStats, ProtocolError, Reassign, Unreachable, Unsupported
 
 
 T = TypeVar("T")

@@ -24,15 +24,7 @@ from redis.driver_info import DriverInfo
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .partition import (
-    AttachInfo,
-    MemlimitError,
-    PartitionStats,
-    ProtocolError,
-    Reassign,
-    Unreachable,
-    Unsupported,
-)
+from .partition import AttachInfo, MemlimitError, PartitionStats, ProtocolError, Reassign, Unreachable, Unsupported
 
 T = TypeVar("T")
 

@@ -4,13 +4,8 @@ from __future__ import annotations
 import pytest
 from mcdata import client, fill, limit_mb, malloced, stats
 
-from robinhood_controller.memcached import (
-    MemcachedPartition,
-    MemlimitError,
-    Reassign,
-    Unreachable,
-    Unsupported,
-)
+from robinhood_controller.memcached import MemcachedPartition
+from robinhood_controller.partition import MemlimitError, Reassign, Unreachable, Unsupported
 from robinhood_controller.plan import MIB
 from robinhood_controller.resize import Target, reconcile
 

@@ -14,7 +14,7 @@ import pytest
 
 from robinhood_controller.config import load
 from robinhood_controller.controller import Controller
-from robinhood_controller.memcached import PartitionStats
+from robinhood_controller.partition import PartitionStats
 from robinhood_controller.plan import MIB
 from robinhood_controller.policies import AllocationPolicy, Decision, PlanInput
 from robinhood_controller.policy_server import PolicyServer

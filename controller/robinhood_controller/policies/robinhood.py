@@ -121,6 +121,13 @@ class RobinHoodSettings(Params):
         "a partition whose allocation exceeds its used space by more than this fraction of it receives nothing"))
 
 
+class RobinHoodSloSettings(RobinHoodSettings):
+    """RobinHood's parameters and the request P99 objective: the base of the variants
+    beyond the paper that watch the tail (robinhood-home, robinhood-guard)."""
+
+    slo_ms: float = Field(150.0, gt=0, description="the request P99 objective, milliseconds")
+
+
 @register
 class RobinHood(AllocationPolicy):
     """Tax every partition, give the pool to the cache-poor partitions in proportion to

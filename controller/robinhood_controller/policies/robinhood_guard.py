@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pydantic import Field
 from robinhood_common.split import split_weighted
 
-from .base import AllocationPolicy, Decision, Params, PlanInput
+from .base import AllocationPolicy, Decision, PlanInput
 from .registry import register
-from .robinhood import RobinHoodParams, check_inputs, is_eligible, robinhood_tax
+from .robinhood import RobinHoodParams, RobinHoodSloSettings, check_inputs, is_eligible, robinhood_tax
 
 
 @dataclass(frozen=True)
@@ -100,13 +100,9 @@ def plan_guard(
     return GuardResult(targets, tax, guarded, eligible, pool, True)
 
 
-class RobinHoodGuardSettings(Params):
+class RobinHoodGuardSettings(RobinHoodSloSettings):
     """RobinHood's parameters, and when a backend counts as near saturation."""
 
-    tax: float = Field(0.01, ge=0, le=0.5, description="fraction of every partition's allocation pooled each tick")
-    unused_gap: float = Field(0.30, ge=0, le=100, description=(
-        "a partition whose allocation exceeds its used space by more than this fraction of it receives nothing"))
-    slo_ms: float = Field(150.0, gt=0, description="the request P99 objective, milliseconds")
     guard: float = Field(0.5, gt=0, le=10, description=(
         "a partition whose backend's P99 query latency over the window is at least guard × slo_ms pays no tax"))
     keep_pool: bool = Field(False, description=(

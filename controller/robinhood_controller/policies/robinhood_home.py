@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pydantic import Field
 from robinhood_common.split import split_weighted
 
-from .base import AllocationPolicy, Decision, Params, PlanInput
+from .base import AllocationPolicy, Decision, PlanInput
 from .registry import register
-from .robinhood import RobinHoodParams, check_inputs, is_eligible, plan_robinhood, robinhood_tax
+from .robinhood import (RobinHoodParams, RobinHoodSloSettings, check_inputs, is_eligible, plan_robinhood,
+                        robinhood_tax)
 
 HOME = "home"
 """The mode of a tick with a healthy request P99: back towards the home split."""
@@ -95,13 +96,9 @@ def plan_home(
     return HomeResult(targets, tax, eligible, deficit, pool, True)
 
 
-class RobinHoodHomeSettings(Params):
+class RobinHoodHomeSettings(RobinHoodSloSettings):
     """RobinHood's parameters, and when the request tail counts as healthy."""
 
-    tax: float = Field(0.01, ge=0, le=0.5, description="fraction of every partition's allocation pooled each tick")
-    unused_gap: float = Field(0.30, ge=0, le=100, description=(
-        "a partition whose allocation exceeds its used space by more than this fraction of it receives nothing"))
-    slo_ms: float = Field(150.0, gt=0, description="the request P99 objective, milliseconds")
     margin: float = Field(0.8, gt=0, le=1, description=(
         "home mode while the request P99 over the RBC window is below margin × slo_ms; RobinHood's step otherwise"))
     home_tax: float = Field(1.0, ge=0, le=1, description=(
