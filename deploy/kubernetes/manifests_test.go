@@ -354,11 +354,26 @@ func TestManifests(t *testing.T) {
 				if !svcPorts[a.HTTP] {
 					t.Errorf("%s: the topology's http %s is no Service port", where, a.HTTP)
 				}
-				// Its partitions are memcached sidecars of this pod, and its
-				// controller runs here too.
+				// Its partitions are cache sidecars of this pod (memcached or
+				// Redis), and its controller runs here too. Each starts at the
+				// controller's floor (the first tick adopts the configured split,
+				// docs/reliability.md) and has the memory for the largest limit
+				// the controller can give it: the budget less the others' floors.
+				largest := a.CacheBudgetMB - (len(a.Partitions)-1)*a.Controller.MinPartitionMB
 				for name, p := range a.Partitions {
-					if !sidecarListens(pod, portOf(t, p.Endpoint())) {
-						t.Errorf("%s: partition %s at %s: no cache sidecar listens there", where, name, p.Endpoint())
+					sc := sidecar(pod, portOf(t, p.Endpoint()), p.Store())
+					if sc == nil {
+						t.Errorf("%s: partition %s at %s: no %s sidecar listens there", where, name, p.Endpoint(), p.Store())
+						continue
+					}
+					if start := startMB(sc); start < 0 || start > a.Controller.MinPartitionMB {
+						t.Errorf("%s: partition %s starts at %d MB, want at most the floor min_partition_mb = %d",
+							where, name, start, a.Controller.MinPartitionMB)
+					}
+					limitMiB := sc.Resources.Limits.Memory().Value() >> 20
+					if need := int64(largest) + sidecarOverheadMiB; limitMiB < need {
+						t.Errorf("%s: partition %s: memory limit %d MiB, but the controller may set its limit to %d MB (budget %d less %d floors of %d): want at least %d MiB",
+							where, name, limitMiB, largest, a.CacheBudgetMB, len(a.Partitions)-1, a.Controller.MinPartitionMB, need)
 					}
 				}
 				ctlFound := false
@@ -421,16 +436,41 @@ func selects(sel, labels map[string]string) bool {
 	return true
 }
 
-// sidecarListens reports whether a memcached container of pod listens on
-// 127.0.0.1:port (its -l and -p arguments) and declares the port.
-func sidecarListens(pod corev1.PodSpec, port int32) bool {
-	for _, c := range pod.Containers {
-		if !strings.HasPrefix(c.Image, "memcached") {
+// sidecarOverheadMiB is what a cache sidecar holds beyond its item memory
+// (connections, hash table, slab bookkeeping or Redis' own structures).
+const sidecarOverheadMiB = 32
+
+// sidecar is the cache container of pod that listens on 127.0.0.1:port and
+// declares the port: a memcached (-l, -p) or a Redis (--bind, --port), as
+// store says; nil if there is none.
+func sidecar(pod corev1.PodSpec, port int32, store string) *corev1.Container {
+	for i, c := range pod.Containers {
+		var host, p string
+		switch {
+		case store == config.StoreMemcached && strings.HasPrefix(c.Image, "memcached"):
+			host, p = argValue(c.Args, "-l"), argValue(c.Args, "-p")
+		case store == config.StoreRedis && strings.HasPrefix(c.Image, "redis"):
+			host, p = argValue(c.Args, "--bind"), argValue(c.Args, "--port")
+		default:
 			continue
 		}
-		if argValue(c.Args, "-l") == "127.0.0.1" && argValue(c.Args, "-p") == strconv.Itoa(int(port)) && hasPort(c, port) {
-			return true
+		if host == "127.0.0.1" && p == strconv.Itoa(int(port)) && hasPort(c, port) {
+			return &pod.Containers[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// startMB is the memory limit a cache sidecar starts with, in MB: memcached's
+// -m or Redis' --maxmemory (in mb); -1 when it is not given or not in MB.
+func startMB(c *corev1.Container) int {
+	v := argValue(c.Args, "-m")
+	if strings.HasPrefix(c.Image, "redis") {
+		v = strings.TrimSuffix(strings.ToLower(argValue(c.Args, "--maxmemory")), "mb")
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return -1
+	}
+	return n
 }
