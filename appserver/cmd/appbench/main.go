@@ -10,9 +10,12 @@
 //
 // The baseline loop uses github.com/bradfitz/gomemcache (an independent
 // client) and, for comparison, this repository's appserver/cache client.
-// Results go to stdout; docs/benchmarks.md records them.
+// With --store redis the partitions are three redis-servers instead, and the
+// baseline loops are go-redis' MGET (an independent client) and this
+// repository's cache.RedisClient. Results go to stdout; docs/benchmarks.md
+// records them.
 //
-//	go build -o bin/ ./... && bin/appbench --appserver bin/appserver
+//	go build -o bin/ ./... && bin/appbench --appserver bin/appserver [--store redis]
 package main
 
 import (
@@ -38,6 +41,8 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
 	"github.com/robinhoodcache/robinhood/backends/value"
@@ -49,6 +54,8 @@ var backends = []string{"b0", "b1", "b2"}
 type config struct {
 	appserver   string
 	memcached   string
+	redis       string
+	store       string
 	duration    time.Duration
 	concurrency int
 	keys        int
@@ -63,6 +70,8 @@ func main() {
 	var c config
 	flag.StringVar(&c.appserver, "appserver", "bin/appserver", "path of the appserver binary")
 	flag.StringVar(&c.memcached, "memcached", "memcached", "path of the memcached binary")
+	flag.StringVar(&c.redis, "redis", "redis-server", "path of the redis-server binary (--store redis)")
+	flag.StringVar(&c.store, "store", "memcached", "what the partitions are: memcached or redis")
 	flag.DurationVar(&c.duration, "duration", 5*time.Second, "length of each measurement phase")
 	flag.IntVar(&c.concurrency, "concurrency", 16, "concurrent clients in the throughput phases")
 	flag.IntVar(&c.keys, "keys", 2000, "keys per backend (all preloaded)")
@@ -72,6 +81,10 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the request mix")
 	flag.StringVar(&c.extra, "appserver-args", "", "extra bin/appserver flags, space-separated (e.g. --no-stats)")
 	flag.Parse()
+	if c.store != "memcached" && c.store != "redis" {
+		fmt.Fprintf(os.Stderr, "appbench: --store must be memcached or redis, not %q\n", c.store)
+		os.Exit(2)
+	}
 	if c.duration <= 0 || c.concurrency <= 0 || c.keys <= 0 || c.queries < len(backends) || c.requests <= 0 || c.rounds <= 0 {
 		fmt.Fprintln(os.Stderr, "appbench: --duration, --concurrency, --keys, --requests, --rounds must be positive and --queries at least 3")
 		os.Exit(2)
@@ -121,7 +134,12 @@ func run(c config) error {
 	for i := range backends {
 		mc[i] = freeAddr()
 		_, port, _ := net.SplitHostPort(mc[i])
-		if cmd, err := start(c.memcached, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "256", "-t", "2", "-u", "root"); err != nil {
+		name, args := c.memcached, []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "256", "-t", "2", "-u", "root"}
+		if c.store == "redis" {
+			name, args = c.redis, []string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+				"--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"}
+		}
+		if cmd, err := start(name, args...); err != nil {
 			return err
 		} else {
 			mcPIDs = append(mcPIDs, cmd.Process.Pid)
@@ -134,7 +152,7 @@ func run(c config) error {
 	}
 	// Preload every key so that all queries hit.
 	for i, b := range backends {
-		cl := cache.NewClient(mc[i], cache.Options{MaxConns: 4})
+		cl := newStore(c.store, mc[i], 4)
 		for k := range c.keys {
 			key := strconv.Itoa(k)
 			if err := cl.Set(context.Background(), cache.Key(b, key), value.Bytes(b, key, sizeOf(k))); err != nil {
@@ -155,7 +173,11 @@ func run(c config) error {
 		if i > 0 {
 			topo += ", "
 		}
-		topo += fmt.Sprintf("%s: %q", b, mc[i])
+		if c.store == "redis" {
+			topo += fmt.Sprintf("%s: {redis: %q}", b, mc[i])
+		} else {
+			topo += fmt.Sprintf("%s: %q", b, mc[i])
+		}
 	}
 	topo += "}\n"
 	topoPath := filepath.Join(dir, "topology.yaml")
@@ -186,27 +208,51 @@ func run(c config) error {
 		}
 	}
 
-	gm := make([]*memcache.Client, len(backends))
-	own := make([]*cache.Client, len(backends))
+	own := make([]cache.Store, len(backends))
 	for i := range backends {
-		gm[i] = memcache.New(mc[i])
-		gm[i].MaxIdleConns = c.concurrency + 4
-		gm[i].Timeout = 2 * time.Second
-		own[i] = cache.NewClient(mc[i], cache.Options{MaxConns: c.concurrency + 4})
+		own[i] = newStore(c.store, mc[i], c.concurrency+4)
 		defer own[i].Close()
 	}
-	loops := []struct {
+	var loops []struct {
+		name string
+		do   func(*request) error
+	}
+	if c.store == "redis" {
+		rd := make([]*redis.Client, len(backends))
+		for i := range backends {
+			rd[i] = redis.NewClient(&redis.Options{Addr: mc[i], Protocol: 2, DisableIdentity: true, PoolSize: c.concurrency + 4,
+				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+			defer rd[i].Close()
+		}
+		loops = append(loops, struct {
+			name string
+			do   func(*request) error
+		}{"baseline: Go MGET loop (go-redis)", func(r *request) error {
+			return fanout(r, func(b int, keys []string) error { return goredisGet(rd[b], keys) })
+		}})
+	} else {
+		gm := make([]*memcache.Client, len(backends))
+		for i := range backends {
+			gm[i] = memcache.New(mc[i])
+			gm[i].MaxIdleConns = c.concurrency + 4
+			gm[i].Timeout = 2 * time.Second
+		}
+		loops = append(loops, struct {
+			name string
+			do   func(*request) error
+		}{"baseline: Go multi-get loop (gomemcache)", func(r *request) error {
+			return fanout(r, func(b int, keys []string) error { return gomemcacheGet(gm[b], keys) })
+		}})
+	}
+	loops = append(loops, []struct {
 		name string
 		do   func(*request) error
 	}{
-		{"baseline: Go multi-get loop (gomemcache)", func(r *request) error {
-			return fanout(r, func(b int, keys []string) error { return gomemcacheGet(gm[b], keys) })
-		}},
 		{"baseline: Go multi-get loop (appserver/cache client)", func(r *request) error {
 			return fanout(r, func(b int, keys []string) error { return ownGet(own[b], keys) })
 		}},
 		{"app server: POST /v1/request", func(r *request) error { _, err := post(hc, url, r.body); return err }},
-	}
+	}...)
 
 	health := "http://" + httpAddr + "/healthz"
 	loops = append(loops, struct {
@@ -214,8 +260,8 @@ func run(c config) error {
 		do   func(*request) error
 	}{"reference: GET /healthz of the app server (HTTP only)", func(*request) error { _, err := get(hc, health); return err }})
 
-	fmt.Printf("appbench: %d backends, %d queries/request, %d keys/backend, sizes 100-4099 B, %d CPUs, %d rounds of %v per phase\n",
-		len(backends), c.queries, c.keys, runtime.NumCPU(), c.rounds, c.duration)
+	fmt.Printf("appbench: %s partitions, %d backends, %d queries/request, %d keys/backend, sizes 100-4099 B, %d CPUs, %d rounds of %v per phase\n",
+		c.store, len(backends), c.queries, c.keys, runtime.NumCPU(), c.rounds, c.duration)
 	// Rounds interleave the loops so that a noisy neighbour affects them
 	// alike; each figure is the median over the rounds, and the ratios are
 	// taken within a round.
@@ -244,7 +290,7 @@ func run(c config) error {
 			med[i] = append(med[i], median(lat))
 		}
 	}
-	fmt.Printf("%-56s %12s %13s   %s\n", "", fmt.Sprintf("req/s (c=%d)", c.concurrency), "median (c=1)", "CPU µs/request (c=16): load generator + app server + memcached")
+	fmt.Printf("%-56s %12s %13s   %s\n", "", fmt.Sprintf("req/s (c=%d)", c.concurrency), "median (c=1)", "CPU µs/request (c=16): load generator + app server + "+c.store)
 	R := make([]float64, len(loops))
 	M := make([]time.Duration, len(loops))
 	for i, l := range loops {
@@ -315,7 +361,28 @@ func gomemcacheGet(c *memcache.Client, keys []string) error {
 	return nil
 }
 
-func ownGet(c *cache.Client, keys []string) error {
+// newStore is this repository's client of one partition of the given store.
+func newStore(store, addr string, conns int) cache.Store {
+	if store == "redis" {
+		return cache.NewRedisClient(addr, cache.Options{MaxConns: conns})
+	}
+	return cache.NewClient(addr, cache.Options{MaxConns: conns})
+}
+
+func goredisGet(c *redis.Client, keys []string) error {
+	vals, err := c.MGet(context.Background(), keys...).Result()
+	if err != nil {
+		return err
+	}
+	for i, v := range vals {
+		if v == nil {
+			return fmt.Errorf("miss on %s", keys[i])
+		}
+	}
+	return nil
+}
+
+func ownGet(c cache.Store, keys []string) error {
 	vals := make([][]byte, len(keys))
 	if err := c.GetMulti(context.Background(), keys, vals); err != nil {
 		return err
