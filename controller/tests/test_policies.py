@@ -1,5 +1,6 @@
 """The competitor policies (fair++, lama++, cliffhanger++, tao++, oracle), the
-paper's two and RobinHood's variants (robinhood-home, robinhood-guard): the shared vectors (tests/vectors/policies.json) and properties every
+paper's two and RobinHood's variants (robinhood-home, robinhood-guard,
+robinhood-pressure, robinhood-shift): the shared vectors (tests/vectors/policies.json) and properties every
 policy must have — targets keep their sum, never go below the floor, and the same input
 gives the same output."""
 from __future__ import annotations
@@ -52,13 +53,15 @@ def test_vectors_cover_every_policy_that_has_them() -> None:
     assert {"robinhood_home_healthy_goes_home", "robinhood_home_unhealthy_is_robinhood",
             "robinhood_home_unknown_p99_is_robinhood", "robinhood_home_at_home_stays",
             "robinhood_home_scales_home_to_the_total", "robinhood_home_ineligible_gets_nothing",
-            "robinhood_guard_untaxes_a_saturated_backend", "robinhood_guard_without_stats_is_robinhood"} <= names
+            "robinhood_guard_untaxes_a_saturated_backend", "robinhood_guard_without_stats_is_robinhood",
+            "robinhood_pressure_at_the_slo_is_robinhood", "robinhood_pressure_half_the_slo_half_the_tax"} <= names
     assert {c["policy"]["name"] for c in VECTORS["cases"]} >= {"fair++", "lama++", "cliffhanger++", "tao++",
-                                                                "robinhood-home", "robinhood-guard"}
+                                                                "robinhood-home", "robinhood-guard",
+                                                                "robinhood-pressure"}
 
 
 def test_every_registered_policy_is_listed() -> None:
-    assert {"robinhood", "robinhood-home", "robinhood-guard", "static", "tao++", "cliffhanger++", "fair++", "lama++",
+    assert {"robinhood", "robinhood-home", "robinhood-guard", "robinhood-pressure", "robinhood-shift", "static", "tao++", "cliffhanger++", "fair++", "lama++",
             "oracle"} <= set(policies.names())
 
 
@@ -92,6 +95,7 @@ def inputs(draw: st.DrawFn) -> Inputs:
 
 
 @pytest.mark.parametrize("spec", [{"name": "robinhood"}, {"name": "robinhood-home"}, {"name": "robinhood-guard"},
+                                  {"name": "robinhood-pressure"}, {"name": "robinhood-shift"},
                                   {"name": "static"},
                                   {"name": "fair++"}, {"name": "lama++"}, {"name": "cliffhanger++"},
                                   {"name": "tao++", "learn": 30.0}],
@@ -407,3 +411,108 @@ def test_robinhood_guard_keep_pool_takes_the_guarded_tax_from_the_others(data: I
     if payers and all(targets[n] - floor >= r.pool for n in payers):
         assert g.pool == r.pool
     assert all(g.tax[n] >= r.tax[n] or g.tax[n] == targets[n] - floor for n in targets if n not in g.guarded)
+
+
+# -- robinhood-pressure ---------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(data=inputs(), p99=st.one_of(st.none(), st.integers(0, 400_000)), more=st.integers(0, 400_000),
+       slo_ms=st.integers(1, 300))
+def test_robinhood_pressure_is_robinhood_at_the_slo_and_taxes_less_below_it(
+        data: Inputs, p99: int | None, more: int, slo_ms: int) -> None:
+    from robinhood_controller.policies.robinhood_pressure import plan_pressure, pressure
+
+    targets, floor, _, rbc, _, _ = data
+    params = RobinHoodParams(tax=0.01, unused_gap=0.3, floor_bytes=floor)
+    slo_us = slo_ms * 1000.0
+    r = plan_robinhood(targets, targets, rbc, params)
+    p = plan_pressure(targets, targets, rbc, p99, slo_us, params)
+    assert sum(p.targets.values()) == sum(targets.values())
+    assert all(v >= floor for v in p.targets.values())
+    # Never more than RobinHood's tax, exactly RobinHood's step with the P99 unknown or at the SLO.
+    assert all(p.tax[n] <= r.tax[n] for n in targets)
+    if p99 is None or p99 >= slo_us:
+        assert p == r
+    # A higher P99 never takes less: the tax grows with the pressure on the tail.
+    if p99 is not None:
+        higher = plan_pressure(targets, targets, rbc, p99 + more, slo_us, params)
+        assert all(higher.tax[n] >= p.tax[n] for n in targets)
+        assert pressure(p99, slo_us) == min(1.0, p99 / slo_us)
+    # The split of the pool is RobinHood's: only partitions with RBC > 0 gain.
+    assert all(p.targets[n] <= targets[n] for n in targets if rbc.get(n, 0) == 0)
+
+
+def test_robinhood_pressure_notes_its_scale_and_refuses_a_bad_slo() -> None:
+    from robinhood_controller.policies.robinhood_pressure import pressure
+
+    t = {"a": 40 * MIB, "b": 40 * MIB}
+    pol = build({"name": "robinhood-pressure", "slo_ms": 100.0}, t, 16 * MIB)
+    d = pol.plan(PlanInput(targets=t, used=t, rbc={"b": 3}, stats={}, p99_latency_us=25_000))
+    assert d.note == "robinhood-pressure: tax × 0.250" and d.targets["a"] == t["a"] - int(0.0025 * t["a"])
+    with pytest.raises(ValueError, match="slo must be positive"):
+        pressure(1000, 0)
+    with pytest.raises(policies.PolicyError, match="slo_ms"):
+        build({"name": "robinhood-pressure", "slo_ms": 0}, t, 16 * MIB)
+
+
+# -- robinhood-shift ------------------------------------------------------------------
+
+share_maps = st.dictionaries(st.sampled_from(NAMES), st.integers(0, 100), min_size=1).map(
+    lambda d: {n: v / sum(d.values()) for n, v in d.items()} if sum(d.values()) else None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(current=share_maps, mean=share_maps, weight=st.floats(0, 1))
+def test_rbc_shift_is_a_distance_and_the_mean_a_mean(current: dict[str, float] | None,
+                                                     mean: dict[str, float] | None, weight: float) -> None:
+    from robinhood_controller.policies.robinhood_shift import rbc_shift, update_mean
+
+    d = rbc_shift(current, mean)
+    assert 0.0 <= d <= 1.0
+    if current is None:
+        assert d == 0.0
+    elif mean is None:
+        assert d == 1.0
+    else:
+        assert rbc_shift(current, current) == 0.0
+        assert abs(d - rbc_shift(mean, current)) < 1e-12  # symmetric
+        if set(k for k, v in current.items() if v).isdisjoint(k for k, v in mean.items() if v):
+            assert abs(d - 1.0) < 1e-12
+    m = update_mean(mean, current, weight)
+    if current is None:
+        assert m == mean
+    elif mean is None:
+        assert m == current
+    else:
+        assert abs(sum(m.values()) - 1.0) < 1e-9
+        # The new mean is no farther from this tick's shares than the old one was.
+        assert rbc_shift(current, m) <= d + 1e-12
+
+
+def test_robinhood_shift_is_robinhood_first_and_on_a_new_blocker_and_slow_on_the_old_one() -> None:
+    t = {"a": 40 * MIB, "b": 40 * MIB, "c": 40 * MIB}
+    params = RobinHoodParams(tax=0.01, unused_gap=0.3, floor_bytes=16 * MIB)
+    pol = build({"name": "robinhood-shift"}, t, 16 * MIB)
+    healthy = 15_000  # a tenth of the 150 ms SLO
+
+    def step(cur: dict[str, int], rbc: dict[str, int]) -> Any:
+        return pol.plan(PlanInput(targets=cur, used=cur, rbc=rbc, stats={}, p99_latency_us=healthy))
+
+    d = step(t, {"b": 9})  # the first tick: no mean yet, the paper's step
+    assert d.targets == plan_robinhood(t, t, {"b": 9}, params).targets
+    assert d.note == "robinhood-shift: tax × 1.000 (shift 1.000)"
+    cur = d.targets
+    for _ in range(50):  # the same blocker, a healthy tail: a tenth of RobinHood's tax
+        d = step(cur, {"b": 9})
+        assert d.note == "robinhood-shift: tax × 0.100 (shift 0.000)"
+        cur = d.targets
+    assert cur["a"] > t["a"] - 51 * int(0.01 * t["a"])
+    d = step(cur, {"c": 9})  # a new blocker: the paper's step at once
+    assert d.note == "robinhood-shift: tax × 1.000 (shift 1.000)"
+    assert d.targets == plan_robinhood(cur, cur, {"c": 9}, params).targets
+    d = step(d.targets, {"c": 9})  # the mean has moved by the tax's weight only
+    assert d.note == "robinhood-shift: tax × 0.990 (shift 0.990)"
+    # Nothing blocks: nothing moves, and the mean is kept.
+    cur, before = d.targets, pol.mean
+    d = step(cur, {})
+    assert d.targets == cur and not d.moved and pol.mean == before

@@ -120,6 +120,10 @@ class RobinHoodSettings(Params):
     unused_gap: float = Field(0.30, ge=0, le=100, description=(
         "a partition whose allocation exceeds its used space by more than this fraction of it receives nothing"))
 
+    def step(self, floor_bytes: int) -> RobinHoodParams:
+        """The parameters of one plan step with these settings and the controller's floor."""
+        return RobinHoodParams(tax=self.tax, unused_gap=self.unused_gap, floor_bytes=floor_bytes)
+
 
 class RobinHoodSloSettings(RobinHoodSettings):
     """RobinHood's parameters and the request P99 objective: the base of the variants
@@ -143,7 +147,7 @@ class RobinHood(AllocationPolicy):
         p: RobinHoodSettings = self.params  # type: ignore[assignment]
         r = plan_robinhood(
             inp.targets, inp.used, inp.rbc,
-            RobinHoodParams(tax=p.tax, unused_gap=p.unused_gap, floor_bytes=self.ctx.floor_bytes),
+            p.step(self.ctx.floor_bytes),
             applied=inp.applied(),
         )
         return Decision(targets=r.targets, moved=r.redistributed, eligible=r.eligible)

@@ -122,7 +122,7 @@ class RobinHoodGuard(AllocationPolicy):
 
     def plan(self, inp: PlanInput) -> Decision:
         p: RobinHoodGuardSettings = self.params  # type: ignore[assignment]
-        params = RobinHoodParams(tax=p.tax, unused_gap=p.unused_gap, floor_bytes=self.ctx.floor_bytes)
+        params = p.step(self.ctx.floor_bytes)
         p99 = {n: st.p99_query_latency_us for n, st in inp.stats.items() if n in inp.targets}
         r = plan_guard(inp.targets, inp.used, inp.rbc, p99, p.guard * p.slo_ms * 1000.0, params,
                        applied=inp.applied(), keep_pool=p.keep_pool)

@@ -127,7 +127,7 @@ class RobinHoodHome(AllocationPolicy):
 
     def plan(self, inp: PlanInput) -> Decision:
         p: RobinHoodHomeSettings = self.params  # type: ignore[assignment]
-        params = RobinHoodParams(tax=p.tax, unused_gap=p.unused_gap, floor_bytes=self.ctx.floor_bytes)
+        params = p.step(self.ctx.floor_bytes)
         mode = self.mode(inp.p99_latency_us)
         p99 = "unknown" if inp.p99_latency_us is None else f"{inp.p99_latency_us / 1000:g} ms"
         limit = f"{p.margin * p.slo_ms:g} ms"
