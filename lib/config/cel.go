@@ -36,6 +36,8 @@ func env() (*cel.Env, error) {
 			cel.Function("keys", cel.Overload("keys_dyn", dyn, cel.ListType(cel.StringType), cel.UnaryBinding(celKeys))),
 			cel.Function("flatten", cel.Overload("flatten_dyn", dyn, cel.ListType(cel.DynType), cel.UnaryBinding(celFlatten))),
 			cel.Function("dups", cel.Overload("dups_dyn", dyn, cel.ListType(cel.DynType), cel.UnaryBinding(celDups))),
+			cel.Function("pluck", cel.Overload("pluck_dyn_string", []*cel.Type{cel.DynType, cel.StringType}, cel.ListType(cel.DynType), cel.BinaryBinding(celPluck))),
+			cel.Function("values", cel.Overload("values_dyn", dyn, cel.ListType(cel.DynType), cel.UnaryBinding(celValues))),
 			cel.Function("q", cel.Overload("q_dyn", dyn, cel.StringType, cel.UnaryBinding(func(v ref.Val) ref.Val {
 				s, ok := v.Value().(string)
 				if !ok {
@@ -110,6 +112,47 @@ func celFlatten(v ref.Val) ref.Val {
 		for in.HasNext() == types.True {
 			out = append(out, in.Next())
 		}
+	}
+	return types.DefaultTypeAdapter.NativeToValue(out)
+}
+
+// celPluck returns the field of every map in a list that has it, in order:
+// `key in pluck(root.backends, 'name')` is one native call where a
+// comprehension would be interpreted item by item.
+func celPluck(list, field ref.Val) ref.Val {
+	l, ok := list.(traits.Lister)
+	if !ok {
+		return types.NewErr("pluck: %v is not a list", list.Type())
+	}
+	var out []ref.Val
+	it := l.Iterator()
+	for it.HasNext() == types.True {
+		m, ok := it.Next().(traits.Mapper)
+		if !ok {
+			return types.NewErr("pluck: an item is not a map")
+		}
+		if v, found := m.Find(field); found {
+			out = append(out, v)
+		}
+	}
+	return types.DefaultTypeAdapter.NativeToValue(out)
+}
+
+// celValues returns a map's values in the order of its sorted keys (the
+// order of keys()).
+func celValues(v ref.Val) ref.Val {
+	m, ok := v.(traits.Mapper)
+	if !ok {
+		return types.NewErr("values: %v is not a map", v.Type())
+	}
+	ks, ok := celKeys(v).(traits.Lister)
+	if !ok {
+		return celKeys(v)
+	}
+	var out []ref.Val
+	it := ks.Iterator()
+	for it.HasNext() == types.True {
+		out = append(out, m.Get(it.Next()))
 	}
 	return types.DefaultTypeAdapter.NativeToValue(out)
 }

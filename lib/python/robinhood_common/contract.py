@@ -19,8 +19,9 @@ same normalized document and the same first error:
    the node, or ""), ``index`` (its array index, or -1), ``before`` (the array items
    before it, or []), and the functions ``sum(list)``, ``keys(map)`` (sorted),
    ``q(string)`` (quoted), ``num(number)``, ``dur(seconds)``, ``flatten(list of
-   lists)`` and ``dups(list)`` (the values occurring more than once, in the order they
-   first recur). ``x-let`` names
+   lists)``, ``dups(list)`` (the values occurring more than once, in the order they
+   first recur), ``pluck(list of maps, field)`` (the field of each map that has it) and
+   ``values(map)`` (in the order of its sorted keys). ``x-let`` names
    sub-expressions. A false rule is reported as ``PATH[.field]: message``, the
    message itself a CEL expression.
 
@@ -124,8 +125,25 @@ def _cel_dups(xs: Any) -> Any:
     return celtypes.ListType(rep)
 
 
+def _cel_pluck(xs: Any, field: Any) -> Any:
+    """The field of every map in a list that has it, in order."""
+    out = []
+    for x in xs:
+        if not isinstance(x, celtypes.MapType):
+            raise TypeError("pluck: an item is not a map")
+        if field in x:
+            out.append(x[field])
+    return celtypes.ListType(out)
+
+
+def _cel_values(m: Any) -> Any:
+    """A map's values in the order of its sorted keys (the order of keys())."""
+    return celtypes.ListType([m[k] for k in sorted(m.keys())])
+
+
 _FUNCTIONS = {"sum": _cel_sum, "keys": _cel_keys, "q": _cel_q, "num": _cel_num, "dur": _cel_dur,
-              "flatten": _cel_flatten, "dups": _cel_dups}
+              "flatten": _cel_flatten, "dups": _cel_dups, "pluck": _cel_pluck,
+              "values": _cel_values}
 _ENV = celpy.Environment()
 
 
@@ -138,9 +156,14 @@ def _program(expr: str) -> Any:
 
 
 def _substitute(expr: str, lets: dict[str, str]) -> str:
+    return _substituted(expr, tuple(lets.items()))
+
+
+@lru_cache(maxsize=None)
+def _substituted(expr: str, lets: tuple[tuple[str, str], ...]) -> str:
     for _ in range(8):
         out = expr
-        for name, sub in lets.items():
+        for name, sub in lets:
             out = re.sub(rf"\b{re.escape(name)}\b(?!\s*\()", f"({sub})", out)
         if out == expr:
             return out
