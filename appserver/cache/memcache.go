@@ -63,6 +63,10 @@ type Options struct {
 	// Timeout bounds one operation (dial included) when the context has no
 	// earlier deadline. Default DefaultTimeout.
 	Timeout time.Duration
+	// Username and Password authenticate a RedisClient's connections (AUTH;
+	// an empty Username is Redis's default user). memcached has no
+	// authentication here: a Client ignores them.
+	Username, Password string
 }
 
 // Client is a memcached text-protocol client for one memcached instance.

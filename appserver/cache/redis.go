@@ -50,6 +50,9 @@ func NewRedisClient(addr string, opt Options) *RedisClient {
 		ReadTimeout:      opt.Timeout,
 		WriteTimeout:     opt.Timeout,
 		PoolTimeout:      opt.Timeout,
+		// AUTH on every new connection when the partition has a password.
+		Username: opt.Username,
+		Password: opt.Password,
 		// The context's deadline bounds waiting for a connection, dialing,
 		// writing and reading.
 		ContextTimeoutEnabled: true,

@@ -390,3 +390,50 @@ func TestErrorKindRedis(t *testing.T) {
 		}
 	}
 }
+
+// A Redis with a password (requirepass) and an ACL user: the client
+// authenticates with Options.Username/Password; without them, or with the
+// wrong ones, every operation fails with a server error (NOAUTH, WRONGPASS).
+func TestRedisAuthentication(t *testing.T) {
+	addr := testutil.FreeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	testutil.Start(t, "redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+		"--requirepass", "s3cret")
+	testutil.WaitTCP(t, addr)
+	ctx := context.Background()
+
+	c := NewRedisClient(addr, Options{Password: "s3cret"})
+	defer c.Close()
+	if err := c.Set(ctx, "b:k", []byte("v")); err != nil {
+		t.Fatalf("set with the password: %v", err)
+	}
+	vals := make([][]byte, 1)
+	if err := c.GetMulti(ctx, []string{"b:k"}, vals); err != nil || string(vals[0]) != "v" {
+		t.Fatalf("get with the password: %q, %v", vals[0], err)
+	}
+	if limit, err := c.Limit(ctx); err != nil || limit != 0 {
+		t.Fatalf("limit with the password: %d, %v", limit, err)
+	}
+
+	// An ACL user with just what the app server needs.
+	r := redis.NewClient(&redis.Options{Addr: addr, Password: "s3cret", Protocol: 2, DisableIdentity: true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer r.Close()
+	if err := r.Do(ctx, "ACL", "SETUSER", "app", "on", ">apppw", "~b:*", "+mget", "+set", "+info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	u := NewRedisClient(addr, Options{Username: "app", Password: "apppw"})
+	defer u.Close()
+	if err := u.GetMulti(ctx, []string{"b:k"}, vals); err != nil || string(vals[0]) != "v" {
+		t.Fatalf("get as the ACL user: %q, %v", vals[0], err)
+	}
+
+	for _, o := range []Options{{}, {Password: "wrong"}, {Username: "app", Password: "s3cret"}} {
+		bad := NewRedisClient(addr, o)
+		err := bad.GetMulti(ctx, []string{"b:k"}, vals)
+		bad.Close()
+		if err == nil || ErrorKind(err) != "server" || !strings.Contains(err.Error(), "AUTH") && !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Errorf("get with user %q password %q: %v (kind %s), want an authentication error", o.Username, o.Password, err, ErrorKind(err))
+		}
+	}
+}

@@ -3,7 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +115,45 @@ func TestRedisPartition(t *testing.T) {
 				e.metric(`appserver_cache_bypassed{backend="fast"}`), e.metric(`appserver_cache_breaker_openings_total{backend="fast"}`))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A Redis partition that requires a password: the app server reads it from the
+// partition's password_file and authenticates, so misses are filled and hit;
+// an empty password file stops New with an error naming the file.
+func TestRedisPartitionWithPassword(t *testing.T) {
+	e := newEnv(t, envOptions{redis: []string{"fast"}, redisPassword: "s3cret pass"})
+	body := `{"d": [{"fast": {"S": [100, 2000, 7], "U": ["a", "b", 42], "C": [1, 1, 0]},
+	                  "slow": {"S": [300], "U": ["m"], "C": [1]}}]}`
+	if code, r := e.post(body); code != http.StatusOK || r.Backends["fast"].Misses != 3 || r.Backends["fast"].Errors != 0 {
+		t.Fatalf("first request: %d %+v", code, r)
+	}
+	e.waitCached("fast", "a")
+	e.waitCached("fast", "b")
+	e.waitCached("slow", "m")
+	r := e.postCached(body)
+	e.checkValues(r, "fast", []string{"a", "b", "42"}, []int{100, 2000, 7})
+	if got := e.metric(`appserver_cache_errors_total{backend="fast",kind="server"}`); got != 0 {
+		t.Fatalf("%v server errors from the Redis partition: authentication failed", got)
+	}
+
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	topo := *e.cfg.Topology
+	topo.AppServers = slices.Clone(topo.AppServers)
+	app := &topo.AppServers[0]
+	app.Partitions = maps.Clone(app.Partitions)
+	p := app.Partitions["fast"]
+	p.PasswordFile = empty
+	app.Partitions["fast"] = p
+	cfg := e.cfg
+	cfg.Topology = &topo
+	if s, err := New(cfg); err == nil || !strings.Contains(err.Error(), "partition fast: password_file "+empty+": the first line is empty") {
+		if s != nil {
+			_ = s.Close()
+		}
+		t.Fatalf("New with an empty password file: %v", err)
 	}
 }

@@ -225,7 +225,13 @@ func New(cfg Config) (_ *Server, err error) {
 		case config.CachePartitioned:
 			var c cache.Store
 			if p := app.Partitions[tb.Name]; p.Store() == config.StoreRedis {
-				c = cache.NewRedisClient(p.Endpoint(), copt)
+				pw, err := p.Password()
+				if err != nil {
+					return nil, fmt.Errorf("%s: partition %s: %w", where, tb.Name, err)
+				}
+				ropt := copt
+				ropt.Username, ropt.Password = p.User, pw
+				c = cache.NewRedisClient(p.Endpoint(), ropt)
 			} else {
 				c = cache.NewClient(p.Endpoint(), copt)
 			}

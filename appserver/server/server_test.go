@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -32,6 +34,8 @@ type env struct {
 	mc       map[string]*testutil.Process
 	mcAddr   map[string]string
 	redis    map[string]bool // partitions that are Redis instances (in mc, mcAddr)
+	redisPW  string          // their password ("" for none)
+	cfg      Config          // what New was given
 	backends map[string]*testbackend.Server
 	client   *http.Client
 }
@@ -41,6 +45,7 @@ type envOptions struct {
 	requestTimeout string
 	backendTimeout string
 	redis          []string // partitioned: these backends' partitions are Redis instances
+	redisPassword  string   // the Redis partitions require this password (password_file)
 	cfg            Config
 }
 
@@ -64,6 +69,19 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 		var parts []string
 		for _, name := range []string{"fast", "slow"} {
+			if e.redis[name] && o.redisPassword != "" {
+				e.mcAddr[name] = testutil.FreeAddr(t)
+				_, port, _ := net.SplitHostPort(e.mcAddr[name])
+				e.mc[name] = testutil.Start(t, "redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "",
+					"--appendonly", "no", "--requirepass", o.redisPassword)
+				testutil.WaitTCP(t, e.mcAddr[name])
+				pwFile := filepath.Join(t.TempDir(), "redis-"+name)
+				if err := os.WriteFile(pwFile, []byte(o.redisPassword+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				parts = append(parts, fmt.Sprintf("%s: {redis: %q, password_file: %q}", name, e.mcAddr[name], pwFile))
+				continue
+			}
 			if e.redis[name] {
 				e.mc[name], e.mcAddr[name] = testutil.Redis(t)
 				parts = append(parts, fmt.Sprintf("%s: {redis: %q}", name, e.mcAddr[name]))
@@ -108,6 +126,7 @@ app_servers:
 	if cfg.ReportInterval == 0 {
 		cfg.ReportInterval = 50 * time.Millisecond
 	}
+	e.cfg, e.redisPW = cfg, o.redisPassword
 	e.srv, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +243,7 @@ func (e *env) cached(backend, key string) []byte {
 	e.t.Helper()
 	var c cache.Store
 	if e.redis[backend] {
-		c = cache.NewRedisClient(e.mcAddr[backend], cache.Options{MaxConns: 1})
+		c = cache.NewRedisClient(e.mcAddr[backend], cache.Options{MaxConns: 1, Password: e.redisPW})
 	} else {
 		c = cache.NewClient(e.mcAddr[backend], cache.Options{MaxConns: 1})
 	}

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from robinhood_common.auth import AuthError
 
 from . import policies
-from .config import ConfigError, ControllerConfig, Overrides, load, parse_param
+from .config import ConfigError, ControllerConfig, Overrides, PartitionConfig, load, parse_param
 from .controller import Controller, StartupError, TickReport
 from .partition import PartitionError, PartitionStats, open_partition
 from .metrics import Metrics
@@ -153,12 +153,13 @@ def cmd_status(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
     """Print limit, used, malloced, items, evictions, hit ratio per partition."""
     if cfg.cache_mode == "none":
         return _not_partitioned(cfg, "status", out)
-    targets = ([(p.name, p.store, p.addr) for p in cfg.partitions] if cfg.cache_mode == "partitioned"
-               else [("shared", "memcached", cfg.shared_cache)])
+    targets = (list(cfg.partitions) if cfg.cache_mode == "partitioned"
+               else [PartitionConfig(name="shared", addr=cfg.shared_cache, backend_id=-1, initial_mb=0)])
     rows: list[dict[str, Any]] = []
     failed = False
-    for name, store, addr in targets:
-        d = open_partition(name, store, addr, cfg.settings.memcached_timeout)
+    for p in targets:
+        name, store, addr = p.name, p.store, p.addr
+        d = open_partition(name, store, addr, cfg.settings.memcached_timeout, username=p.user, password=p.password)
         st: PartitionStats | None
         err = ""
         try:

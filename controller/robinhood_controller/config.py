@@ -9,6 +9,7 @@ causes names it. Nothing is contacted or changed before the configuration is val
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,10 @@ class PartitionConfig:
     initial_mb: int
     store: str = "memcached"
     """"memcached" or "redis" (partition.py)."""
+    user: str | None = None
+    """Redis: the ACL user to authenticate as (None: the default user)."""
+    password: str | None = dataclasses.field(default=None, repr=False)
+    """Redis: the password read from the partition's password_file (None: no AUTH)."""
 
 
 @dataclass(frozen=True)
@@ -213,9 +218,14 @@ def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
     if app.cache_mode == "partitioned":
         ids = {b.name: b.id for b in t.backends}
         initial = app.initial_allocation_mb()
-        parts = [PartitionConfig(name=n, addr=app.partitions[n].endpoint, backend_id=ids[n],
-                                 initial_mb=initial[n], store=app.partitions[n].store)
-                 for n in app.partition_names()]
+        for n in app.partition_names():
+            p = app.partitions[n]
+            try:
+                password = p.password()
+            except ContractError as e:
+                raise ConfigError(f"{where}.partitions.{n}.{e.path}: {e.message}") from None
+            parts.append(PartitionConfig(name=n, addr=p.endpoint, backend_id=ids[n], initial_mb=initial[n],
+                                         store=p.store, user=p.user, password=password))
         if cls.needs_rbc and not t.rbc_server.grpc:
             raise ConfigError(f"rbc_server.grpc: an address is required by the {pol.name} policy (it has none)")
     return ControllerConfig(

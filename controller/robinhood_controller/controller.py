@@ -91,7 +91,8 @@ class Controller:
         self.timeline = timeline
         self.clock = clock
         self.names = [p.name for p in cfg.partitions]
-        self.drivers = {p.name: open_partition(p.name, p.store, p.addr, s.memcached_timeout) for p in cfg.partitions}
+        self.drivers = {p.name: open_partition(p.name, p.store, p.addr, s.memcached_timeout, username=p.user,
+                                               password=p.password) for p in cfg.partitions}
         self.policy = cfg.build_policy()
         self.rbc = (RBCClient(cfg.rbc_addr, s.rbc_timeout, cfg.rbc_window, cfg.app_server,
                               token_file=cfg.token_file, tls=cfg.tls)

@@ -132,12 +132,14 @@ class Partition(Protocol):
         """memcached only: move one page of src_class (-1: any) to the global pool."""
 
 
-def open_partition(name: str, store: str, addr: str, timeout: float = 1.0) -> Partition:
-    """The driver of a partition of this store at addr."""
+def open_partition(name: str, store: str, addr: str, timeout: float = 1.0, *,
+                   username: str | None = None, password: str | None = None) -> Partition:
+    """The driver of a partition of this store at addr; a Redis authenticates with
+    username and password when given (memcached has no authentication here)."""
     if store == "redis":
         from .redis_partition import RedisPartition
 
-        return RedisPartition(name, addr, timeout)
+        return RedisPartition(name, addr, timeout, username=username, password=password)
     if store == "memcached":
         from .memcached import MemcachedPartition
 

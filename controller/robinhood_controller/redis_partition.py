@@ -43,7 +43,8 @@ class RedisPartition:
     evicts_itself = True
     limit_slack = 2 * MIB
 
-    def __init__(self, name: str, addr: str, timeout: float = 1.0) -> None:
+    def __init__(self, name: str, addr: str, timeout: float = 1.0, *,
+                 username: str | None = None, password: str | None = None) -> None:
         host, _, port = addr.rpartition(":")
         self.name = name
         self.addr = addr
@@ -53,7 +54,7 @@ class RedisPartition:
             host=host.strip("[]") or "127.0.0.1", port=int(port),
             socket_timeout=timeout, socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0), protocol=2, driver_info=DriverInfo(name=None, lib_version=None),
-            max_connections=2,
+            max_connections=2, username=username, password=password,
         )
 
     def close(self) -> None:

@@ -211,3 +211,17 @@ def test_run_dry_run_logs_ticks_and_changes_nothing(procs, tmp_path: Path) -> No
     assert (limit_mb(addrs["a"]), limit_mb(addrs["b"])) == (32, 32)
     recs = [json.loads(x) for x in tl.read_text().splitlines()]
     assert [x["dry_run"] for x in recs] == [True, True, True]
+
+
+def test_status_of_a_redis_with_a_password(procs, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, r = procs.redis(16, extra=["--requirepass", "s3cret"])
+    (tmp_path / "redis-pw").write_text("s3cret\n")
+    topo = _write(tmp_path, {"a": f'{{redis: "{r}", password_file: redis-pw}}'}, budget=32)
+    assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 0
+    row = next(ln.split() for ln in capsys.readouterr().out.splitlines() if ln.startswith("a "))
+    assert row[1] == r and row[2] == "16.0"
+    # The wrong password: the partition is reported, and the password is not shown.
+    (tmp_path / "redis-pw").write_text("pw-X7q\n")
+    assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 1
+    out = capsys.readouterr()
+    assert "pw-X7q" not in out.out + out.err and "s3cret" not in out.out + out.err

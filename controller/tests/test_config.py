@@ -155,3 +155,23 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
 
 def test_budget_bytes() -> None:
     assert resolve(BASE).budget_bytes == 100 * MIB
+
+
+def test_redis_password_file_is_relative_to_the_topology_and_read_once(tmp_path: Path) -> None:
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "a").write_text("pa ss\r\nsecond line\n")
+    (tmp_path / "secrets" / "empty").write_text("\n")
+    text = BASE.replace("a: 127.0.0.1:11211", "a: {redis: 127.0.0.1:6379, password_file: secrets/a, user: ctl}")
+    p = tmp_path / "t.yaml"
+    p.write_text(text)
+    cfg = load(p, "app0")
+    a = cfg.partitions[0]
+    assert (a.name, a.store, a.user, a.password) == ("a", "redis", "ctl", "pa ss")
+    assert "pa ss" not in repr(a)
+    assert cfg.partitions[1].password is None and cfg.partitions[1].user is None
+    p.write_text(text.replace("secrets/a", "secrets/empty"))
+    with pytest.raises(ConfigError, match=r"app_servers\[0\]\.partitions\.a\.password_file: .*secrets/empty: the first line is empty"):
+        load(p, "app0")
+    p.write_text(text.replace("secrets/a", "secrets/missing"))
+    with pytest.raises(ConfigError, match=r"app_servers\[0\]\.partitions\.a\.password_file: .*secrets/missing: No such file"):
+        load(p, "app0")

@@ -172,3 +172,34 @@ def test_reassign_is_refused(procs) -> None:
     _, addr = procs.redis(16)
     with pytest.raises(ProtocolError, match="no slab pages"):
         RedisPartition("a", addr).reassign(-1)
+
+
+def test_a_redis_with_a_password_or_an_acl_user(procs) -> None:
+    _, addr = procs.redis(32, extra=["--requirepass", "s3cret"])
+    d = open_partition("a", "redis", addr, timeout=2, password="s3cret")
+    try:
+        assert d.attach().checked_memlimit
+        assert d.read().limit_bytes == 32 * MIB
+        d.set_limit(24)
+    finally:
+        d.close()
+    # An ACL user with what the controller needs (CONFIG, INFO), nothing else.
+    admin = redis.Redis.from_url(f"redis://:s3cret@{addr}", protocol=2, driver_info=DriverInfo(name=None, lib_version=None))
+    admin.execute_command("ACL", "SETUSER", "ctl", "on", ">ctlpw", "+config|set", "+config|get", "+info", "+ping")
+    assert admin.config_get("maxmemory")["maxmemory"] in ("25165824", b"25165824")
+    admin.close()
+    d = open_partition("a", "redis", addr, timeout=2, username="ctl", password="ctlpw")
+    try:
+        d.set_limit(20)
+        assert d.read().limit_bytes == 20 * MIB
+    finally:
+        d.close()
+    # Without the password, or with the wrong one: refused, and the message names no password.
+    for kw in ({}, {"password": "pw-X7q"}):
+        d = open_partition("a", "redis", addr, timeout=2, **kw)
+        try:
+            with pytest.raises((Unreachable, ProtocolError, Unsupported)) as e:
+                d.read()
+            assert "s3cret" not in str(e.value) and "pw-X7q" not in str(e.value)
+        finally:
+            d.close()

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/schema"
@@ -113,9 +114,32 @@ type ComputeOptions struct {
 type Partition struct {
 	Addr  string `json:"addr,omitempty"`
 	Redis string `json:"redis,omitempty"`
+	// PasswordFile (Redis only) holds the password to authenticate with,
+	// User the ACL user (empty: the default user).
+	PasswordFile string `json:"password_file,omitempty"`
+	User         string `json:"user,omitempty"`
 	// InitialMB is the configured allocation; 0 means an even share of the
 	// rest of the budget.
 	InitialMB int `json:"initial_mb"`
+}
+
+// Password reads the partition's password: the first line of PasswordFile
+// without its line break; "" when the partition has none. An unreadable or
+// empty file is an error naming it (never the password).
+func (p Partition) Password() (string, error) {
+	if p.PasswordFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(p.PasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("password_file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	line = strings.TrimSuffix(line, "\r")
+	if line == "" {
+		return "", fmt.Errorf("password_file %s: the first line is empty", p.PasswordFile)
+	}
+	return line, nil
 }
 
 // Dispatch is the dispatch policy of an app server and its parameters
@@ -317,16 +341,28 @@ func ReadTopologyDoc(path string) (map[string]any, error) {
 var fileFields = map[string][]string{"auth": {"tokens", "token"}, "tls": {"ca", "cert", "key"}}
 
 // resolveFiles makes the relative file paths of a normalized topology
-// relative to dir, the topology file's folder.
+// relative to dir, the topology file's folder: the auth and tls blocks' and
+// every partition's password_file.
 func resolveFiles(doc map[string]any, dir string) {
-	for block, fields := range fileFields {
-		b, ok := doc[block].(map[string]any)
-		if !ok {
-			continue
+	rel := func(b map[string]any, f string) {
+		if p, ok := b[f].(string); ok && p != "" && !filepath.IsAbs(p) {
+			b[f] = filepath.Join(dir, p)
 		}
-		for _, f := range fields {
-			if p, ok := b[f].(string); ok && p != "" && !filepath.IsAbs(p) {
-				b[f] = filepath.Join(dir, p)
+	}
+	for block, fields := range fileFields {
+		if b, ok := doc[block].(map[string]any); ok {
+			for _, f := range fields {
+				rel(b, f)
+			}
+		}
+	}
+	apps, _ := doc["app_servers"].([]any)
+	for _, a := range apps {
+		app, _ := a.(map[string]any)
+		parts, _ := app["partitions"].(map[string]any)
+		for _, p := range parts {
+			if part, ok := p.(map[string]any); ok {
+				rel(part, "password_file")
 			}
 		}
 	}

@@ -87,7 +87,26 @@ class Partition(_Model):
 
     addr: str | None = None
     redis: str | None = None
+    password_file: str | None = None
+    """Redis only: the file whose first line is the password (AUTH)."""
+    user: str | None = None
+    """Redis only, with password_file: the ACL user (None: the default user)."""
     initial_mb: int | None = None
+
+    def password(self) -> str | None:
+        """The first line of password_file without its line break; None without one.
+        ConfigError naming the file (never the password) when it cannot be read or
+        its first line is empty."""
+        if not self.password_file:
+            return None
+        try:
+            text = Path(self.password_file).read_text()
+        except OSError as e:
+            raise ConfigError("password_file", f"{self.password_file}: {e.strerror or e}") from None
+        line = text.split("\n", 1)[0].removesuffix("\r")
+        if not line:
+            raise ConfigError("password_file", f"{self.password_file}: the first line is empty")
+        return line
 
     @property
     def store(self) -> str:
@@ -199,8 +218,8 @@ class Topology(_Model):
     tls: TLS | None = None
 
     def resolve_files(self, folder: Path) -> Topology:
-        """The topology with the relative paths of its auth and tls blocks made
-        relative to folder (the topology file's)."""
+        """The topology with the relative paths of its auth and tls blocks and of its
+        partitions' password files made relative to folder (the topology file's)."""
         def rel(v: str) -> str:
             return v if Path(v).is_absolute() else str(folder / v)
         upd: dict[str, Any] = {}
@@ -208,6 +227,10 @@ class Topology(_Model):
             upd["auth"] = self.auth.model_copy(update={"tokens": rel(self.auth.tokens), "token": rel(self.auth.token)})
         if self.tls is not None:
             upd["tls"] = self.tls.model_copy(update={k: rel(getattr(self.tls, k)) for k in ("ca", "cert", "key")})
+        if any(p.password_file for a in self.app_servers for p in a.partitions.values()):
+            upd["app_servers"] = [a.model_copy(update={"partitions": {
+                n: p.model_copy(update={"password_file": rel(p.password_file)}) if p.password_file else p
+                for n, p in a.partitions.items()}}) for a in self.app_servers]
         return self.model_copy(update=upd) if upd else self
 
     def app_server(self, app_id: str) -> tuple[int, AppServer]:
