@@ -95,6 +95,12 @@ func main() {
 	}
 }
 
+// loop is one measured way of serving the benchmark requests.
+type loop struct {
+	name string
+	do   func(*request) error
+}
+
 // request is one benchmark request: its body and, per backend, the
 // memcached keys the baseline loop fetches.
 type request struct {
@@ -213,10 +219,10 @@ func run(c config) error {
 		own[i] = newStore(c.store, mc[i], c.concurrency+4)
 		defer own[i].Close()
 	}
-	var loops []struct {
-		name string
-		do   func(*request) error
-	}
+	// The independent client's loop first, then ours, the app server and
+	// /healthz: the ratios below compare the app server (index 2) with the
+	// first two.
+	var independent loop
 	if c.store == "redis" {
 		rd := make([]*redis.Client, len(backends))
 		for i := range backends {
@@ -224,12 +230,9 @@ func run(c config) error {
 				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 			defer rd[i].Close()
 		}
-		loops = append(loops, struct {
-			name string
-			do   func(*request) error
-		}{"baseline: Go MGET loop (go-redis)", func(r *request) error {
+		independent = loop{"baseline: Go MGET loop (go-redis)", func(r *request) error {
 			return fanout(r, func(b int, keys []string) error { return goredisGet(rd[b], keys) })
-		}})
+		}}
 	} else {
 		gm := make([]*memcache.Client, len(backends))
 		for i := range backends {
@@ -237,28 +240,19 @@ func run(c config) error {
 			gm[i].MaxIdleConns = c.concurrency + 4
 			gm[i].Timeout = 2 * time.Second
 		}
-		loops = append(loops, struct {
-			name string
-			do   func(*request) error
-		}{"baseline: Go multi-get loop (gomemcache)", func(r *request) error {
+		independent = loop{"baseline: Go multi-get loop (gomemcache)", func(r *request) error {
 			return fanout(r, func(b int, keys []string) error { return gomemcacheGet(gm[b], keys) })
-		}})
+		}}
 	}
-	loops = append(loops, []struct {
-		name string
-		do   func(*request) error
-	}{
+	health := "http://" + httpAddr + "/healthz"
+	loops := []loop{
+		independent,
 		{"baseline: Go multi-get loop (appserver/cache client)", func(r *request) error {
 			return fanout(r, func(b int, keys []string) error { return ownGet(own[b], keys) })
 		}},
 		{"app server: POST /v1/request", func(r *request) error { _, err := post(hc, url, r.body); return err }},
-	}...)
-
-	health := "http://" + httpAddr + "/healthz"
-	loops = append(loops, struct {
-		name string
-		do   func(*request) error
-	}{"reference: GET /healthz of the app server (HTTP only)", func(*request) error { _, err := get(hc, health); return err }})
+		{"reference: GET /healthz of the app server (HTTP only)", func(*request) error { _, err := get(hc, health); return err }},
+	}
 
 	fmt.Printf("appbench: %s partitions, %d backends, %d queries/request, %d keys/backend, sizes 100-4099 B, %d CPUs, %d rounds of %v per phase\n",
 		c.store, len(backends), c.queries, c.keys, runtime.NumCPU(), c.rounds, c.duration)
