@@ -19,6 +19,8 @@ from typing import Callable, Iterator
 
 import pytest
 
+from robinhood_common import ports
+
 REPO = Path(__file__).resolve().parent
 BIN = REPO / "bin"
 _build_lock = threading.Lock()
@@ -26,10 +28,9 @@ _built = False
 
 
 def free_addr() -> str:
-    """A loopback address whose port was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    """A loopback address whose port was free a moment ago (below the kernel's
+    ephemeral range, so no outgoing connection takes it before the server binds)."""
+    return ports.free_addr()
 
 
 def wait_tcp(addr: str, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 import socket
 import time
 
+from robinhood_common import ports
+
 
 def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that was free a moment ago (robinhood_common.ports)."""
+    return ports.free_port()
 
 
 def wait_port(port: int, timeout: float = 10) -> None:

@@ -71,17 +71,6 @@ func Binary(t testing.TB, pkg string) string {
 	return out
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // Process is a child process started by a test.
 type Process struct {
 	Cmd  *exec.Cmd

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from robinhood_common import ports
+
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
@@ -36,20 +38,13 @@ class StartError(RuntimeError):
 
 
 class PortAllocator:
-    """Hands out loopback ports that were free when asked and never twice per run."""
-
-    def __init__(self) -> None:
-        self._given: set[int] = set()
+    """Hands out loopback ports that were free when asked, never twice per process,
+    and below the kernel's ephemeral range (robinhood_common.ports): a port from
+    that range can be taken by an outgoing connection of a component that is
+    already running before the next component binds it."""
 
     def addr(self) -> str:
-        for _ in range(100):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            if port not in self._given:
-                self._given.add(port)
-                return f"127.0.0.1:{port}"
-        raise RuntimeError("no free loopback port found")
+        return ports.free_addr()
 
 
 @dataclass
