@@ -323,6 +323,7 @@ class Controller:
             time=r.time, tick=r.tick, app_server=self.cfg.app_server, policy=self.policy.name,
             dry_run=self.read_only, budget_bytes=self.cfg.budget_bytes, names=self.names, after=after,
             targets=r.targets, limits_mb=r.limits_planned, used=r.used, rbc=r.rbc, eligible=r.eligible,
+            notes=r.notes,
         )
 
     def log_line(self, r: TickReport) -> str:

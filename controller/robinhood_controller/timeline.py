@@ -49,6 +49,7 @@ def tick_record(
     used: Mapping[str, int],
     rbc: RBCSnapshot | None,
     eligible: Mapping[str, bool],
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The timeline line of a tick (schema in docs/controller.md).
 
@@ -56,7 +57,8 @@ def tick_record(
     (None or missing: it did not answer); targets and limits_mb: the tick's targets
     (bytes) and planned whole-MB limits (None before adoption); used: u_i of the
     reachable partitions; rbc: the snapshot read (None: not read); eligible: per
-    planned partition.
+    planned partition; notes: what the tick did beyond the numbers (adoption, the
+    policy's own note), written only when there are any.
     """
     parts: dict[str, Any] = {}
     for n in names:
@@ -74,7 +76,7 @@ def tick_record(
             "pages_moved": a.pages_moved if a is not None else 0,
             "hit_ratio": a.hit_ratio if a is not None else None,
         }
-    return {
+    record: dict[str, Any] = {
         "time": round(time, 3),
         "tick": tick,
         "app_server": app_server,
@@ -86,6 +88,9 @@ def tick_record(
         "pages_moved": sum(a.pages_moved for a in after.values() if a is not None),
         "partitions": parts,
     }
+    if notes:
+        record["notes"] = list(notes)
+    return record
 
 
 class TimelineWriter:
