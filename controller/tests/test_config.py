@@ -100,7 +100,7 @@ def test_overrides() -> None:
         ("{min_partition_mb: 16, policy: {name: static, tax: 0.1}}",
          "app_servers[0].controller.policy.tax: unknown parameter of policy static (known: none)"),
         ("{min_partition_mb: 16, policy: lru}",
-         'app_servers[0].controller.policy.name: "lru" is not one of cliffhanger++, fair++, lama++, oracle, robinhood, robinhood-guard, robinhood-home, robinhood-pressure, robinhood-shift, static, tao++'),
+         'app_servers[0].controller.policy.name: "lru" is not one of cliffhanger++, fair++, lama++, oracle, robinhood, robinhood-guard, robinhood-home, robinhood-pressure, robinhood-queue, robinhood-shift, static, tao++'),
         ("{min_partition_mb: 16, interval: 5}", "app_servers[0].controller.interval: 5 is not a duration"),
         ("{min_partition_mb: 4}", "app_servers[0].controller.min_partition_mb: 4 is below memcached's minimum"),
         ("{min_partition_mb: 16, metrics: localhost}",

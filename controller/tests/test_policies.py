@@ -1,6 +1,6 @@
 """The competitor policies (fair++, lama++, cliffhanger++, tao++, oracle), the
 paper's two and RobinHood's variants (robinhood-home, robinhood-guard,
-robinhood-pressure, robinhood-shift): the shared vectors (tests/vectors/policies.json) and properties every
+robinhood-pressure, robinhood-shift, robinhood-queue): the shared vectors (tests/vectors/policies.json) and properties every
 policy must have — targets keep their sum, never go below the floor, and the same input
 gives the same output."""
 from __future__ import annotations
@@ -54,15 +54,16 @@ def test_vectors_cover_every_policy_that_has_them() -> None:
             "robinhood_home_unknown_p99_is_robinhood", "robinhood_home_at_home_stays",
             "robinhood_home_scales_home_to_the_total", "robinhood_home_ineligible_gets_nothing",
             "robinhood_guard_untaxes_a_saturated_backend", "robinhood_guard_without_stats_is_robinhood",
-            "robinhood_pressure_at_the_slo_is_robinhood", "robinhood_pressure_half_the_slo_half_the_tax"} <= names
+            "robinhood_pressure_at_the_slo_is_robinhood", "robinhood_pressure_half_the_slo_half_the_tax",
+            "robinhood_queue_first_tick_is_robinhood"} <= names
     assert {c["policy"]["name"] for c in VECTORS["cases"]} >= {"fair++", "lama++", "cliffhanger++", "tao++",
                                                                 "robinhood-home", "robinhood-guard",
-                                                                "robinhood-pressure"}
+                                                                "robinhood-pressure", "robinhood-queue"}
 
 
 def test_every_registered_policy_is_listed() -> None:
-    assert {"robinhood", "robinhood-home", "robinhood-guard", "robinhood-pressure", "robinhood-shift", "static", "tao++", "cliffhanger++", "fair++", "lama++",
-            "oracle"} <= set(policies.names())
+    assert {"robinhood", "robinhood-home", "robinhood-guard", "robinhood-pressure", "robinhood-shift",
+            "robinhood-queue", "static", "tao++", "cliffhanger++", "fair++", "lama++", "oracle"} <= set(policies.names())
 
 
 NAMES = ["a", "b", "c", "d"]
@@ -96,7 +97,7 @@ def inputs(draw: st.DrawFn) -> Inputs:
 
 @pytest.mark.parametrize("spec", [{"name": "robinhood"}, {"name": "robinhood-home"}, {"name": "robinhood-guard"},
                                   {"name": "robinhood-pressure"}, {"name": "robinhood-shift"},
-                                  {"name": "static"},
+                                  {"name": "robinhood-queue"}, {"name": "static"},
                                   {"name": "fair++"}, {"name": "lama++"}, {"name": "cliffhanger++"},
                                   {"name": "tao++", "learn": 30.0}],
                          ids=lambda s: s["name"])
@@ -516,3 +517,96 @@ def test_robinhood_shift_is_robinhood_first_and_on_a_new_blocker_and_slow_on_the
     cur, before = d.targets, pol.mean
     d = step(cur, {})
     assert d.targets == cur and not d.moved and pol.mean == before
+
+
+# -- robinhood-queue ------------------------------------------------------------------
+
+latencies = st.dictionaries(st.sampled_from(NAMES), st.integers(0, 10**6))
+
+
+@settings(max_examples=300, deadline=None)
+@given(baseline=st.dictionaries(st.sampled_from(NAMES), st.floats(1, 10**6)), p99=latencies,
+       weight=st.floats(0, 1), ratio=st.floats(1.01, 100))
+def test_queue_baseline_is_a_running_mean(baseline: dict[str, float], p99: dict[str, int], weight: float,
+                                          ratio: float) -> None:
+    from robinhood_controller.policies.robinhood_queue import queueing, update_baseline
+
+    b = update_baseline(baseline, p99, weight)
+    assert set(b) == set(baseline) | {n for n, v in p99.items() if v > 0}
+    for n, v in b.items():
+        seen = p99.get(n, 0)
+        if seen <= 0:
+            assert v == baseline[n]  # no latency this tick: kept
+        elif n not in baseline:
+            assert v == seen  # the first latency sets it
+        else:  # between the old baseline and this tick's latency, weight of the way
+            lo, hi = sorted((baseline[n], float(seen)))
+            assert lo - 1e-6 <= v <= hi + 1e-6
+            assert abs(v - (baseline[n] + weight * (seen - baseline[n]))) <= 1e-6 * max(1.0, hi)
+    q = queueing(baseline, p99, ratio)
+    assert q == {n for n, v in p99.items() if v > 0 and n in baseline and v >= ratio * baseline[n]}
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=inputs())
+def test_robinhood_queue_never_shrinks_a_queueing_partition_and_keeps_robinhoods_pool(data: Inputs) -> None:
+    targets, floor, stats, rbc, _, _ = data
+    params = RobinHoodParams(tax=0.01, unused_gap=0.3, floor_bytes=floor)
+    pol = build({"name": "robinhood-queue"}, targets, floor)
+    calm = {n: QueryStats(p99_query_latency_us=1000) for n in targets}
+    d0 = pol.plan(PlanInput(targets=targets, used=targets, rbc=rbc, stats=calm))
+    # The first tick sets the baselines and is RobinHood's step.
+    assert d0.targets == plan_robinhood(targets, targets, rbc, params).targets and d0.note == ""
+    cur = d0.targets
+    d = pol.plan(PlanInput(targets=cur, used=cur, rbc=rbc, stats=stats))
+    queued = sorted(n for n, s in stats.items() if s.p99_query_latency_us >= 2000)
+    assert d.note == (f"robinhood-queue: untaxed {','.join(queued)}" if queued else "")
+    r = plan_robinhood(cur, cur, rbc, params)
+    assert sum(d.targets.values()) == sum(cur.values())
+    for n in queued:
+        assert d.targets[n] >= cur[n]
+    if not queued:
+        assert d.targets == r.targets
+    # The others pay the queueing partitions' share: each no less than its RobinHood tax
+    # (the floor caps both) when anything moves; nothing moves when nothing blocks.
+    if not r.redistributed:
+        assert not d.moved
+    if d.moved:
+        assert all(cur[n] - d.targets[n] >= r.tax[n] for n in cur if n not in queued and rbc.get(n, 0) == 0)
+    else:
+        assert d.targets == cur
+
+
+def test_robinhood_queue_spares_a_backend_that_starts_to_queue_and_not_one_slow_by_nature() -> None:
+    t = {"a": 400 * MIB, "b": 400 * MIB, "slow": 400 * MIB}
+    params = RobinHoodParams(tax=0.01, unused_gap=0.3, floor_bytes=16 * MIB)
+    pol = build({"name": "robinhood-queue"}, t, 16 * MIB)
+
+    def step(cur: dict[str, int], lat: dict[str, int]) -> Any:
+        stats = {n: QueryStats(p99_query_latency_us=v) for n, v in lat.items()}
+        return pol.plan(PlanInput(targets=cur, used=cur, rbc={"slow": 9}, stats=stats))
+
+    usual = {"a": 2_000, "b": 2_000, "slow": 40_000}  # "slow" blocks the tail by nature
+    cur = t
+    for _ in range(5):
+        d = step(cur, usual)
+        assert d.note == "" and d.targets == plan_robinhood(cur, cur, {"slow": 9}, params).targets
+        cur = d.targets
+    # b's queries start to queue (twice its usual P99): b pays nothing, a pays b's share.
+    d = step(cur, {"a": 2_000, "b": 4_000, "slow": 40_000})
+    assert d.note == "robinhood-queue: untaxed b"
+    assert d.targets["b"] == cur["b"]
+    r = plan_robinhood(cur, cur, {"slow": 9}, params)
+    assert cur["a"] - d.targets["a"] > r.tax["a"]
+    assert d.targets["a"] + d.targets["slow"] == r.targets["a"] + r.targets["slow"] - r.tax["b"]
+    # A queue that lasts becomes the baseline (a running mean, weight 1% a tick): with a
+    # P99 of 8000 from a baseline of 2020, b is taxed again once the mean passes 4000,
+    # 8000 − 5980 · 0.99^k ≥ 4000: after k = ln(4000 / 5980) / ln(0.99) ≈ 40 ticks.
+    cur = d.targets
+    n = 0
+    while step(cur, {"a": 2_000, "b": 8_000, "slow": 40_000}).note:
+        n += 1
+    assert 38 <= n <= 41
+    # Not ratio × baseline: tax as usual; a bad ratio is refused, naming it.
+    with pytest.raises(policies.PolicyError, match="ratio"):
+        build({"name": "robinhood-queue", "ratio": 1.0}, t, 16 * MIB)

@@ -67,10 +67,28 @@ def plan_guard(
       (missing or 0: unknown, not guarded).
     guard_us: the latency at or above which a partition pays no tax.
 
-    1. g_i: query_p99_us_i ≥ guard_us. t_i = 0 if g_i, else RobinHood's tax
-       (:func:`robinhood_tax`: floor(tax · a_i), capped so a_i − t_i ≥ floor). P = Σ t_i.
-       With keep_pool, the guarded partitions' share of RobinHood's pool is taken from
-       the others instead: RobinHood's whole pool split over the unguarded partitions in
+    The guarded partitions are those with query_p99_us_i ≥ guard_us; the step is
+    :func:`plan_untaxed` with them.
+    """
+    guarded = {n for n in allocations if query_p99_us.get(n, 0) > 0 and query_p99_us[n] >= guard_us}
+    return plan_untaxed(allocations, used, rbc, guarded, params, applied, keep_pool)
+
+
+def plan_untaxed(
+    allocations: Mapping[str, int],
+    used: Mapping[str, int],
+    rbc: Mapping[str, int],
+    untaxed: set[str],
+    params: RobinHoodParams,
+    applied: Mapping[str, int] | None = None,
+    keep_pool: bool = False,
+) -> GuardResult:
+    """RobinHood's step with some partitions paying no tax.
+
+    1. t_i = 0 for i in untaxed, else RobinHood's tax (:func:`robinhood_tax`:
+       floor(tax · a_i), capped so a_i − t_i ≥ floor). P = Σ t_i.
+       With keep_pool, the untaxed partitions' share of RobinHood's pool is taken from
+       the others instead: RobinHood's whole pool split over the taxed partitions in
        proportion to their RobinHood tax (:func:`split_weighted`), each still capped so
        a_i − t_i ≥ floor.
     2. RobinHood's eligibility (:func:`is_eligible`, on the applied allocation).
@@ -78,7 +96,7 @@ def plan_guard(
        no eligible partition has RBC > 0, or P = 0, nothing changes.
     """
     check_inputs(allocations, used, rbc)
-    guarded = sorted(n for n in allocations if query_p99_us.get(n, 0) > 0 and query_p99_us[n] >= guard_us)
+    guarded = sorted(n for n in allocations if n in untaxed)
     tax = robinhood_tax(allocations, params)
     full = sum(tax.values())
     for n in guarded:

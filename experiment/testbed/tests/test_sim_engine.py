@@ -34,7 +34,7 @@ def test_every_policy_in_the_simulator(tmp_path: Path, built: None) -> None:
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = tmp_path / "a"
     arms = ["robinhood", "static", "cliffhanger++", "fair++", "lama++", "oracle", "robinhood-home", "robinhood-guard",
-            "robinhood-pressure", "robinhood-shift",
+            "robinhood-pressure", "robinhood-shift", "robinhood-queue",
             "tao++", "shared"]
     for arm in arms:
         d = out / arm

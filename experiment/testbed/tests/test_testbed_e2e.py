@@ -143,7 +143,7 @@ def test_bad_experiment_exits_2_and_starts_nothing(tmp_path: Path, built: None) 
     exp.write_text(yaml.safe_dump(TINY))
     res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,lru"),
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "--policies: 'lru' is not one of cliffhanger++, fair++, lama++, oracle, robinhood, robinhood-guard, robinhood-home, robinhood-pressure, robinhood-shift, static, tao++" in res.stderr
+    assert res.returncode == 2 and "--policies: 'lru' is not one of cliffhanger++, fair++, lama++, oracle, robinhood, robinhood-guard, robinhood-home, robinhood-pressure, robinhood-queue, robinhood-shift, static, tao++" in res.stderr
     res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,shared"),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "'shared' is a cache mode, not an allocation policy" in res.stderr
