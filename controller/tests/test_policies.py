@@ -607,6 +607,8 @@ def test_robinhood_queue_spares_a_backend_that_starts_to_queue_and_not_one_slow_
     while step(cur, {"a": 2_000, "b": 8_000, "slow": 40_000}).note:
         n += 1
     assert 38 <= n <= 41
-    # Not ratio × baseline: tax as usual; a bad ratio is refused, naming it.
+    # Bad parameters are refused, naming them.
     with pytest.raises(policies.PolicyError, match="ratio"):
         build({"name": "robinhood-queue", "ratio": 1.0}, t, 16 * MIB)
+    with pytest.raises(policies.PolicyError, match="weight"):
+        build({"name": "robinhood-queue", "weight": 0}, t, 16 * MIB)

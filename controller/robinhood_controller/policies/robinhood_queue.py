@@ -18,8 +18,8 @@ step except that a partition whose backend's P99 query latency over the window i
 least ``ratio`` times its baseline pays no tax this tick, and the others pay its share
 of RobinHood's pool (:func:`plan_untaxed` with ``keep_pool``; ``robinhood-guard``
 showed that a shrinking pool costs the slow ramps). The baseline is the running mean of
-the backend's P99 query latency, with weight ``weight`` a tick (by default the tax: the
-memory of the allocation itself), so a lasting change (the backend is slower for good)
+the backend's P99 query latency, with weight ``weight`` a tick (1% by default, the
+paper's tax: the memory of the allocation itself), so a lasting change (the backend is slower for good)
 becomes the new baseline, and a shortage that lasts is left to the RBC, as in the paper.
 (A low envelope — follow a falling latency at once, a rising one by at most 1% a tick —
 was tried first and failed at the testbed's scale: the floor of a P99 estimated from a
@@ -66,7 +66,7 @@ class RobinHoodQueueSettings(RobinHoodSettings):
 
     ratio: float = Field(2.0, gt=1, le=100, description=(
         "a partition whose backend's P99 query latency is at least ratio × its baseline pays no tax"))
-    weight: float = Field(0.01, ge=0, le=1, description=(
+    weight: float = Field(0.01, gt=0, le=1, description=(
         "the weight of this tick's P99 query latency in the baseline, a running mean"))
 
 
