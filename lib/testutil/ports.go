@@ -17,7 +17,9 @@ import (
 // connection a running process opens may take it, and the child fails with
 // "address already in use". FreeAddr therefore picks ports below the
 // ephemeral range, where the kernel never hands one out on its own, as the
-// Python tests and the testbed do (robinhood_common/ports.py).
+// Python tests and the testbed do (robinhood_common/ports.py). Each test
+// process walks the range from a random start, one port after the other, so
+// packages tested in parallel only meet if their walks overlap.
 
 const (
 	portRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
@@ -28,6 +30,7 @@ const (
 var (
 	portsMu    sync.Mutex
 	portsGiven = map[int]bool{}
+	portsNext  = -1 // this process's next candidate, an offset into the range
 )
 
 // listenRange returns the ports [low, high) below the ephemeral range whose
@@ -79,7 +82,11 @@ func FreeAddr(t testing.TB) string {
 	for range 200 {
 		port := 0
 		if high > 0 {
-			port = low + rand.IntN(high-low)
+			if portsNext < 0 {
+				portsNext = rand.IntN(high - low)
+			}
+			port = low + portsNext%(high-low)
+			portsNext++
 		} else {
 			p, err := kernelPort()
 			if err != nil {

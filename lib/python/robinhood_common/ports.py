@@ -7,7 +7,10 @@ any connection a running process opens (an app server to memcached, a
 controller to the RBC server) may take it, and the server then fails with
 "Address already in use". So we pick listening ports below the ephemeral
 range, where the kernel never hands out a port on its own, and check each one
-by binding it. The Go tests do the same (lib/testutil.FreeAddr).
+by binding it. Each process walks the range from a random start, one port after the
+other, so two processes picking ports at the same time (the Go test packages run in
+parallel) only meet if their walks overlap. The Go tests do the same
+(lib/testutil.FreeAddr).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ _WIDTH = 20000
 _lock = threading.Lock()
 _given: set[int] = set()
 _rng = random.Random()
+_next: int | None = None  # this process's next candidate, an offset into the range
 
 
 def listen_range(range_file: Path = _RANGE_FILE) -> tuple[int, int]:
@@ -58,10 +62,17 @@ def _kernel_port() -> int:
 def free_port() -> int:
     """A loopback port that was free a moment ago, outside the ephemeral range
     where possible, and never the same twice in this process."""
+    global _next
     low, high = listen_range()
     with _lock:
         for _ in range(200):
-            port = _rng.randrange(low, high) if high else _kernel_port()
+            if high:
+                if _next is None:
+                    _next = _rng.randrange(high - low)
+                port = low + _next % (high - low)
+                _next += 1
+            else:
+                port = _kernel_port()
             if port not in _given and _bindable(port):
                 _given.add(port)
                 return port

@@ -41,19 +41,29 @@ def test_free_port_avoids_the_ephemeral_range_and_repeats() -> None:
             s.bind(("127.0.0.1", port))  # still free
 
 
-def test_free_port_skips_a_port_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_free_port_walks_on_past_a_port_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    low, high = ports.listen_range()
+    if not high:
+        pytest.skip("no room below the ephemeral range on this machine")
+    busy_port = ports.free_port()
     with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
+        busy.bind(("127.0.0.1", busy_port))
         busy.listen()
-        taken = busy.getsockname()[1]
-        picks = iter([taken, taken, 0])
-
-        class Rng:
-            def randrange(self, low: int, high: int) -> int:
-                p = next(picks)
-                return p if p else ports._kernel_port()
-
-        monkeypatch.setattr(ports, "_rng", Rng())
-        monkeypatch.setattr(ports, "listen_range", lambda: (1, 65536))
+        # The walk is at the busy port, which this process has not handed out.
+        monkeypatch.setattr(ports, "_given", set())
+        monkeypatch.setattr(ports, "_next", busy_port - low)
         port = ports.free_port()
-        assert port != taken
+        assert 0 < (port - busy_port) % (high - low) < 100  # walked on past it (wrapping at the top)
+
+
+def test_each_process_walks_from_its_own_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    low, high = ports.listen_range()
+    if not high:
+        pytest.skip("no room below the ephemeral range on this machine")
+    monkeypatch.setattr(ports, "_given", set())
+    monkeypatch.setattr(ports, "_next", None)
+    first = ports.free_port()
+    second = ports.free_port()
+    assert low <= first < high and low <= second < high
+    assert (second - first) % (high - low) >= 1  # one after the other, skipping only busy ports
+    assert (second - first) % (high - low) < 100
