@@ -16,7 +16,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: build test demo sim-demo paper paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: build test demo sim-demo paper paper-everykey paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -96,6 +96,14 @@ paper: build venv
 	$(VENV)/bin/python scripts/paper-experiments.py --check
 	$(VENV)/bin/robinhood-testbed matrix --seeds 1,2,3 --jobs 2 --out $(PAPER_OUT) \
 		--experiments $(subst $(space),$(comma),$(foreach s,$(PAPER_SCENARIOS),examples/paper/$(s).yaml)) $(PAPER_FLAGS)
+
+## paper-everykey: the headline figures without key or request sampling: every key and every
+## request of one app server (the miniature's fluid backends; about 30 minutes an arm, 4.3 GB)
+paper-everykey: build venv
+	$(VENV)/bin/robinhood-testbed matrix --seeds 1 --jobs 2 --out runs/paper-everykey \
+		--experiments examples/paper/spikes.yaml,examples/paper/quick-ramp.yaml \
+		--policies robinhood,lama++ --cache-modes partitioned,shared \
+		--sample 1 --request-sample 0.0625 --apps 1 $(PAPER_FLAGS)
 
 ## paper-full: one paper experiment (spikes, RobinHood, seed 1) with no sampling at all:
 ## 16 app servers, every key and request, every backend queue (about 11.5 billion queries)
