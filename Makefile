@@ -16,7 +16,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: build test demo sim-demo paper paper-everykey paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: build test demo sim-demo paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -110,6 +110,18 @@ paper-everykey: build venv
 paper-full: build venv
 	$(VENV)/bin/robinhood-testbed run --engine sim --experiment examples/paper/spikes.yaml --policy robinhood \
 		--full --out runs/paper-full $(PAPER_FLAGS)
+
+## paper-window: the miniature's error against the exact engine at the paper's scale, on a
+## 22-minute window of the spikes (examples/paper/spike-window.yaml), robinhood and static:
+## exact (every app server, key, request and backend queue; seed 1, one arm at a time, about
+## 35 minutes and 10 GB an arm), at make paper's sample (seeds 1-3) and with every key and
+## request of one app server (seed 1)
+WINDOW_ARGS = --experiments examples/paper/spike-window.yaml --policies robinhood,static --cache-modes partitioned
+paper-window: build venv
+	$(VENV)/bin/robinhood-testbed matrix $(WINDOW_ARGS) --seeds 1 --jobs 1 --full --out runs/paper-window-exact $(PAPER_FLAGS)
+	$(VENV)/bin/robinhood-testbed matrix $(WINDOW_ARGS) --seeds 1,2,3 --jobs 2 --out runs/paper-window-mini $(PAPER_FLAGS)
+	$(VENV)/bin/robinhood-testbed matrix $(WINDOW_ARGS) --seeds 1 --jobs 2 --sample 1 --request-sample 0.0625 --apps 1 \
+		--out runs/paper-window-everykey $(PAPER_FLAGS)
 
 ## fuzz: every fuzz target for FUZZTIME each (make test runs only their seed corpora),
 ## and the Python readers' property tests with many more examples

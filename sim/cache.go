@@ -69,7 +69,8 @@ type entry struct {
 	class      int32
 	chunks     int32
 	size       int64
-	key        string
+	id         uint64 // the key's id (Cache)
+	keyLen     int32
 	// tag and weight feed Mass: a miniature's popularity mass of the items
 	// it holds per backend (SetWeighted); 0 and 0 otherwise.
 	tag    int32
@@ -86,7 +87,10 @@ type slabClass struct {
 	head, tail int32 // most and least recent; -1 when empty
 }
 
-// Cache is one memcached instance's contents. Not safe for concurrent use.
+// Cache is one memcached instance's contents. Keys are named by the
+// caller's ids (the simulator interns each backend's keys, see keys.go),
+// with their length in bytes where memcached charges them. Not safe for
+// concurrent use.
 type Cache struct {
 	page  int64 // bytes per page: 1 MiB, scaled in a miniature simulation
 	limit int64
@@ -95,9 +99,12 @@ type Cache struct {
 	malloced int64
 	items    int64 // sum of item sizes (header, key, value): memcached's "bytes"
 	classes  []slabClass
-	index    map[string]int32
-	entries  []entry
-	free     []int32
+	// index[backend][key id] is the key's entry plus one (0: not held); see
+	// cacheID.
+	index   [][]int32
+	n       int // items
+	entries []entry
+	free    []int32
 
 	Hits, Misses, Evictions, OutOfMemory uint64
 
@@ -117,7 +124,7 @@ func NewCache(limitBytes int64) *Cache {
 // miniature simulation scales memcached's pages with its caches; a page
 // always holds at least one chunk of every class).
 func NewScaledCache(limitBytes, page int64) *Cache {
-	c := &Cache{page: max(page, 1), limit: limitBytes, index: map[string]int32{}, classes: make([]slabClass, len(slabClasses))}
+	c := &Cache{page: max(page, 1), limit: limitBytes, classes: make([]slabClass, len(slabClasses))}
 	for i, size := range slabClasses {
 		c.classes[i] = slabClass{perPage: max(c.page/size, 1), pageBytes: c.page, head: -1, tail: -1}
 		if c.page < chunkMax {
@@ -134,7 +141,7 @@ func NewScaledCache(limitBytes, page int64) *Cache {
 func (c *Cache) Limit() int64 { return c.limit }
 
 // Len is the number of items.
-func (c *Cache) Len() int { return len(c.index) }
+func (c *Cache) Len() int { return c.n }
 
 // Malloced is the memory of the pages the classes hold (memcached's
 // total_malloced).
@@ -168,8 +175,8 @@ func (c *Cache) SetLimit(limitBytes int64) {
 // Get looks a key up with the size the query expects: a hit moves it to the
 // front of its class; a miss, or an item of another size (which the app
 // server refetches and refills), counts a miss.
-func (c *Cache) Get(key string, size int64) bool {
-	i, ok := c.index[key]
+func (c *Cache) Get(key uint64, size int64) bool {
+	i, ok := c.lookup(key)
 	if !ok || c.entries[i].size != size {
 		c.Misses++
 		return false
@@ -179,16 +186,16 @@ func (c *Cache) Get(key string, size int64) bool {
 	return true
 }
 
-// Set stores a key after a miss (a fill), replacing an older value. An item
-// memcached would refuse (over 1 MiB, a key too long) is not stored, nor one
-// whose class has no room, may take no new page and holds nothing to evict
-// (memcached's out-of-memory error).
-func (c *Cache) Set(key string, size int64) { c.SetWeighted(key, size, 0, 0, 0) }
+// Set stores a key of keyLen bytes after a miss (a fill), replacing an
+// older value. An item memcached would refuse (over 1 MiB, a key too long)
+// is not stored, nor one whose class has no room, may take no new page and
+// holds nothing to evict (memcached's out-of-memory error).
+func (c *Cache) Set(key uint64, keyLen int, size int64) { c.SetWeighted(key, keyLen, size, 0, 0, 0) }
 
 // Contains reports whether key is held with this size, without touching it
 // or counting a hit or a miss: a look at the cache's state.
-func (c *Cache) Contains(key string, size int64) bool {
-	i, ok := c.index[key]
+func (c *Cache) Contains(key uint64, size int64) bool {
+	i, ok := c.lookup(key)
 	return ok && c.entries[i].size == size
 }
 
@@ -202,14 +209,14 @@ func (c *Cache) Mass(tag int) float64 {
 
 // SetWeighted is Set with the item counted in Mass(tag) with weight w while
 // it is held; ref is the caller's name for it (OnRemove).
-func (c *Cache) SetWeighted(key string, size int64, tag, ref int, w float64) {
-	if len(key) > memcachedKey || itemBytes(len(key), size) > itemSizeLimit {
+func (c *Cache) SetWeighted(key uint64, keyLen int, size int64, tag, ref int, w float64) {
+	if keyLen > memcachedKey || itemBytes(keyLen, size) > itemSizeLimit {
 		return
 	}
-	if i, ok := c.index[key]; ok {
+	if i, ok := c.lookup(key); ok {
 		c.remove(i)
 	}
-	class, n := classOf(len(key), size)
+	class, n := classOf(keyLen, size)
 	cl := &c.classes[class]
 	for cl.used+n > cl.pages*cl.perPage {
 		switch {
@@ -233,7 +240,7 @@ func (c *Cache) SetWeighted(key string, size int64, tag, ref int, w float64) {
 		c.entries = append(c.entries, entry{})
 		i = int32(len(c.entries) - 1)
 	}
-	c.entries[i] = entry{prev: -1, next: cl.head, class: int32(class), chunks: int32(n), size: size, key: key, tag: int32(tag), ref: int32(ref), weight: w}
+	c.entries[i] = entry{prev: -1, next: cl.head, class: int32(class), chunks: int32(n), size: size, id: key, keyLen: int32(keyLen), tag: int32(tag), ref: int32(ref), weight: w}
 	if w != 0 {
 		for len(c.mass) <= tag {
 			c.mass = append(c.mass, 0)
@@ -248,8 +255,33 @@ func (c *Cache) SetWeighted(key string, size int64, tag, ref int, w float64) {
 		cl.tail = i
 	}
 	cl.used += n
-	c.index[key] = i
-	c.items += itemBytes(len(key), size)
+	*c.slot(key) = i + 1
+	c.n++
+	c.items += itemBytes(keyLen, size)
+}
+
+// lookup is the entry holding key.
+func (c *Cache) lookup(key uint64) (int32, bool) {
+	b, id := key>>32, uint32(key)
+	if b >= uint64(len(c.index)) || uint64(id) >= uint64(len(c.index[b])) {
+		return 0, false
+	}
+	i := c.index[b][id]
+	return i - 1, i > 0
+}
+
+// slot is key's place in the index, grown to hold it.
+func (c *Cache) slot(key uint64) *int32 {
+	b, id := int(key>>32), int(uint32(key))
+	if b >= len(c.index) {
+		c.index = append(c.index, make([][]int32, b+1-len(c.index))...)
+	}
+	if ids := c.index[b]; id >= len(ids) {
+		grown := make([]int32, max(2*len(ids), id+1, 1024))
+		copy(grown, ids)
+		c.index[b] = grown
+	}
+	return &c.index[b][id]
 }
 
 func (c *Cache) touch(i int32) {
@@ -282,15 +314,15 @@ func (c *Cache) remove(i int32) {
 	} else {
 		cl.tail = e.prev
 	}
-	delete(c.index, e.key)
+	*c.slot(e.id) = 0
+	c.n--
 	cl.used -= int64(e.chunks)
-	c.items -= itemBytes(len(e.key), e.size)
+	c.items -= itemBytes(int(e.keyLen), e.size)
 	if e.weight != 0 {
 		c.mass[e.tag] -= e.weight
 		if c.OnRemove != nil {
 			c.OnRemove(e.tag, e.ref)
 		}
 	}
-	e.key = ""
 	c.free = append(c.free, i)
 }

@@ -125,21 +125,25 @@ func TestCacheMatchesAReferenceModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	c := NewCache(4 << 20)
 	ref := newRef(4 << 20)
+	ids := []*keyIDs{newKeyIDs(), newKeyIDs(), newKeyIDs()} // one per backend, as the shared cache's
 	sizes := []int64{900, 5000, 40000, 200000, 700000}
 	for i := range 20000 {
-		k := fmt.Sprintf("k%d", int(rng.ExpFloat64()*60))
+		b := rng.IntN(len(ids))
+		kb := fmt.Sprintf("k%d", int(rng.ExpFloat64()*20))
+		k := fmt.Sprintf("%d:%s", b, kb)
 		size := sizes[int(rng.ExpFloat64())%len(sizes)]
 		if i%5000 == 4999 { // resizes, down and up
 			lim := int64(2+rng.IntN(5)) << 20
 			c.SetLimit(lim)
 			ref.shrinkTo(lim)
 		}
-		got, want := c.Get(k, size), ref.get(k, size)
+		id := cacheID(uint32(b), ids[b].id(kb))
+		got, want := c.Get(id, size), ref.get(k, size)
 		if got != want {
 			t.Fatalf("access %d (%s, %d B): hit %v, the reference says %v", i, k, size, got, want)
 		}
 		if !got {
-			c.Set(k, size)
+			c.Set(id, len(k), size)
 			ref.set(k, size)
 		}
 		if c.Len() != len(ref.size) || c.Malloced() != ref.total()*pageBytes {
@@ -156,16 +160,16 @@ func TestCacheMatchesAReferenceModel(t *testing.T) {
 
 func TestCacheRefusesWhatMemcachedRefuses(t *testing.T) {
 	c := NewCache(8 << 20)
-	c.Set("big", 2<<20) // over memcached's 1 MiB item size
-	c.Set(string(make([]byte, 300)), 10)
+	c.Set(1, 3, 2<<20) // over memcached's 1 MiB item size
+	c.Set(2, 300, 10)  // a key over 250 bytes
 	if c.Len() != 0 {
 		t.Fatalf("stored %d items memcached would refuse", c.Len())
 	}
-	c.Set("k", 100)
-	if c.Get("k", 200) { // another size: the app server refetches
+	c.Set(3, 1, 100)
+	if c.Get(3, 200) { // another size: the app server refetches
 		t.Fatal("a hit on another size")
 	}
-	if !c.Get("k", 100) {
+	if !c.Get(3, 100) {
 		t.Fatal("a miss on the stored size")
 	}
 }

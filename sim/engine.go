@@ -12,7 +12,6 @@
 package sim
 
 import (
-	"container/heap"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/backends/capacity"
@@ -20,49 +19,74 @@ import (
 
 // Event is a scheduled call. Cancel it with Cancel before it fires.
 type Event struct {
-	at    time.Duration
-	seq   uint64
-	fn    func()
-	index int // in the heap; -1 once popped
-	dead  bool
+	at   time.Duration
+	seq  uint64
+	fn   func()
+	dead bool // cancelled, or run
 }
 
 // Cancel stops a pending event; it reports whether the event was pending.
 func (e *Event) Cancel() bool {
-	if e == nil || e.dead || e.index < 0 {
+	if e == nil || e.dead {
 		return false
 	}
 	e.dead = true
 	return true
 }
 
+// eventHeap is a 4-ary min-heap of events by (time, sequence): shallower
+// than a binary heap, and without container/heap's interface calls (the
+// engine's hottest loop).
 type eventHeap []*Event
 
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
-}
-func (h eventHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-func (h *eventHeap) Push(x any) {
-	e := x.(*Event)
-	e.index = len(*h)
+func before(a, b *Event) bool { return a.at < b.at || (a.at == b.at && a.seq < b.seq) }
+
+func (h *eventHeap) push(e *Event) {
 	*h = append(*h, e)
+	q := *h
+	i := len(q) - 1
+	for i > 0 {
+		p := (i - 1) / 4
+		if !before(e, q[p]) {
+			break
+		}
+		q[i] = q[p]
+		i = p
+	}
+	q[i] = e
 }
-func (h *eventHeap) Pop() any {
-	old := *h
-	n := len(old)
-	e := old[n-1]
-	old[n-1] = nil
-	e.index = -1
-	*h = old[:n-1]
-	return e
+
+func (h *eventHeap) pop() *Event {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	last := q[n]
+	q[n] = nil
+	q = q[:n]
+	*h = q
+	if n == 0 {
+		return top
+	}
+	i := 0
+	for {
+		c := 4*i + 1
+		if c >= n {
+			break
+		}
+		m := c
+		for j := c + 1; j < min(c+4, n); j++ {
+			if before(q[j], q[m]) {
+				m = j
+			}
+		}
+		if !before(q[m], last) {
+			break
+		}
+		q[i] = q[m]
+		i = m
+	}
+	q[i] = last
+	return top
 }
 
 // Engine runs events in time order; events at the same time run in the order
@@ -87,7 +111,7 @@ func (e *Engine) At(t time.Duration, fn func()) *Event {
 	}
 	e.seq++
 	ev := &Event{at: t, seq: e.seq, fn: fn}
-	heap.Push(&e.events, ev)
+	e.events.push(ev)
 	return ev
 }
 
@@ -97,7 +121,7 @@ func (e *Engine) After(d time.Duration, fn func()) *Event { return e.At(e.now+d,
 // RunUntil runs every event due at or before t, then sets the time to t.
 func (e *Engine) RunUntil(t time.Duration) {
 	for len(e.events) > 0 && e.events[0].at <= t {
-		ev := heap.Pop(&e.events).(*Event)
+		ev := e.events.pop()
 		if ev.dead {
 			continue
 		}

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"math/rand/v2"
+	"sort"
 	"testing"
 	"time"
 )
@@ -41,4 +43,51 @@ func equal(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// Many events at random times, some at the same time, some cancelled, some
+// scheduled while running: they run in (time, schedule) order, each once.
+func TestEngineOrderAgainstASort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	var e Engine
+	type rec struct {
+		at  time.Duration
+		seq int
+	}
+	var want, got []rec
+	seq := 0
+	var schedule func(at time.Duration)
+	schedule = func(at time.Duration) {
+		seq++
+		r := rec{at, seq}
+		ev := e.At(at, func() {
+			got = append(got, r)
+			if rng.IntN(4) == 0 {
+				schedule(e.Now() + time.Duration(rng.IntN(3))*time.Millisecond)
+			}
+		})
+		if rng.IntN(10) == 0 {
+			ev.Cancel()
+			return
+		}
+		want = append(want, r)
+	}
+	for range 5000 {
+		schedule(time.Duration(rng.IntN(200)) * time.Millisecond)
+	}
+	e.RunUntil(time.Hour)
+	sort.Slice(want, func(i, j int) bool {
+		if want[i].at != want[j].at {
+			return want[i].at < want[j].at
+		}
+		return want[i].seq < want[j].seq
+	})
+	if len(got) != len(want) {
+		t.Fatalf("%d events ran, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("event %d: %v, want %v", i, got[i], want[i])
+		}
+	}
 }

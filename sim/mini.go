@@ -286,13 +286,10 @@ func (m *miniature) access(ai int, a *app) {
 	if cache == nil || !k.cacheable[i] {
 		return
 	}
-	key := k.keys[i]
-	if a.shared != nil {
-		key = k.shared[i]
-	}
+	id := cacheID(k.be.id, int32(i))
 	st := a.stats[k.be.id]
-	hit := cache.Get(key, k.sizes[i])
-	if st.shadow != nil && st.shadow.Observe(key, k.sizes[i], hit, cache.Limit()) {
+	hit := cache.Get(id, k.sizes[i])
+	if st.shadow != nil && st.shadow.ObserveID(int32(i), k.sizes[i], hit, cache.Limit()) {
 		st.shadowH++
 	}
 	if hit {
@@ -307,7 +304,11 @@ func (m *miniature) access(ai int, a *app) {
 	// The fill follows the backend's answer; a query that times out fills
 	// nothing.
 	if m.fluids[bi].served(m.rng) {
-		cache.SetWeighted(key, k.sizes[i], int(k.be.id), i, k.probs[i])
+		keyLen := len(k.keys[i])
+		if a.shared != nil {
+			keyLen = len(k.shared[i])
+		}
+		cache.SetWeighted(id, keyLen, k.sizes[i], int(k.be.id), i, k.probs[i])
 		m.present[ai][bi][i] = true
 	}
 }

@@ -37,6 +37,9 @@ type backend struct {
 	// hits and misses count the cache lookups of its queries (every app
 	// server).
 	hits, misses uint64
+	// keys interns the backend's keys for every app server's caches and
+	// shadow models (keys.go).
+	keys *keyIDs
 }
 
 // replica is one backend process: the capacity model on the simulated clock
@@ -147,6 +150,7 @@ type call struct {
 	hits    int
 	lookup  time.Duration // the multi-get's round trip
 	missed  []int         // query indexes fetched from the backend
+	ids     []int32       // the queries' key ids (keys.go), by query index
 	ops     []*op
 	left    int
 	bytes   int64
@@ -194,15 +198,15 @@ func (s *Sim) lookupCall(c *call) {
 	cache := a.cacheOf(c.b)
 	var hitBytes int64
 	looked := 0
-	for i, k := range q.Keys {
+	for i := range q.Keys {
 		if cache == nil || !q.Cacheable[i] {
 			c.missed = append(c.missed, i)
 			continue
 		}
 		looked++
-		key := s.cacheKey(a, c.b, k)
-		hit := cache.Get(key, q.Sizes[i])
-		if st.shadow != nil && st.shadow.Observe(k, q.Sizes[i], hit, cache.Limit()) {
+		id := c.keyID(i)
+		hit := cache.Get(cacheID(c.b.id, id), q.Sizes[i])
+		if st.shadow != nil && st.shadow.ObserveID(id, q.Sizes[i], hit, cache.Limit()) {
 			st.shadowH++
 		}
 		if hit {
@@ -224,11 +228,31 @@ func (s *Sim) lookupCall(c *call) {
 	c.b.misses += uint64(looked - c.hits)
 }
 
-func (s *Sim) cacheKey(a *app, b *backend, key string) string {
-	if a.shared != nil {
-		return b.name + ":" + key
+// keyID is query i's key id: the generator's key rank, else the id the
+// backend's table interns the key to (remembered for the fill).
+func (c *call) keyID(i int) int32 {
+	if len(c.q.IDs) == len(c.q.Keys) {
+		return c.q.IDs[i]
 	}
-	return key
+	if c.ids == nil {
+		c.ids = make([]int32, len(c.q.Keys))
+		for j := range c.ids {
+			c.ids[j] = -1
+		}
+	}
+	if c.ids[i] < 0 {
+		c.ids[i] = c.b.keys.id(c.q.Keys[i])
+	}
+	return c.ids[i]
+}
+
+// cacheKeyLen is the length of the key the app server stores a backend's
+// key under: the shared cache prefixes the backend's name.
+func cacheKeyLen(a *app, b *backend, key string) int {
+	if a.shared != nil {
+		return len(b.name) + 1 + len(key)
+	}
+	return len(key)
 }
 
 // sendCall joins the misses to one replica's queue, with the call's
@@ -320,7 +344,7 @@ func (s *Sim) callDone(c *call) {
 		if cache := a.cacheOf(c.b); cache != nil {
 			for _, i := range c.missed {
 				if c.q.Cacheable[i] {
-					cache.Set(s.cacheKey(a, c.b, c.q.Keys[i]), c.q.Sizes[i])
+					cache.Set(cacheID(c.b.id, c.keyID(i)), cacheKeyLen(a, c.b, c.q.Keys[i]), c.q.Sizes[i])
 				}
 			}
 		}
@@ -382,7 +406,7 @@ func (s *Sim) validate(req *trace.Request) error {
 
 // newBackend builds a backend's replicas on the simulated clock.
 func (s *Sim) newBackend(b config.Backend) (*backend, error) {
-	be := &backend{id: b.ID, name: b.Name, typ: b.Type, service: s.cal.Service[b.Type]}
+	be := &backend{id: b.ID, name: b.Name, typ: b.Type, service: s.cal.Service[b.Type], keys: newKeyIDs()}
 	if b.Type == config.TypeCompute {
 		n := 96
 		if b.Compute != nil && b.Compute.MatrixSize > 0 {

@@ -319,7 +319,7 @@ func (s *Sim) buildApps(maxID uint32) error {
 					return fmt.Errorf("app_servers[%d].partitions: no partition for backend %s", i, b.name)
 				}
 				p.cache = s.newCache(int64(part.InitialMB) << 20)
-				p.shadow = shadow.New(s.scale(shadowBytes), s.scale(depth))
+				p.shadow = shadow.NewByID(s.scale(shadowBytes), s.scale(depth))
 				a.parts[b.id] = p
 				a.controlled = true
 			}

@@ -44,7 +44,8 @@ func copyRequest(r *trace.Request) *trace.Request {
 		out := make(trace.Layer, len(layer))
 		for j, q := range layer {
 			out[j] = trace.BackendQueries{Backend: q.Backend, Keys: append([]string(nil), q.Keys...),
-				Sizes: append([]int64(nil), q.Sizes...), Cacheable: append([]bool(nil), q.Cacheable...)}
+				Sizes: append([]int64(nil), q.Sizes...), Cacheable: append([]bool(nil), q.Cacheable...),
+				IDs: append([]int32(nil), q.IDs...)}
 		}
 		c.Layers[i] = out
 	}

@@ -23,7 +23,8 @@ const step = 0.002
 
 // Model is one partition's shadow model. Not safe for concurrent use.
 type Model struct {
-	stack     *stackdist.Stack
+	stack     *stackdist.Stack   // keys by name (New)
+	ids       *stackdist.IDStack // keys by id (NewByID)
 	shadow    int64
 	effective float64
 	limit     int64
@@ -41,14 +42,35 @@ func (m *Model) Shadow() int64 { return m.shadow }
 // Effective is the current estimate of the partition's effective size.
 func (m *Model) Effective() int64 { return int64(m.effective) }
 
+// NewByID is New for keys named by dense non-negative ids (the simulator's
+// interned keys): ObserveID instead of Observe.
+func NewByID(shadowBytes, maxDepth int64) *Model {
+	return &Model{ids: stackdist.NewIDs(maxDepth), shadow: shadowBytes}
+}
+
 // Objects is the number of objects the model holds.
-func (m *Model) Objects() int { return m.stack.Len() }
+func (m *Model) Objects() int {
+	if m.ids != nil {
+		return m.ids.Len()
+	}
+	return m.stack.Len()
+}
 
 // Observe records one cacheable query of a key of size bytes, whether the
 // real cache hit it, and the partition's current limit (0: unknown); it
 // reports whether the query was a shadow hit.
 func (m *Model) Observe(key string, size int64, hit bool, limit int64) bool {
 	d, cold := m.stack.Access(key, size, size)
+	return m.observe(d, cold, hit, limit)
+}
+
+// ObserveID is Observe of a model made by NewByID.
+func (m *Model) ObserveID(id int32, size int64, hit bool, limit int64) bool {
+	d, cold := m.ids.Access(id, size, size)
+	return m.observe(d, cold, hit, limit)
+}
+
+func (m *Model) observe(d int64, cold, hit bool, limit int64) bool {
 	if limit <= 0 {
 		return false
 	}

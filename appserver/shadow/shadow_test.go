@@ -114,3 +114,25 @@ func TestUnknownLimitCountsNothing(t *testing.T) {
 		t.Fatal("a miss just beyond the effective size is a shadow hit; a hit is not")
 	}
 }
+
+// A model keyed by ids answers as the one keyed by names, query for query,
+// through resizes and depth-limited compactions.
+func TestByIDMatchesByName(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	byName, byID := New(64<<10, 1<<20), NewByID(64<<10, 1<<20)
+	limit := int64(256 << 10)
+	for i := range 50_000 {
+		if i%5000 == 0 {
+			limit = int64(64+r.IntN(512)) << 10
+		}
+		k := int32(r.ExpFloat64() * 400)
+		size := int64(100 + int(k)%4000)
+		hit := r.IntN(2) == 0
+		a := byName.Observe(strconv.Itoa(int(k)), size, hit, limit)
+		b := byID.ObserveID(k, size, hit, limit)
+		if a != b || byName.Effective() != byID.Effective() || byName.Objects() != byID.Objects() {
+			t.Fatalf("query %d: by name %v %d %d, by id %v %d %d", i, a, byName.Effective(), byName.Objects(),
+				b, byID.Effective(), byID.Objects())
+		}
+	}
+}

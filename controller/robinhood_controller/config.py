@@ -10,6 +10,7 @@ causes names it. Nothing is contacted or changed before the configuration is val
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,15 +194,30 @@ def _annotate(path: str, flags: dict[str, str]) -> str:
     return path
 
 
+def _validated(doc: Any, memo: dict[str, topo.Topology] | None) -> topo.Topology:
+    """topo.from_document, remembered in memo by the document's content: validating
+    a topology (its contract's rules) takes seconds at the paper's scale, and the
+    simulator's policy server opens each of its app servers from the same file."""
+    if memo is None:
+        return topo.from_document(doc)
+    # Tagged with the type, so a YAML date and the string it prints as differ.
+    key = json.dumps(doc, sort_keys=True, default=lambda o: f"<{type(o).__name__}>{o!r}")
+    t = memo.get(key)
+    if t is None:
+        t = memo[key] = topo.from_document(doc)
+    return t
+
+
 def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
-                     folder: Path | None = None) -> ControllerConfig:
+                     folder: Path | None = None, memo: dict[str, topo.Topology] | None = None) -> ControllerConfig:
     """The configuration of app server ``app_id``'s controller from a raw topology
     document (it is modified by the overrides); relative paths of the auth and tls
-    blocks are relative to folder (the topology file's; default: the working folder)."""
+    blocks are relative to folder (the topology file's; default: the working folder).
+    memo, when given, remembers validated documents (the topology is immutable)."""
     ov = ov or Overrides(settings={})
     idx, flags = apply_overrides(doc, app_id, ov)
     try:
-        t = topo.from_document(doc).resolve_files(folder or Path("."))
+        t = _validated(doc, memo).resolve_files(folder or Path("."))
     except ContractError as e:
         raise ConfigError(f"{_annotate(e.path, flags)}: {e.message}") from None
     app = t.app_servers[idx]
@@ -236,9 +252,10 @@ def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
     )
 
 
-def load(path: str | Path, app_id: str, ov: Overrides | None = None) -> ControllerConfig:
+def load(path: str | Path, app_id: str, ov: Overrides | None = None,
+         memo: dict[str, topo.Topology] | None = None) -> ControllerConfig:
     """Read a topology file and resolve app server ``app_id``'s controller; ConfigError
-    names the file and the field."""
+    names the file and the field. memo: see resolve_document."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -249,6 +266,6 @@ def load(path: str | Path, app_id: str, ov: Overrides | None = None) -> Controll
     except ContractError as e:
         raise ConfigError(f"topology {p}: {e}") from None
     try:
-        return resolve_document(doc, app_id, ov, p.parent)
+        return resolve_document(doc, app_id, ov, p.parent, memo)
     except ConfigError as e:
         raise ConfigError(f"topology {p}: {e}") from None

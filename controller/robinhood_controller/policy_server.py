@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import IO, Any
 
+from robinhood_common.topology import Topology
 from robinhood_common.units import format_value
 
 from .config import ConfigError, ControllerConfig, load
@@ -186,6 +187,9 @@ class PolicyServer:
     def __init__(self) -> None:
         self.apps: dict[str, _App] = {}
         self.closed = False
+        # Validated topologies by content (config.resolve_document): the simulator
+        # opens every app server of one file.
+        self._validated: dict[str, Topology] = {}
 
     def handle(self, line: str) -> dict[str, Any]:
         """The answer to one request line."""
@@ -229,7 +233,7 @@ class PolicyServer:
         if app_id in self.apps:
             raise RequestError(f"app_server: {format_value(app_id)} is already open")
         try:
-            cfg = load(topology, app_id)
+            cfg = load(topology, app_id, memo=self._validated)
         except ConfigError as e:
             # config.load speaks of the command line's --id; here it is this field.
             raise RequestError(str(e).replace(": --id: ", ": app_server: ", 1)) from None

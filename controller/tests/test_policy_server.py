@@ -392,3 +392,26 @@ def test_the_controller_and_the_server_decide_alike(tmp_path: Path) -> None:
     finally:
         ctl.close()
         srv.close()
+
+
+def test_one_topology_file_is_validated_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening every app server of one file validates it once (at the paper's scale
+    validation costs seconds an app server); a changed file is validated again."""
+    from robinhood_common import topology as topo_mod
+    calls = []
+    real = topo_mod.from_document
+
+    def counting(doc: Any) -> Any:
+        calls.append(1)
+        return real(doc)
+
+    monkeypatch.setattr(topo_mod, "from_document", counting)
+    topo = _topology(tmp_path)
+    srv = PolicyServer()
+    for app in ("app0", "app1"):
+        assert srv.handle(json.dumps({"op": "open", "topology": str(topo), "app_server": app}))["ok"]
+    assert len(calls) == 1
+    topo.write_text(topo.read_text().replace("budget_mb: 96", "budget_mb: 97"))
+    srv2_ans = PolicyServer().handle(json.dumps({"op": "open", "topology": str(topo), "app_server": "app0"}))
+    assert srv2_ans["ok"] and len(calls) == 2
+    assert srv.handle(json.dumps({"op": "open", "topology": str(topo), "app_server": "app2"}))["ok"] is False

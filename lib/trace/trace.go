@@ -44,6 +44,11 @@ type BackendQueries struct {
 	Sizes     []int64
 	Keys      []string
 	Cacheable []bool
+	// IDs, when set (the workload generator's requests, never a trace
+	// file's), names each key by a dense non-negative id unique within the
+	// backend: its rank. A consumer that interns keys can take these
+	// instead (the simulator, sim/keys.go).
+	IDs []int32
 }
 
 // ValueBytes is the sum of the sizes every query of the request asks for

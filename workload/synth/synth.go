@@ -297,12 +297,13 @@ func (g *Generator) Next() *trace.Request {
 		}
 		q := &layer[j]
 		q.Backend = g.names[b]
-		q.Sizes, q.Keys, q.Cacheable = q.Sizes[:0], q.Keys[:0], q.Cacheable[:0]
+		q.Sizes, q.Keys, q.Cacheable, q.IDs = q.Sizes[:0], q.Keys[:0], q.Cacheable[:0], q.IDs[:0]
 		ends := g.keyEnd[j][:0]
 		ranks := g.drawBatch(ks, k)
 		for _, rank := range ranks {
 			q.Sizes = append(q.Sizes, ks.size(int(rank)))
 			q.Cacheable = append(q.Cacheable, ks.cacheable(int(rank)))
+			q.IDs = append(q.IDs, rank)
 			g.keybuf = appendBase36(g.keybuf, uint32(rank))
 			ends = append(ends, len(g.keybuf))
 		}

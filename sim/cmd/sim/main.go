@@ -224,9 +224,18 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	if os.Getenv("GOGC") == "" {
-		// The simulation allocates many short-lived objects and keeps a
-		// modest heap: fewer collections, measurably faster.
+		// The simulation allocates many short-lived objects: fewer
+		// collections, measurably faster.
 		debug.SetGCPercent(400)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// But a run of the paper's whole system holds gigabytes (its
+		// shadow models), and GOGC=400 alone would let the heap grow to
+		// five times that: collect harder near 40% of the machine's
+		// memory, so two arms at a time fit (docs/simulator.md).
+		if total, ok := memTotal(); ok {
+			debug.SetMemoryLimit(total * 2 / 5)
+		}
 	}
 	if os.Getenv("ROBINHOOD_BIN") == "" { // the oracle policy runs bin/tracegen
 		if exe, err := os.Executable(); err == nil {
@@ -240,6 +249,21 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "simulated %.0f s in %.1f s: %d requests, %d queries (%.0f queries/s), results in %s\n",
 		res.SimulatedS, res.WallS, res.Requests, res.Queries, res.QueriesPerSec, *out)
 	return nil
+}
+
+// memTotal is the machine's memory in bytes (Linux's /proc/meminfo).
+func memTotal() (int64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10, err == nil && kb > 0
+		}
+	}
+	return 0, false
 }
 
 // runEpoch is the run's start: the flag, else the start file the testbed
