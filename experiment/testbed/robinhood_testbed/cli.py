@@ -343,12 +343,19 @@ def cmd_versus(args: argparse.Namespace) -> int:
     for flag, d in (("--testbed", tb), ("--sim", sm)):
         if not d.is_dir():
             raise ExperimentError(f"{flag}: {d} is not a folder")
+    labels = ("testbed", "sim")
+    if args.labels is not None:
+        parts = tuple(p.strip() for p in args.labels.split(","))
+        if len(parts) != 2 or not all(parts):
+            raise ExperimentError(f"--labels: {args.labels!r} is not two comma-separated names")
+        labels = (parts[0], parts[1])
     table = versus.rows(tb, sm)
     if not table:
         raise ExperimentError(f"{tb} and {sm} have no finished arm in common")
-    print(versus.markdown(table))
+    print(versus.markdown(table, labels))
     if args.plot:
-        print(f"figure: {versus.figure(tb, sm, Path(args.plot))}")
+        fig_labels = labels if args.labels is not None else ("testbed", "simulator")
+        print(f"figure: {versus.figure(tb, sm, Path(args.plot), fig_labels)}")
     return 0
 
 
@@ -527,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     vs.add_argument("--testbed", required=True, help="results folder of the testbed (engine testbed)")
     vs.add_argument("--sim", required=True, help="results folder of the simulator (engine sim)")
     vs.add_argument("--plot", help="write the P99-over-time figure of both here (PNG)")
+    vs.add_argument("--labels", help="names of the two folders in the table and figure, comma-separated "
+                                     "(default testbed,sim): e.g. exact,miniature for two runs of the simulator")
     vs.add_argument("--log-level", default="warning")
     ch = sub.add_parser("chaos", help="run one arm while killing and hanging the RBC server, a controller, a "
                         "memcached and a backend replica at seeded random times (docs/reliability.md)")

@@ -40,9 +40,12 @@ def rows(testbed: Path, sim: Path) -> list[dict[str, Any]]:
     return out
 
 
-def markdown(table: list[dict[str, Any]]) -> str:
-    head = ("| arm | testbed viol. % | sim viol. % | difference (pp) | rank testbed / sim | "
-            "max P99 testbed / sim (ms) | hit ratio testbed / sim |\n|---|---|---|---|---|---|---|")
+def markdown(table: list[dict[str, Any]], labels: tuple[str, str] = ("testbed", "sim")) -> str:
+    """The table; labels name the reference folder and the other (another pair of
+    engines or settings: the exact engine against a miniature, say)."""
+    a, b = labels
+    head = (f"| arm | {a} viol. % | {b} viol. % | difference (pp) | rank {a} / {b} | "
+            f"max P99 {a} / {b} (ms) | hit ratio {a} / {b} |\n|---|---|---|---|---|---|---|")
     lines = [head]
     for r in table:
         lines.append(f"| {r['arm']} | {r['testbed_pct']:.1f} | {r['sim_pct']:.1f} | {r['diff_pp']:+.1f} | "
@@ -57,21 +60,22 @@ def markdown(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def figure(testbed: Path, sim: Path, out: Path) -> Path:
-    """P99 over time per arm: the testbed solid, the simulator dashed."""
+def figure(testbed: Path, sim: Path, out: Path, labels: tuple[str, str] = ("testbed", "simulator")) -> Path:
+    """P99 over time per arm: the reference (the testbed) solid, the other (the
+    simulator) dashed."""
     arms = common_arms(testbed, sim)
     fig, axes = _grid(len(arms), 4.2, 3.0, sharey=True)
     for i, (ax, a) in enumerate(zip(axes, arms)):
         t, s = PolicyRun.load(testbed / a), PolicyRun.load(sim / a)
         _p99_frame(ax, [t], a)
         c = _color(a, i)
-        ax.plot(*_p99_points(t), color=c, lw=1.6, label="testbed")
-        ax.plot(*_p99_points(s), color=c, lw=1.4, ls="--", label="simulator")
+        ax.plot(*_p99_points(t), color=c, lw=1.6, label=labels[0])
+        ax.plot(*_p99_points(s), color=c, lw=1.4, ls="--", label=labels[1])
         ax.set_xlabel("time (s)")
         if i % 4 == 0:
             ax.set_ylabel("P99 (ms)")
         ax.legend(fontsize=7)
-    fig.suptitle("P99 request latency over time (windowed): testbed (solid) and simulator (dashed)")
+    fig.suptitle(f"P99 request latency over time (windowed): {labels[0]} (solid) and {labels[1]} (dashed)")
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

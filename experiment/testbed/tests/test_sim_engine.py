@@ -74,6 +74,12 @@ def test_every_policy_in_the_simulator(tmp_path: Path, built: None) -> None:
     assert res.returncode == 0, res.stderr
     assert "Largest difference: 0.0 percentage points; the two engines rank the arms alike." in res.stdout
     assert (tmp_path / "vs.png").read_bytes()[:4] == b"\x89PNG"
+    res = subprocess.run(cli_args("versus", "--testbed", str(out), "--sim", str(tmp_path / "b"), "--labels",
+                                  "exact,miniature"), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "| arm | exact viol. % | miniature viol. % |" in res.stdout, res.stderr
+    res = subprocess.run(cli_args("versus", "--testbed", str(out), "--sim", str(tmp_path / "b"), "--labels",
+                                  "exact"), capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0 and "--labels: 'exact' is not two comma-separated names" in res.stderr
 
 
 def test_sim_engine_bad_flags(tmp_path: Path, built: None) -> None:
