@@ -114,7 +114,7 @@ paper-full: build venv
 ## paper-window: the miniature's error against the exact engine at the paper's scale, on a
 ## 22-minute window of the spikes (examples/paper/spike-window.yaml), robinhood and static:
 ## exact (every app server, key, request and backend queue; seed 1, one arm at a time, about
-## 35 minutes and 10 GB an arm), at make paper's sample (seeds 1-3) and with every key and
+## 30-35 minutes and 8-10 GB an arm), at make paper's sample (seeds 1-3) and with every key and
 ## request of one app server (seed 1)
 WINDOW_ARGS = --experiments examples/paper/spike-window.yaml --policies robinhood,static --cache-modes partitioned
 paper-window: build venv
