@@ -305,7 +305,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     console.print(f"Policy matrix: {len(exps)} experiments ({', '.join(names)}), seeds {args.seeds}, "
                   f"{args.jobs} at a time, in the simulator; results in {out}")
     rows = matrix.run(exps, lambda e: _arms(args, e), seeds, out, args.jobs, sample, calibration,
-                      progress=console.print)
+                      progress=console.print, full=args.full)
     csv_path, md = matrix.write(rows, out)
     console.print(md.read_text())
     console.print(f"Every run: {csv_path}; report: {md}")
@@ -329,7 +329,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     console.print(f"Sweep of {args.param} over {', '.join(values)} on {exp.name}, seeds {args.seeds}, in the "
                   f"simulator; results in {out}")
     rows = sweep.run(exp, lambda e: _arms(args, e), args.param, values, seeds, out, sample, calibration,
-                     progress=console.print)
+                     progress=console.print, full=args.full)
     csv_path, md, png = sweep.write(rows, out, args.param, values)
     console.print(md.read_text())
     console.print(f"Every run: {csv_path}; figure: {png}")

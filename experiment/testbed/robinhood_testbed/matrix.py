@@ -60,9 +60,9 @@ def variants(exps: list[Experiment], seeds: list[int]) -> list[tuple[Experiment,
 
 def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seeds: list[int], out: Path,
         jobs: int = 1, sample: float | None = None, calibration: Path | None = None,
-        progress: Callable[[str], None] = lambda s: None) -> list[dict[str, Any]]:
+        progress: Callable[[str], None] = lambda s: None, full: bool = False) -> list[dict[str, Any]]:
     """Every arm of every (experiment, seed) in the simulator, `jobs` at once; one row
-    per run."""
+    per run. full: no miniature, whatever the experiments' sim blocks say."""
     todo = []
     for exp, s in variants(exps, seeds):
         point = out / exp.name / f"seed-{s}"
@@ -76,7 +76,7 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
     def one(item: tuple) -> dict[str, Any]:
         exp, s, arm, point, trace, scenario = item
         t0 = time.monotonic()
-        res = run_arm_sim(exp, arm, point, trace, scenario, calibration, sample)
+        res = run_arm_sim(exp, arm, point, trace, scenario, calibration, sample, full)
         r = PolicyRun.load(res.run_dir)
         p99 = r.measured_series("p99_ms")
         return {"experiment": exp.name, "seed": s, "arm": arm.name, "violation_pct": r.violation_pct(),

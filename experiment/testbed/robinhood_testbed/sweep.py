@@ -104,8 +104,9 @@ def apply(doc: dict[str, Any], param: str, value: str) -> dict[str, Any]:
 
 def run(exp: Experiment, arms_of: Callable[[Experiment], list[Arm]], param: str, values: list[str],
         seeds: list[int], out: Path, sample: float | None = None, calibration: Path | None = None,
-        progress: Callable[[str], None] = lambda s: None) -> list[dict[str, Any]]:
-    """Every (value, seed) point in the simulator; one row per (value, seed, arm)."""
+        progress: Callable[[str], None] = lambda s: None, full: bool = False) -> list[dict[str, Any]]:
+    """Every (value, seed) point in the simulator; one row per (value, seed, arm). full:
+    no miniature, whatever the experiment's sim block says."""
     variants = []
     for v in values:  # every variant is validated before anything runs
         for s in seeds:
@@ -120,7 +121,7 @@ def run(exp: Experiment, arms_of: Callable[[Experiment], list[Arm]], param: str,
         point = out / f"{param}={v}" / f"seed-{s}"
         trace, scenario = prepare_inputs(variant, point, "sim")
         for arm in arms_of(variant):
-            res = run_arm_sim(variant, arm, point, trace, scenario, calibration, sample)
+            res = run_arm_sim(variant, arm, point, trace, scenario, calibration, sample, full)
             r = PolicyRun.load(res.run_dir)
             p99 = r.measured_series("p99_ms")
             rows.append({"param": param, "value": v, "seed": s, "arm": arm.name,

@@ -165,3 +165,10 @@ def test_matrix_of_generated_miniatures(tmp_path: Path, built: None) -> None:
                                   "--full", "--sample", "0.5", "--out", str(tmp_path / "f")),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--full simulates every key" in res.stderr
+    # --full makes the matrix exact, whatever the experiments' sim blocks say.
+    res = subprocess.run(cli_args("matrix", "--experiments", str(a), "--seeds", "1", "--policies", "robinhood",
+                                  "--cache-modes", "partitioned", "--full", "--out", str(tmp_path / "fx")),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    exact = json.loads((tmp_path / "fx" / "paper-spikes" / "seed-1" / "robinhood" / "sim.json").read_text())
+    assert exact["engine"] == "exact" and exact["sample"] == 1
