@@ -66,8 +66,7 @@ type miniature struct {
 // miniKeys is one backend's sampled keys.
 type miniKeys struct {
 	be        *backend
-	keys      []string // as the app server stores them (shared caches prefix the backend)
-	shared    []string
+	keys      []string // as a partition stores them (cacheKeyLen: the shared cache's prefix)
 	sizes     []int64
 	cacheable []bool
 	// probs[i] is the probability that a query of the full system asks
@@ -140,7 +139,6 @@ func (s *Sim) newMiniature() (*miniature, error) {
 		for i, r := range ranks {
 			key := synth.KeyString(int(r))
 			k.keys = append(k.keys, key)
-			k.shared = append(k.shared, name+":"+key)
 			k.sizes = append(k.sizes, g.KeySize(bi, int(r)))
 			k.cacheable = append(k.cacheable, g.Cacheable(bi, int(r)))
 			k.mass += probs[i]
@@ -304,11 +302,7 @@ func (m *miniature) access(ai int, a *app) {
 	// The fill follows the backend's answer; a query that times out fills
 	// nothing.
 	if m.fluids[bi].served(m.rng) {
-		keyLen := len(k.keys[i])
-		if a.shared != nil {
-			keyLen = len(k.shared[i])
-		}
-		cache.SetWeighted(id, keyLen, k.sizes[i], int(k.be.id), i, k.probs[i])
+		cache.SetWeighted(id, cacheKeyLen(a, k.be, k.keys[i]), k.sizes[i], int(k.be.id), i, k.probs[i])
 		m.present[ai][bi][i] = true
 	}
 }
