@@ -20,7 +20,6 @@ import (
 // Event is a scheduled call. Cancel it with Cancel before it fires.
 type Event struct {
 	at   time.Duration
-	seq  uint64
 	fn   func()
 	dead bool // cancelled, or run
 }
@@ -34,20 +33,29 @@ func (e *Event) Cancel() bool {
 	return true
 }
 
+// queued is an event in the queue with its sort key inline, so ordering the
+// queue reads no event (an exact run holds tens of thousands, scattered in
+// memory).
+type queued struct {
+	at  time.Duration
+	seq uint64
+	ev  *Event
+}
+
 // eventHeap is a 4-ary min-heap of events by (time, sequence): shallower
 // than a binary heap, and without container/heap's interface calls (the
 // engine's hottest loop).
-type eventHeap []*Event
+type eventHeap []queued
 
-func before(a, b *Event) bool { return a.at < b.at || (a.at == b.at && a.seq < b.seq) }
+func before(a, b *queued) bool { return a.at < b.at || (a.at == b.at && a.seq < b.seq) }
 
-func (h *eventHeap) push(e *Event) {
+func (h *eventHeap) push(e queued) {
 	*h = append(*h, e)
 	q := *h
 	i := len(q) - 1
 	for i > 0 {
 		p := (i - 1) / 4
-		if !before(e, q[p]) {
+		if !before(&e, &q[p]) {
 			break
 		}
 		q[i] = q[p]
@@ -56,12 +64,12 @@ func (h *eventHeap) push(e *Event) {
 	q[i] = e
 }
 
-func (h *eventHeap) pop() *Event {
+func (h *eventHeap) pop() queued {
 	q := *h
 	top := q[0]
 	n := len(q) - 1
 	last := q[n]
-	q[n] = nil
+	q[n] = queued{}
 	q = q[:n]
 	*h = q
 	if n == 0 {
@@ -75,11 +83,11 @@ func (h *eventHeap) pop() *Event {
 		}
 		m := c
 		for j := c + 1; j < min(c+4, n); j++ {
-			if before(q[j], q[m]) {
+			if before(&q[j], &q[m]) {
 				m = j
 			}
 		}
-		if !before(q[m], last) {
+		if !before(&q[m], &last) {
 			break
 		}
 		q[i] = q[m]
@@ -110,8 +118,8 @@ func (e *Engine) At(t time.Duration, fn func()) *Event {
 		t = e.now
 	}
 	e.seq++
-	ev := &Event{at: t, seq: e.seq, fn: fn}
-	e.events.push(ev)
+	ev := &Event{at: t, fn: fn}
+	e.events.push(queued{at: t, seq: e.seq, ev: ev})
 	return ev
 }
 
@@ -121,12 +129,13 @@ func (e *Engine) After(d time.Duration, fn func()) *Event { return e.At(e.now+d,
 // RunUntil runs every event due at or before t, then sets the time to t.
 func (e *Engine) RunUntil(t time.Duration) {
 	for len(e.events) > 0 && e.events[0].at <= t {
-		ev := e.events.pop()
+		top := e.events.pop()
+		ev := top.ev
 		if ev.dead {
 			continue
 		}
 		ev.dead = true
-		e.now = ev.at
+		e.now = top.at
 		e.fired++
 		ev.fn()
 	}

@@ -287,8 +287,8 @@ func (m *miniature) access(ai int, a *app) {
 	id := cacheID(k.be.id, int32(i))
 	st := a.stats[k.be.id]
 	hit := cache.Get(id, k.sizes[i])
-	if st.shadow != nil && st.shadow.ObserveID(int32(i), k.sizes[i], hit, cache.Limit()) {
-		st.shadowH++
+	if st.shadow != nil {
+		s.observeShadow(st, int32(i), k.sizes[i], hit, cache.Limit())
 	}
 	if hit {
 		st.hits++
@@ -335,10 +335,7 @@ func (m *miniature) run() error {
 		schedule()
 	}
 	schedule()
-	for t := time.Duration(0); t < s.cfg.Duration && s.err == nil; t += time.Second {
-		s.eng.RunUntil(min(t+time.Second, s.cfg.Duration))
-	}
-	return s.err
+	return s.runSlices()
 }
 
 // request runs one sampled request: every batch's lookups against the

@@ -206,8 +206,8 @@ func (s *Sim) lookupCall(c *call) {
 		looked++
 		id := c.keyID(i)
 		hit := cache.Get(cacheID(c.b.id, id), q.Sizes[i])
-		if st.shadow != nil && st.shadow.ObserveID(id, q.Sizes[i], hit, cache.Limit()) {
-			st.shadowH++
+		if st.shadow != nil {
+			s.observeShadow(st, id, q.Sizes[i], hit, cache.Limit())
 		}
 		if hit {
 			c.hits++
@@ -442,6 +442,9 @@ func (s *Sim) simulated() []*app {
 // report hands every app server's statistics of the last interval to the
 // statistics store (the app server's report batches).
 func (s *Sim) report() {
+	if s.shadows != nil {
+		s.shadows.sync()
+	}
 	at := s.epoch.Add(s.eng.Now())
 	for _, a := range s.simulated() {
 		reps := make([]stats.Report, 0, len(a.stats))

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"time"
 
@@ -72,6 +73,17 @@ type Config struct {
 	// simulation".
 	RequestSample float64
 	Apps          int
+	// InlineShadows runs the shadow models on the run's own goroutine
+	// instead of beside it (shadowpipe.go); the results are the same.
+	InlineShadows bool
+	// InlineSource generates the requests of a Synth workload on the run's
+	// own goroutine instead of ahead of it (synthsource.go); the results
+	// are the same.
+	InlineSource bool
+	// Progress, when set, hears a line every ProgressEvery of wall time
+	// (default a minute): how far the run is and how long it has left.
+	Progress      io.Writer
+	ProgressEvery time.Duration
 	Log           *slog.Logger
 }
 
@@ -131,6 +143,9 @@ type Sim struct {
 
 	queries, backendQueries, hits, misses, timeouts uint64
 	cacheAccesses                                   uint64
+	// shadows runs the shadow models beside the run (shadowpipe.go); nil:
+	// in line.
+	shadows *shadowPipe
 	// mini is the miniature engine of a generated workload (mini.go).
 	mini   *miniature
 	rbcOut *bufio.Writer
@@ -193,6 +208,10 @@ func Run(cfg Config) (*Result, error) {
 	if err := s.buildApps(maxID); err != nil {
 		return nil, err
 	}
+	if !cfg.InlineShadows && runtime.GOMAXPROCS(0) > 1 {
+		s.shadows = newShadowPipe()
+		defer s.shadows.close()
+	}
 	// Everything that can be wrong with the input fails here, before the
 	// run's folder is written.
 	if err := s.scheduleScenario(); err != nil {
@@ -210,7 +229,7 @@ func Run(cfg Config) (*Result, error) {
 			a.controlled = false // not simulated: no controller runs for it
 		}
 	case cfg.Synth != nil:
-		if src, err = newSynthSource(*cfg.Synth); err != nil {
+		if src, err = newSynthSource(*cfg.Synth, !cfg.InlineSource && runtime.GOMAXPROCS(0) > 1); err != nil {
 			return nil, err
 		}
 	default:
@@ -629,11 +648,43 @@ func (s *Sim) arrivals(src source) error {
 	if err := schedule(); err != nil {
 		return err
 	}
-	// Run in slices so a failure stops the run early.
+	return s.runSlices()
+}
+
+// runSlices runs the simulation to its end in slices of a simulated second,
+// so that a failure stops it early and a long run can say how far it is.
+func (s *Sim) runSlices() error {
+	start := time.Now()
+	last := start
+	every := s.cfg.ProgressEvery
+	if every <= 0 {
+		every = time.Minute
+	}
 	for t := time.Duration(0); t < s.cfg.Duration && s.err == nil; t += time.Second {
 		s.eng.RunUntil(min(t+time.Second, s.cfg.Duration))
+		if now := time.Now(); s.cfg.Progress != nil && now.Sub(last) >= every {
+			last = now
+			fmt.Fprintln(s.cfg.Progress, progressLine(s.eng.Now(), s.cfg.Duration, now.Sub(start), s.queries))
+		}
 	}
 	return s.err
+}
+
+// progressLine says how far a run is: simulated time, wall time, speed and
+// the time left at that speed.
+func progressLine(done, total, wall time.Duration, queries uint64) string {
+	frac := done.Seconds() / total.Seconds()
+	line := fmt.Sprintf("progress: %.0f of %.0f simulated s (%.1f%%) in %s, %.0f queries/s", done.Seconds(), total.Seconds(),
+		100*frac, wall.Round(time.Second), float64(queries)/wall.Seconds())
+	if frac > 0 {
+		left := time.Duration(float64(wall) * (1 - frac) / frac)
+		unit := time.Second
+		if left >= 10*time.Minute {
+			unit = time.Minute
+		}
+		line += fmt.Sprintf(", about %s left", left.Round(unit))
+	}
+	return line
 }
 
 // finish records a request's outcome: the SLO series, the status, its RBC

@@ -326,10 +326,15 @@ def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generate
             args += ["--apps", str(exp.sim.apps)]
     log.info("policy %s: simulating (%s)", policy, " ".join(args))
     shown = " ".join(a if " " not in a else repr(a) for a in args)
-    res = subprocess.run(args, capture_output=True, text=True)
-    (run_dir / "sim.log").write_text("$ " + shown + "\n" + res.stdout + res.stderr)
+    # The log is written as the run goes: a long run's progress lines can be followed.
+    sim_log = run_dir / "sim.log"
+    with sim_log.open("w") as out:
+        out.write("$ " + shown + "\n")
+        out.flush()
+        res = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT)
     if res.returncode != 0:
-        raise StartError(f"bin/sim failed with status {res.returncode} for arm {policy}:\n{res.stderr.strip()[-3000:]}")
+        said = sim_log.read_text().split("\n", 1)[-1].strip()
+        raise StartError(f"bin/sim failed with status {res.returncode} for arm {policy}:\n{said[-3000:]}")
     sim = json.loads((run_dir / "sim.json").read_text())
     summary = json.loads((run_dir / "replay" / "summary.json").read_text())
     ratios = sim.get("hit_ratio", {})

@@ -4,6 +4,7 @@ policy code behind `robinhood-controller policy-server`."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 
 from collections.abc import Callable
@@ -172,3 +173,13 @@ def test_matrix_of_generated_miniatures(tmp_path: Path, built: None) -> None:
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     exact = json.loads((tmp_path / "fx" / "paper-spikes" / "seed-1" / "robinhood" / "sim.json").read_text())
     assert exact["engine"] == "exact" and exact["sample"] == 1
+    # The exact engine runs the shadow models and the generator beside the run; on one
+    # goroutine (--serial) it writes the very same files.
+    arm = tmp_path / "fx" / "paper-spikes" / "seed-1" / "robinhood"
+    cmd = shlex.split((arm / "sim.log").read_text().splitlines()[0][2:])
+    serial = tmp_path / "serial"
+    cmd[cmd.index("--out") + 1] = str(serial)
+    res = subprocess.run([*cmd, "--serial"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for name in ("replay/summary.json", "rbc.jsonl", "controller-app0.jsonl", "controller-app1.jsonl"):
+        assert (serial / name).read_bytes() == (arm / name).read_bytes(), name

@@ -134,6 +134,8 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	sample := fs.Float64("sample", 1, "miniature simulation: simulate this fraction of the keys, in (0, 1], with caches and backend rates scaled to it")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the simulation here (go tool pprof)")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	progress := fs.Duration("progress", time.Minute, "a progress line on stderr this often (wall time; 0: none)")
+	serial := fs.Bool("serial", false, "one goroutine: the shadow models and the request generator in line, not beside the run (the same results; for many runs at once)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -163,6 +165,9 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	if *duration <= 0 {
 		return errors.New("--duration is required and must be positive")
 	}
+	if *progress < 0 {
+		return fmt.Errorf("--progress: %v must not be negative", *progress)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", *logLevel)
@@ -173,9 +178,13 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := sim.Config{TopologyPath: *topoPath, Topology: topo, TracePath: *tracePath, Duration: *duration,
 		Seed: *seed, ScenarioSeed: *seed, OutDir: *out, ShadowBytes: *shadowBytes, Sample: *sample,
-		RequestSample: *reqSample, Apps: *apps,
-		SLO: slo.Params{SLO: *sloD, Step: *step, Window: *window, Warmup: *warmup},
-		Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+		RequestSample: *reqSample, Apps: *apps, InlineShadows: *serial, InlineSource: *serial,
+		ProgressEvery: *progress,
+		SLO:           slo.Params{SLO: *sloD, Step: *step, Window: *window, Warmup: *warmup},
+		Log:           slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	if *progress > 0 {
+		cfg.Progress = stderr
+	}
 	if *synthArgs != "" {
 		o, err := synth.ParseArgs(strings.Fields(*synthArgs))
 		if err != nil {
