@@ -237,3 +237,14 @@ func TestAMiniatureFollowsTheFullRun(t *testing.T) {
 		t.Fatalf("sample 2: %v", err)
 	}
 }
+
+func TestProgressLine(t *testing.T) {
+	got := progressLine(30*time.Second, 120*time.Second, 10*time.Second, 1_000_000)
+	want := "progress: 30 of 120 simulated s (25.0%) in 10s, 100000 queries/s, about 30s left"
+	if got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+	if got := progressLine(time.Hour, 4*time.Hour, time.Hour, 0); !strings.HasSuffix(got, "about 3h0m0s left") {
+		t.Fatalf("%q: a long remainder is rounded to the minute", got)
+	}
+}

@@ -183,3 +183,7 @@ def test_matrix_of_generated_miniatures(tmp_path: Path, built: None) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     for name in ("replay/summary.json", "rbc.jsonl", "controller-app0.jsonl", "controller-app1.jsonl"):
         assert (serial / name).read_bytes() == (arm / name).read_bytes(), name
+    cmd[cmd.index("--out") + 1] = str(tmp_path / "neg")
+    res = subprocess.run([*cmd, "--progress", "-1s"], capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "--progress: -1s must not be negative" in res.stderr
+    assert not (tmp_path / "neg").exists()
