@@ -91,6 +91,12 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
     return rows
 
 
+def minutes(seconds: float) -> str:
+    """A duration in minutes, with a decimal below ten."""
+    m = seconds / 60
+    return f"{m:.1f}" if m < 10 else f"{m:.0f}"
+
+
 def _med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.1f} [{min(xs):.1f}–{max(xs):.1f}]" if xs else "–"
 
@@ -116,7 +122,7 @@ def write(rows: list[dict[str, Any]], out: Path) -> tuple[Path, Path]:
     lines = ["# Policy matrix", "",
              f"Every arm of every experiment in the simulator, seeds {', '.join(map(str, seeds))}: "
              "SLO violation % and highest P99 after the warm-up, median [min–max] over the seeds; "
-             f"wall time of all runs {sum(r['wall_s'] for r in rows) / 60:.0f} CPU-minutes.", ""]
+             f"the runs' wall times sum to {minutes(sum(r['wall_s'] for r in rows))} minutes.", ""]
     for e in exps:
         mine = [r for r in rows if r["experiment"] == e]
         arms = list(dict.fromkeys(r["arm"] for r in mine))

@@ -4,6 +4,7 @@ policy code behind `robinhood-controller policy-server`."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 
@@ -144,6 +145,7 @@ def test_matrix_of_generated_miniatures(tmp_path: Path, built: None) -> None:
     assert len(rows) == 1 + 2 * 2 * 2, "experiment × seed × arm"
     md = (out / "matrix.md").read_text()
     assert "## paper-spikes" in md and "## other" in md and "| robinhood |" in md
+    assert re.search(r"the runs' wall times sum to \d+\.\d minutes\.", md), md[:400]
     assert "The paper reports: RobinHood, 150 ms P99 SLO violations" in md
     assert (out / "paper-spikes-curves.png").read_bytes()[:4] == b"\x89PNG"
     run = out / "paper-spikes" / "seed-2" / "robinhood"
