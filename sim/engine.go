@@ -19,7 +19,6 @@ import (
 
 // Event is a scheduled call. Cancel it with Cancel before it fires.
 type Event struct {
-	at   time.Duration
 	fn   func()
 	dead bool // cancelled, or run
 }
@@ -118,7 +117,7 @@ func (e *Engine) At(t time.Duration, fn func()) *Event {
 		t = e.now
 	}
 	e.seq++
-	ev := &Event{at: t, fn: fn}
+	ev := &Event{fn: fn}
 	e.events.push(queued{at: t, seq: e.seq, ev: ev})
 	return ev
 }

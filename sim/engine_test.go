@@ -28,7 +28,7 @@ func TestEngineRunsEventsInTimeThenScheduleOrder(t *testing.T) {
 	if want := []int{1, 2, 21, 3}; !equal(got, want) || e.Now() != 5*time.Second {
 		t.Fatalf("after 5 s: %v at %v, want %v at 5s", got, e.Now(), want)
 	}
-	if e.At(time.Second, func() {}).at != 5*time.Second {
+	if e.At(time.Second, func() {}); e.events[0].at != 5*time.Second {
 		t.Fatal("an event in the past must be scheduled now")
 	}
 }

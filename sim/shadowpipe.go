@@ -55,9 +55,7 @@ func (p *shadowPipe) work() {
 		}
 		for i := range b {
 			o := &b[i]
-			if o.st.shadow.ObserveID(o.id, o.size, o.hit, o.limit) {
-				o.st.shadowH++
-			}
+			o.st.observeShadow(o.id, o.size, o.hit, o.limit)
 		}
 		p.free <- b[:0]
 	}
@@ -98,6 +96,12 @@ func (s *Sim) observeShadow(st *partition, id int32, size int64, hit bool, limit
 		s.shadows.observe(st, id, size, hit, limit)
 		return
 	}
+	st.observeShadow(id, size, hit, limit)
+}
+
+// observeShadow feeds the partition's shadow model one query and counts a
+// shadow hit.
+func (st *partition) observeShadow(id int32, size int64, hit bool, limit int64) {
 	if st.shadow.ObserveID(id, size, hit, limit) {
 		st.shadowH++
 	}
