@@ -355,7 +355,7 @@ func (m *miniature) request(at time.Duration, batches []synth.Batch) {
 	m.calls = m.calls[:0]
 	for _, bt := range batches {
 		done, failed := m.batch(ai, a, bt.Backend, bt.N, at)
-		m.calls = append(m.calls, fanout.Call[time.Duration]{Done: done, Failed: failed, Empty: bt.N == 0})
+		m.calls = append(m.calls, fanout.Call[time.Duration]{Backend: int(m.keys[bt.Backend].be.id), Done: done, Failed: failed, Empty: bt.N == 0})
 		if bt.N > 0 && done > r.end {
 			r.end = done
 		}

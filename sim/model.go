@@ -365,7 +365,7 @@ func (s *Sim) layerEnd(r *request) {
 	var small [16]fanout.Call[time.Duration]
 	fc := small[:0]
 	for _, c := range r.calls {
-		fc = append(fc, fanout.Call[time.Duration]{Done: c.done, Failed: c.failed, Empty: c.empty})
+		fc = append(fc, fanout.Call[time.Duration]{Backend: int(c.b.id), Done: c.done, Failed: c.failed, Empty: c.empty})
 		if !c.empty && c.done > r.end {
 			r.end = c.done
 		}

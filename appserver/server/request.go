@@ -161,7 +161,7 @@ func (s *Server) execute(ctx context.Context, req *trace.Request, start time.Tim
 		fc := small[:0]
 		for i := range calls {
 			c := &calls[i]
-			fc = append(fc, fanout.Call[time.Duration]{Done: c.done.Sub(start), Failed: c.err != nil, Empty: c.q.Len() == 0})
+			fc = append(fc, fanout.Call[time.Duration]{Backend: int(c.be.id), Done: c.done.Sub(start), Failed: c.err != nil, Empty: c.q.Len() == 0})
 			if !fc[i].Empty && c.done.After(end) {
 				end = c.done
 			}

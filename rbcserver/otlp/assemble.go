@@ -1,16 +1,20 @@
 // Package otlp turns OpenTelemetry traces into RBC records
 // (docs/opentelemetry.md): a request is a server span, its latency the
 // span's duration, its queries its client child spans, each mapped to a
-// backend by an attribute, and its blocking backend the query that ended
-// last (the app server's rule). The Assembler is the pure core; the
-// RBC server's OTLP/gRPC TraceService feeds it.
+// backend by an attribute, and its blocking backend named by the project's
+// one rule (lib/fanout.Blocking: the query that ended last, a failed query
+// before any that succeeded, ties to the smaller backend id). The Assembler
+// is the pure core; the RBC server's OTLP/gRPC TraceService feeds it.
 package otlp
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/fanout"
 )
 
 // Span is what the assembler needs of one span.
@@ -18,7 +22,10 @@ type Span struct {
 	TraceID, SpanID, ParentID string // hex or raw bytes, compared as given
 	Kind                      Kind
 	Service                   string // the resource's service.name
-	StartNs, EndNs            uint64
+	StartNs, EndNs            uint64 // EndNs 0: the span has no end
+	// Failed is a span whose status is ERROR: for a query, its backend
+	// failed the request.
+	Failed bool
 	// Attr returns the span's string attribute (resource attributes are not
 	// consulted), "" when absent.
 	Attr func(key string) string
@@ -83,6 +90,7 @@ type Counts struct {
 type pendingQuery struct {
 	endNs   uint64
 	backend int64 // -1: unknown
+	failed  bool
 	arrived time.Time
 }
 
@@ -155,7 +163,7 @@ func (a *Assembler) Add(spans []Span, now time.Time) []Record {
 			continue
 		}
 		k := s.TraceID + "/" + s.ParentID
-		a.pending[k] = append(a.pending[k], pendingQuery{endNs: s.EndNs, backend: a.backendOf(s), arrived: now})
+		a.pending[k] = append(a.pending[k], pendingQuery{endNs: s.EndNs, backend: a.backendOf(s), failed: s.Failed, arrived: now})
 		a.npend++
 	}
 	for i := range spans {
@@ -170,12 +178,7 @@ func (a *Assembler) Add(spans []Span, now time.Time) []Record {
 				a.Counts.NoQueries++
 				continue
 			}
-			last := qs[0]
-			for _, q := range qs[1:] {
-				if q.endNs > last.endNs {
-					last = q
-				}
-			}
+			last := qs[blocking(qs)]
 			for _, q := range qs {
 				if q.backend < 0 {
 					a.Counts.UnknownBackend++
@@ -201,6 +204,23 @@ func (a *Assembler) Add(spans []Span, now time.Time) []Record {
 	}
 	a.expire(now)
 	return out
+}
+
+// blocking applies lib/fanout's rule to a request's queries and returns
+// the blocker's index. A query of an unknown backend ranks as the largest
+// id in a tie, so a known backend is preferred at an equal end.
+func blocking(qs []pendingQuery) int {
+	var small [16]fanout.Call[uint64]
+	calls := small[:0]
+	for _, q := range qs {
+		b := int(q.backend)
+		if q.backend < 0 {
+			b = math.MaxInt
+		}
+		calls = append(calls, fanout.Call[uint64]{Backend: b, Done: q.endNs, NoEnd: q.endNs == 0, Failed: q.failed})
+	}
+	i, _ := fanout.Blocking(calls)
+	return i
 }
 
 // expire drops query spans that waited longer than PendingTTL.

@@ -1,8 +1,13 @@
 package otlp
 
 import (
+	"fmt"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/fanout/fanouttest"
 )
 
 func span(trace, id, parent string, kind Kind, svc string, start, end uint64, attrs map[string]string) Span {
@@ -74,5 +79,43 @@ func TestServiceModeAndBounds(t *testing.T) {
 	}
 	if s, err := ParseRequestMode("service:api"); err != nil || s != "api" {
 		t.Fatal(s, err)
+	}
+}
+
+// TestBlockingVectors runs the shared blocking-backend cases
+// (tests/vectors/blocking.json): each case's calls become one request's
+// query spans, exported in the case's order and then reversed (the
+// answer must not depend on the order spans arrive in). A case without
+// queries makes no record.
+func TestBlockingVectors(t *testing.T) {
+	now := time.Unix(100, 0)
+	for _, c := range fanouttest.Load(t) {
+		for _, reversed := range []bool{false, true} {
+			a := New(Config{MaxBackends: 1 << 20})
+			var spans []Span
+			for i, q := range c.Calls {
+				if q.Empty {
+					continue // a batch without queries makes no span
+				}
+				end := uint64(0)
+				if q.End != nil {
+					end = uint64(*q.End)
+				}
+				s := span("t", fmt.Sprintf("q%d", i), "r", KindClient, "web", 0, end,
+					map[string]string{"peer.service": strconv.Itoa(q.Backend)})
+				s.Failed = q.Failed
+				spans = append(spans, s)
+			}
+			if reversed {
+				slices.Reverse(spans)
+			}
+			out := a.Add(append(spans, span("t", "r", "", KindServer, "web", 0, 2_000, nil)), now)
+			switch {
+			case c.Expect.Blocking == nil && len(out) != 0:
+				t.Errorf("%s: recorded %v, want no record", c.Name, out)
+			case c.Expect.Blocking != nil && (len(out) != 1 || out[0].Backend != uint32(*c.Expect.Blocking)):
+				t.Errorf("%s (reversed %v): got %v, want backend %d (%s)", c.Name, reversed, out, *c.Expect.Blocking, c.Description)
+			}
+		}
 	}
 }

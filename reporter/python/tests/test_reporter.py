@@ -4,6 +4,7 @@ drops and counts without blocking, the reporter reconnects after the server retu
 and it authenticates with a token over mutual TLS."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -12,12 +13,16 @@ from pathlib import Path
 
 import grpc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
 
 from conftest import wait_tcp
 from robinhood_report import Reporter, RequestTimer, fan_out
+from robinhood_report.fanout import Call, blocking
 
 BACKENDS = {"catalog": 0, "ratings": 1, "reviews": 2}
+BLOCKING = json.loads((Path(__file__).resolve().parents[3] / "tests" / "vectors" / "blocking.json").read_text())
 
 
 def _rbc(procs, gobin, free_address, *extra: str) -> tuple[str, object]:
@@ -82,13 +87,108 @@ def test_request_timer_names_the_query_that_ended_last() -> None:
         with req.query("reviews"):
             pass
     assert got[1][1] == "reviews" and req.blocking == "reviews"
-    with pytest.raises(RuntimeError):  # a failed request is not recorded
-        with RequestTimer(Sink()) as req:
-            with req.query("catalog"):
-                raise RuntimeError("boom")
-    with RequestTimer(Sink()):  # neither is one without queries
+    with RequestTimer(Sink()):  # a request without queries is not recorded
         pass
     assert len(got) == 2
+
+
+def test_failed_request_counts_against_the_backend_that_failed_it() -> None:
+    got: list[tuple[int, int | str]] = []
+
+    class Sink:
+        backends = BACKENDS
+
+        def record(self, latency_us: int, backend: int | str) -> bool:
+            got.append((latency_us, backend))
+            return True
+
+    # The slow query succeeds, the fast one fails: the failure decides.
+    with pytest.raises(RuntimeError):
+        with RequestTimer(Sink()) as req:
+            with req.query("catalog"):
+                time.sleep(0.02)
+            with req.query("ratings"):
+                raise RuntimeError("boom")
+    assert req.failed and got == [(req.latency_us, "ratings")] and req.latency_us >= 20_000
+    # In parallel: reviews fails at 10 ms while catalog is still running (no end yet).
+    got.clear()
+
+    def fail() -> None:
+        time.sleep(0.01)
+        raise ConnectionError("reviews down")
+
+    with pytest.raises(ConnectionError):
+        fan_out(Sink(), {"catalog": lambda: time.sleep(0.2), "reviews": fail})
+    assert [b for _, b in got] == ["reviews"]
+    # A request whose own code raised after its queries: the slowest query blocked it.
+    got.clear()
+    with pytest.raises(KeyError):
+        with RequestTimer(Sink()) as req:
+            req.done("catalog", end=time.perf_counter())
+            req.done("reviews", end=time.perf_counter() + 1)
+            raise KeyError("app")
+    assert got[0][1] == "reviews" and not req.failed
+
+
+def test_ties_go_to_the_smaller_id_whatever_the_order() -> None:
+    got: list[int | str] = []
+
+    class Sink:
+        backends = BACKENDS
+
+        def record(self, latency_us: int, backend: int | str) -> bool:
+            got.append(backend)
+            return True
+
+    for order in (("reviews", "ratings", "catalog"), ("catalog", "ratings", "reviews")):
+        with RequestTimer(Sink()) as req:
+            for name in order:
+                req.done(name, end=5.0 if name != "catalog" else 1.0)
+    assert got == ["ratings", "ratings"]  # ratings (1) and reviews (2) end together
+
+
+@pytest.mark.parametrize("case", BLOCKING["cases"], ids=lambda c: c["name"])
+def test_blocking_vectors(case: dict) -> None:
+    """The shared cases (tests/vectors/blocking.json), also run by lib/fanout and the
+    OTLP assembler; and through RequestTimer, in the case's order and reversed."""
+    calls = [Call(backend=c["backend"], end=c["end"], failed=c.get("failed", False), empty=c.get("empty", False))
+             for c in case["calls"]]
+    assert blocking(calls) == (case["expect"]["blocking"], case["expect"]["failed"]), case["description"]
+    assert blocking(reversed(calls)) == blocking(calls)
+    for order in (calls, calls[::-1]):
+        got: list[int | str] = []
+
+        class Sink:
+            def record(self, latency_us: int, backend: int | str) -> bool:
+                got.append(backend)
+                return True
+
+        with RequestTimer(Sink()) as req:
+            for c in order:
+                if not c.empty:  # a timer sees queries, never an empty batch
+                    req.done(c.backend, end=float("inf") if c.end is None else c.end, failed=c.failed)
+        want = case["expect"]["blocking"]
+        assert got == ([] if want is None else [want]) and req.failed == case["expect"]["failed"]
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.one_of(st.none(), st.integers(0, 9)), st.booleans(),
+                          st.booleans()), max_size=8), st.randoms())
+def test_blocking_property(raw: list, rnd) -> None:
+    """The blocker is the latest of the failed calls if any failed, else of all calls with
+    queries (no end latest), the smallest id among equals; order does not matter."""
+    calls = [Call(backend=b, end=e, failed=f, empty=m) for b, e, f, m in raw]
+    blk, failed = blocking(calls)
+    live = [c for c in calls if not c.empty]
+    if not live:
+        assert (blk, failed) == (None, False)
+        return
+    assert failed == any(c.failed for c in live)
+    cand = [c for c in live if c.failed == failed]
+    key = max((float("inf") if c.end is None else c.end) for c in cand)
+    assert blk == min(c.backend for c in cand if (float("inf") if c.end is None else c.end) == key)
+    shuffled = calls[:]
+    rnd.shuffle(shuffled)
+    assert blocking(shuffled) == (blk, failed)
 
 
 def test_full_buffer_drops_and_counts_and_reconnects(procs, gobin, free_address) -> None:
