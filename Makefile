@@ -21,9 +21,10 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 comma := ,
 space := $(empty) $(empty)
 
-## build: every Go binary into bin/
+## build: every Go binary into bin/, and the docs' policy tables from the registries
 build: deps
 	$(GO) build -o bin/ ./...
+	@$(PY) scripts/genschema.py --registries
 
 ## deps: Go modules, the Python virtualenv and the Debian packages the tests use
 deps: sysdeps venv

@@ -9,8 +9,10 @@ registries:
   and dispatch policies (docs/appserver.md, from `bin/appserver
   --list-dispatch-policies`; run `make build` first).
 
-  scripts/genschema.py           write them
-  scripts/genschema.py --check   fail (exit 1) when a committed copy is stale
+  scripts/genschema.py              write them
+  scripts/genschema.py --registries write only the two policy tables (`make build` runs
+                                    this, so a new policy file is documented by building)
+  scripts/genschema.py --check      fail (exit 1) when a committed copy is stale
 """
 from __future__ import annotations
 
@@ -163,7 +165,8 @@ def allocation_table() -> str:
     for d in policies.describe():
         params = "<br>".join(f"`{p['name']}` = `{p['default']}`: {p['description']}" for p in d["params"]) or "—"
         rbc = " Needs the RBC server." if d["needs_rbc"] else ""
-        rows.append(f"| `{d['name']}` | {params} | {d['summary']}.{rbc} |")
+        run = " Needs the run's description (`controller.run`): experiments only." if d["needs_run"] else ""
+        rows.append(f"| `{d['name']}` | {params} | {d['summary']}.{rbc}{run} |")
     return "\n".join(rows) + "\n"
 
 
@@ -182,9 +185,10 @@ def dispatch_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def render_docs(docs: dict[str, Any]) -> dict[Path, str]:
+def render_docs(docs: dict[str, Any] | None) -> dict[Path, str]:
+    """The generated docs; with docs None, only the registries' tables."""
     out: dict[Path, str] = {}
-    for name, path in DOCS.items():
+    for name, path in DOCS.items() if docs is not None else ():
         out[path] = splice(out.get(path, path.read_text()), path, f"schema/{name}", reference(docs, name))
     ctl = REPO / "docs" / "controller.md"
     out[ctl] = splice(out.get(ctl, ctl.read_text()), ctl, "the allocation policy registry", allocation_table())
@@ -195,6 +199,12 @@ def render_docs(docs: dict[str, Any]) -> dict[Path, str]:
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
+    if "--registries" in argv:
+        for p, text in render_docs(None).items():
+            if p.read_text() != text:
+                p.write_text(text)
+                print(f"wrote {p.relative_to(REPO)} (from the policy registries)")
+        return 0
     docs = load()
     wanted: dict[Path, str] = {COPY / n: (SCHEMA / n).read_text() for n in docs}
     wanted.update(render_docs(docs))

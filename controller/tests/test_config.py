@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from robinhood_common.contract import read_yaml
+from robinhood_controller import policies
 from robinhood_controller.config import ConfigError, ControllerConfig, Overrides, load, resolve_document
 from robinhood_controller.plan import MIB
 
@@ -100,7 +101,7 @@ def test_overrides() -> None:
         ("{min_partition_mb: 16, policy: {name: static, tax: 0.1}}",
          "app_servers[0].controller.policy.tax: unknown parameter of policy static (known: none)"),
         ("{min_partition_mb: 16, policy: lru}",
-         'app_servers[0].controller.policy.name: "lru" is not one of cliffhanger++, fair++, lama++, oracle, robinhood, robinhood-guard, robinhood-home, robinhood-pressure, robinhood-queue, robinhood-shift, static, tao++'),
+         'app_servers[0].controller.policy.name: "lru" is not one of ' + ", ".join(policies.names())),
         ("{min_partition_mb: 16, interval: 5}", "app_servers[0].controller.interval: 5 is not a duration"),
         ("{min_partition_mb: 4}", "app_servers[0].controller.min_partition_mb: 4 is below memcached's minimum"),
         ("{min_partition_mb: 16, metrics: localhost}",

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
 
@@ -20,7 +21,7 @@ func TestAppserverRejectsBadConfiguration(t *testing.T) {
 backends: [{id: 0, name: a, type: kv, replicas: [{grpc: "127.0.0.1:1"}]}]
 app_servers:
   - {id: app0, http: "127.0.0.1:0", cache_mode: none}
-  - {id: app1, http: "127.0.0.1:0", cache_mode: none, dispatch: {policy: hedge}}
+  - {id: app1, http: "127.0.0.1:0", cache_mode: none, dispatch: {policy: no-such-policy}}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ app_servers:
 		{"missing file", []string{"--topology", filepath.Join(dir, "nope.yaml"), "--id", "app0"}, "nope.yaml: no such file"},
 		{"invalid topology", []string{"--topology", bad, "--id", "app0"}, "backends: at least one backend is required"},
 		{"bad log level", []string{"--topology", good, "--id", "app0", "--log-level", "loud"}, `--log-level "loud" is not one of debug, info, warn, error`},
-		{"unknown dispatch policy", []string{"--topology", good, "--id", "app1"}, `dispatch.policy: "hedge" is not one of random`},
+		{"unknown dispatch policy", []string{"--topology", good, "--id", "app1"}, `dispatch.policy: "no-such-policy" is not one of ` + strings.Join(dispatch.Names(), ", ")},
 		{"bad pool size", []string{"--topology", good, "--id", "app0", "--memcached-conns", "0"}, "--memcached-conns 0 must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -123,6 +123,9 @@ class AllocationPolicy(ABC):
     needs_rbc: ClassVar[bool] = False
     """When True, the controller needs rbc_server.grpc, and a tick without an RBC
     snapshot keeps the targets."""
+    needs_run: ClassVar[bool] = False
+    """When True, the policy needs ``controller.run`` (the experiment run the testbed or
+    the simulator describes: its trace and scenario) and cannot run in a deployment."""
     color: ClassVar[str | None] = None
     """The color of its curves in the testbed's plots (None: one from the palette)."""
 

@@ -35,6 +35,7 @@ class Oracle(AllocationPolicy):
     name = "oracle"
     summary = "per scenario phase, the allocation minimizing the worst load/capacity, computed in advance (beyond the paper)"
     Params = OracleParams
+    needs_run = True
     color = "#000000"
 
     def __init__(self, params: Params, ctx) -> None:  # type: ignore[no-untyped-def]

@@ -109,6 +109,6 @@ def describe() -> list[dict[str, Any]]:
         cls = _REGISTRY[n]
         params = [{"name": f, "default": info.default, "description": info.description or ""}
                   for f, info in cls.Params.model_fields.items()]
-        out.append({"name": n, "summary": cls.summary, "needs_rbc": cls.needs_rbc, "color": cls.color,
-                    "params": params})
+        out.append({"name": n, "summary": cls.summary, "needs_rbc": cls.needs_rbc, "needs_run": cls.needs_run,
+                    "color": cls.color, "params": params})
     return out

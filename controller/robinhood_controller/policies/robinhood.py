@@ -125,13 +125,6 @@ class RobinHoodSettings(Params):
         return RobinHoodParams(tax=self.tax, unused_gap=self.unused_gap, floor_bytes=floor_bytes)
 
 
-class RobinHoodSloSettings(RobinHoodSettings):
-    """RobinHood's parameters and the request P99 objective: the base of the variants
-    beyond the paper that watch the tail (robinhood-home, robinhood-guard)."""
-
-    slo_ms: float = Field(150.0, gt=0, description="the request P99 objective, milliseconds")
-
-
 @register
 class RobinHood(AllocationPolicy):
     """Tax every partition, give the pool to the cache-poor partitions in proportion to

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from robinhood_controller import policies
 from test_testbed_e2e import TINY, cli_args
 
 
@@ -35,9 +36,7 @@ def test_every_policy_in_the_simulator(tmp_path: Path, built: None) -> None:
     res = run_sim(tmp_path, "a")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = tmp_path / "a"
-    arms = ["robinhood", "static", "cliffhanger++", "fair++", "lama++", "oracle", "robinhood-home", "robinhood-guard",
-            "robinhood-pressure", "robinhood-shift", "robinhood-queue",
-            "tao++", "shared"]
+    arms = [*policies.names(), "shared"]  # --policies all: every registered policy
     for arm in arms:
         d = out / arm
         summary = json.loads((d / "replay" / "summary.json").read_text())

@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from conftest import interrupt, sigint_default, wait_ready_file
+from robinhood_controller import policies
 from robinhood_testbed import prom
+from robinhood_testbed.experiment import dispatch_policies
 from robinhood_testbed.procs import MARKER_ENV
 
 REPO = Path(__file__).resolve().parents[3]
@@ -129,7 +131,7 @@ def test_run_on_redis_partitions(tmp_path: Path, built: None) -> None:
     assert leftovers(str(d / "logs")) == [], "every process of the run was stopped"
 
 
-def test_bad_experiment_exits_2_and_starts_nothing(tmp_path: Path, built: None) -> None:
+def test_bad_experiment_exits_2_and_starts_nothing(tmp_path: Path, built: None, gobin: Callable[[str], Path]) -> None:
     exp = tmp_path / "bad.yaml"
     exp.write_text(yaml.safe_dump({**TINY, "duration": "forever"}))
     res = subprocess.run(cli_args("run", "--experiment", str(exp), "--policy", "robinhood", "--out", str(tmp_path / "o")),
@@ -143,13 +145,14 @@ def test_bad_experiment_exits_2_and_starts_nothing(tmp_path: Path, built: None) 
     exp.write_text(yaml.safe_dump(TINY))
     res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,lru"),
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "--policies: 'lru' is not one of cliffhanger++, fair++, lama++, oracle, robinhood, robinhood-guard, robinhood-home, robinhood-pressure, robinhood-queue, robinhood-shift, static, tao++" in res.stderr
+    assert res.returncode == 2 and f"--policies: 'lru' is not one of {', '.join(policies.names())}" in res.stderr
     res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--policies", "robinhood,shared"),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "'shared' is a cache mode, not an allocation policy" in res.stderr
     res = subprocess.run(cli_args("compare", "--experiment", str(exp), "--dispatch", "psychic"),
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "dispatch policy 'psychic' is not one of random" in res.stderr
+    known = ", ".join(dispatch_policies(str(gobin("appserver"))))
+    assert res.returncode == 2 and f"dispatch policy 'psychic' is not one of {known}" in res.stderr
 
 
 def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
