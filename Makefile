@@ -41,7 +41,7 @@ $(VENV)/.installed: requirements.txt $(addsuffix /pyproject.toml,$(PYPKGS))
 	touch $@
 
 ## test: Go and Python tests (unit, integration with real processes)
-test: build vet proto-check schema-check go-test py-test
+test: build vet proto-check schema-check layout-check go-test py-test
 
 vet:
 	$(GO) vet ./...
@@ -72,6 +72,14 @@ schema: venv build
 schema-check: venv build
 	$(PY) scripts/genschema.py --check
 
+## layout: regenerate the layout table of docs/architecture.md from the tree
+layout:
+	python3 scripts/genlayout.py
+
+## layout-check: fail when that table is stale (a folder added, moved or without a description)
+layout-check:
+	python3 scripts/genlayout.py --check
+
 ## bench: the Go benchmarks (numbers go to docs/benchmarks.md)
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -89,8 +97,9 @@ demo: build
 sim-demo: build venv
 	$(VENV)/bin/robinhood-testbed compare --engine sim --experiment examples/demo.yaml --policies all $(SIM_FLAGS)
 
-## paper: the paper's experiments at its scale in the simulator (examples/paper), every
-## policy x every scenario x 3 seeds, two at a time; report in runs/paper/matrix.md
+## paper: the paper's experiments at its scale in the simulator (examples/paper): each file's
+## compare arms (compare.policies: robinhood, robinhood-queue, static and the paper's competitors,
+## not the oracle; and the shared cache) x every scenario x 3 seeds, two at a time; report in runs/paper/matrix.md
 PAPER_SCENARIOS = spikes quick-ramp slow-ramp quick-ramp-correlated slow-ramp-correlated random-walk
 PAPER_OUT ?= runs/paper
 paper: build venv
