@@ -90,6 +90,8 @@ class ControllerConfig:
     with its app server's token and protects its /metrics with the servers' file."""
     tls: topo.TLS | None = None
     """The topology's tls block (paths resolved)."""
+    slo: topo.SLO | None = None
+    """The topology's slo block (the deployment's request P99 objective), if any."""
 
     @property
     def token_file(self) -> str | None:
@@ -128,6 +130,7 @@ class ControllerConfig:
             floor_bytes=self.settings.min_partition_mb * MIB,
             app_server=self.app_server,
             run=self.settings.run,
+            slo=self.slo,
         )
 
     def build_policy(self) -> policies.AllocationPolicy:
@@ -248,7 +251,7 @@ def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
         app_server=app.id, where=where, cache_mode=app.cache_mode, budget_mb=app.cache_budget_mb,
         partitions=tuple(parts), shared_cache=app.shared_cache or "", rbc_addr=t.rbc_server.grpc or "",
         rbc_window=t.rbc_server.window, settings=app.controller, policy_params=params,
-        auth=t.auth, tls=t.tls,
+        auth=t.auth, tls=t.tls, slo=t.slo,
     )
 
 

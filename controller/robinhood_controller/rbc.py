@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
 import grpc
 from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
 from robinhood_common.auth import Credential, read_pem
+from robinhood_common.contract import Contract
 from robinhood_common.topology import TLS
 
 # Reconnect quickly after the RBC server comes back: gRPC's default backoff grows to
@@ -18,6 +21,12 @@ _CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
+
+
+@cache
+def _band() -> dict[str, Any]:
+    """The topology schema's rbc_server defaults: the RBC band (low_pct, high_pct)."""
+    return Contract.packaged().defaults("topology.schema.yaml#/$defs/rbc_server")
 
 
 class RBCError(Exception):
@@ -64,8 +73,8 @@ class RBCSnapshot:
     window_requests: int = 0
     band_requests: int = 0
     p99_latency_us: int = 0
-    low_pct: float = 98.5
-    high_pct: float = 99.5
+    low_pct: float = field(default_factory=lambda: _band()["low_pct"])
+    high_pct: float = field(default_factory=lambda: _band()["high_pct"])
     unknown: dict[int, int] = field(default_factory=dict)
     """Counts for backend ids this app server has no partition for."""
     stats: dict[str, QueryStats] = field(default_factory=dict)

@@ -154,6 +154,14 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         load(p, "app0")
 
 
+def test_policies_get_the_slo_from_the_topology() -> None:
+    # No objective in the topology: none in the policy's context (no default of its own).
+    assert resolve(BASE).context().slo is None
+    ctx = resolve(BASE + "slo: {latency: 80ms, warmup: 1m}\n").context()
+    assert ctx.slo is not None and (ctx.slo.latency, ctx.slo.warmup) == (0.08, 60.0)
+    assert ctx.slo.step == 5.0  # the rest: the schema's defaults
+
+
 def test_budget_bytes() -> None:
     assert resolve(BASE).budget_bytes == 100 * MIB
 

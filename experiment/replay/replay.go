@@ -83,7 +83,7 @@ type Config struct {
 	// WarmupFraction of the run.
 	SLO slo.Params
 	// WarmupFraction is the warm-up as a share of the run when SLO.Warmup
-	// is negative (default 0.25, as in the paper).
+	// is negative (no default of its own: the caller's SLO settings say).
 	WarmupFraction float64
 	Seed           uint64
 	// Loop restarts the trace at its end until Duration.
@@ -192,9 +192,6 @@ func (c *Config) validate() error {
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns
-	}
-	if c.SLO.Warmup < 0 && c.WarmupFraction == 0 {
-		c.WarmupFraction = 0.25
 	}
 	if c.Progress <= 0 {
 		c.Progress = time.Second

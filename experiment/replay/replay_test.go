@@ -64,12 +64,13 @@ func writeTrace(t testing.TB, n int, gap time.Duration) string {
 
 func baseConfig(t testing.TB, tp *config.Topology, tracePath string) Config {
 	return Config{
-		Topology:  tp,
-		TracePath: tracePath,
-		OutDir:    filepath.Join(t.TempDir(), "out"),
-		SLO:       slo.Params{SLO: 150 * time.Millisecond, Step: 200 * time.Millisecond, Window: 400 * time.Millisecond, Warmup: -1},
-		Seed:      1,
-		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Topology:       tp,
+		TracePath:      tracePath,
+		OutDir:         filepath.Join(t.TempDir(), "out"),
+		SLO:            slo.Params{SLO: 150 * time.Millisecond, Step: 200 * time.Millisecond, Window: 400 * time.Millisecond, Warmup: -1},
+		WarmupFraction: 0.25,
+		Seed:           1,
+		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 

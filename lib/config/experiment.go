@@ -61,12 +61,30 @@ type ExperimentCache struct {
 	MemcachedArgs []string         `json:"memcached_args"`
 }
 
-// SLO is the SLO series' settings.
+// SLO is the request P99 objective and its series' settings (the
+// schema's $defs/slo, shared by the experiment file and the topology).
 type SLO struct {
 	Latency Duration `json:"latency"`
 	Step    Duration `json:"step"`
 	Window  Duration `json:"window"`
 	Warmup  Duration `json:"warmup"`
+}
+
+// SLODef is the schema definition of SLO.
+const SLODef = schema.Topology + "#/$defs/slo"
+
+// DefaultSLO is the schema's SLO defaults: the one source of the defaults
+// of every command that takes the SLO settings as flags.
+func DefaultSLO() SLO {
+	norm, err := Default().Read(SLODef, map[string]any{}, "")
+	if err != nil {
+		panic(err)
+	}
+	var s SLO
+	if err := decode(norm, &s); err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // Trace is the trace: synthesized, or a file.

@@ -41,6 +41,8 @@ type Topology struct {
 	AppServers []AppServer `json:"app_servers"`
 	Auth       *Auth       `json:"auth,omitempty"`
 	TLS        *TLS        `json:"tls,omitempty"`
+	// SLO is the deployment's request P99 objective, when the file gives one.
+	SLO *SLO `json:"slo,omitempty"`
 }
 
 // Auth is the topology's auth block: the servers' token file and the

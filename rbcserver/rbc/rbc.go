@@ -13,13 +13,6 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/percentile"
 )
 
-// The paper's band (§3.1: P98.5 to P99.5). The RBC server's defaults come
-// from the topology schema (rbc_server.low_pct, high_pct), which has the same values.
-const (
-	DefaultLowPct  = 98.5
-	DefaultHighPct = 99.5
-)
-
 // MaxBackends bounds backend ids: every id must be below it. The topology
 // uses 0…1023 (DefaultMaxBackends, docs/topology.md); the bound keeps the
 // per-backend tallies small.
@@ -29,14 +22,13 @@ const MaxBackends = 1 << 16
 // topology's ids are 0…1023.
 const DefaultMaxBackends = 1024
 
-// Params is the percentile band of one computation.
+// Params is the percentile band of one computation. The paper's band
+// (§3.1: P98.5 to P99.5) is the topology schema's default
+// (rbc_server.low_pct, high_pct), read with lib/config; it has no copy here.
 type Params struct {
 	// LowPct and HighPct bound the band; both in (0, 100], LowPct ≤ HighPct.
 	LowPct, HighPct float64
 }
-
-// DefaultParams is the paper's band, P98.5 to P99.5.
-func DefaultParams() Params { return Params{LowPct: DefaultLowPct, HighPct: DefaultHighPct} }
 
 // Validate reports whether both percentiles are in (0, 100] and low ≤ high.
 // The message names the parameter and its value.

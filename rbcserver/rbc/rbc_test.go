@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
 func TestRankByHand(t *testing.T) {
@@ -368,4 +370,14 @@ func BenchmarkBruteForce1M(b *testing.B) {
 	for b.Loop() {
 		BruteForce(lat, be, DefaultParams())
 	}
+}
+
+// DefaultParams is the topology schema's band (rbc_server.low_pct,
+// high_pct: the paper's P98.5 to P99.5), the RBC server's default.
+func DefaultParams() Params {
+	d, err := config.ReadRBCSettings(map[string]any{}, "")
+	if err != nil {
+		panic(err)
+	}
+	return Params{LowPct: d.LowPct, HighPct: d.HighPct}
 }

@@ -90,7 +90,7 @@ func (t *traceService) Export(ctx context.Context, req *collectortrace.ExportTra
 					ParentID: hex.EncodeToString(sp.GetParentSpanId()), Kind: kindOf(sp.GetKind()), Service: svc,
 					StartNs: sp.GetStartTimeUnixNano(), EndNs: sp.GetEndTimeUnixNano(),
 					Failed: sp.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR,
-					Attr: func(k string) string { return attrString(attrs, k) },
+					Attr:   func(k string) string { return attrString(attrs, k) },
 				})
 			}
 		}

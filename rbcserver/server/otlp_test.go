@@ -20,6 +20,7 @@ import (
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/otlp"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
+	"github.com/robinhoodcache/robinhood/rbcserver/rbc/rbctest"
 )
 
 // TestOTLPTracesFromTheRealSDK sends traces from the OpenTelemetry Go SDK
@@ -101,7 +102,7 @@ func TestOTLPTracesFromTheRealSDK(t *testing.T) {
 	if err := tp.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ref := rbc.BruteForce(lat, be, rbc.DefaultParams())
+	ref := rbc.BruteForce(lat, be, rbctest.PaperBand())
 	got, err := h.client.GetRBC(ctx, &robinhoodv1.GetRBCRequest{})
 	if err != nil {
 		t.Fatal(err)

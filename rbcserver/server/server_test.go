@@ -29,6 +29,7 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
+	"github.com/robinhoodcache/robinhood/rbcserver/rbc/rbctest"
 )
 
 // fakeClock is a settable clock for arrival times and windows.
@@ -189,7 +190,7 @@ func TestReportThenGetRBC(t *testing.T) {
 		t.Fatalf("ReportResponse %v, want %d records in 20 batches", resp, len(lat))
 	}
 	got := h.getRBC(t, &robinhoodv1.GetRBCRequest{})
-	checkResponse(t, got, want(lat, be, rbc.DefaultParams()))
+	checkResponse(t, got, want(lat, be, rbctest.PaperBand()))
 	if got.GetWindowSeconds() != 5 || got.GetLowPct() != 98.5 || got.GetHighPct() != 99.5 {
 		t.Fatalf("echoed parameters %v/%v/%v, want the defaults 5/98.5/99.5", got.GetWindowSeconds(), got.GetLowPct(), got.GetHighPct())
 	}
@@ -234,7 +235,7 @@ func TestWindowExpiresWithTheClock(t *testing.T) {
 	}
 	h.clock.Advance(time.Millisecond)
 	got := h.getRBC(t, &robinhoodv1.GetRBCRequest{})
-	checkResponse(t, got, want(second.LatencyUs, second.BlockingBackend, rbc.DefaultParams()))
+	checkResponse(t, got, want(second.LatencyUs, second.BlockingBackend, rbctest.PaperBand()))
 	if got := n(&robinhoodv1.GetRBCRequest{WindowSeconds: 10}); got != 5 {
 		t.Fatalf("a 10 s window holds %d records, want 5", got)
 	}

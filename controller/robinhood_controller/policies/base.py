@@ -9,7 +9,7 @@ from typing import ClassVar
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
-from robinhood_common.topology import Run
+from robinhood_common.topology import SLO, Run
 
 from ..rbc import QueryStats
 
@@ -41,6 +41,11 @@ class PolicyContext:
     run: Run | None = None
     """The experiment run the controller is part of (controller.run, set by the
     testbed): its length, start-time file, trace, scenario and topology."""
+    slo: SLO | None = None
+    """The deployment's request P99 objective and its series (the topology's slo block;
+    the testbed and the simulator write the experiment's there). None when the topology
+    has none: a policy that needs the objective takes it from here, never from a default
+    of its own."""
 
     def run_start(self) -> float | None:
         """The run's start (Unix seconds) from its start file, once the testbed

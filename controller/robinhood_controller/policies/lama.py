@@ -16,10 +16,11 @@ from pydantic import Field
 from ._share import excess_over_mean, tax_and_share
 from .base import AllocationPolicy, Decision, Params, PlanInput
 from .registry import register
+from .robinhood import TAX
 
 
 class LamaParams(Params):
-    tax: float = Field(0.01, ge=0, le=0.5, description="fraction of every partition's allocation pooled each tick")
+    tax: float = Field(TAX, ge=0, le=0.5, description="fraction of every partition's allocation pooled each tick")
 
 
 @register

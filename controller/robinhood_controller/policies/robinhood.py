@@ -16,6 +16,11 @@ from .base import AllocationPolicy, Decision, Params, PlanInput
 from .registry import register
 
 
+TAX = 0.01
+"""The paper's tax (§3.2: 1% of every partition each interval): the one default of every
+policy's ``tax`` parameter."""
+
+
 @dataclass(frozen=True)
 class RobinHoodParams:
     """Parameters of one plan step."""
@@ -116,7 +121,7 @@ def plan_robinhood(
 class RobinHoodSettings(Params):
     """RobinHood's parameters (paper §3.1–3.2 values by default)."""
 
-    tax: float = Field(0.01, ge=0, le=0.5, description="fraction of every partition's allocation pooled each tick")
+    tax: float = Field(TAX, ge=0, le=0.5, description="fraction of every partition's allocation pooled each tick")
     unused_gap: float = Field(0.30, ge=0, le=100, description=(
         "a partition whose allocation exceeds its used space by more than this fraction of it receives nothing"))
 

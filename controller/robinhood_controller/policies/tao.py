@@ -24,11 +24,11 @@ from robinhood_common.split import split_weighted
 from ..plan import MIB
 from .base import AllocationPolicy, Decision, Params, PlanInput, PolicyError
 from .registry import register
-from .robinhood import RobinHoodParams, plan_robinhood
+from .robinhood import TAX, RobinHoodParams, plan_robinhood
 
 
 class TaoParams(Params):
-    tax: float = Field(0.01, ge=0, le=0.5, description="RobinHood's tax while learning")
+    tax: float = Field(TAX, ge=0, le=0.5, description="RobinHood's tax while learning")
     unused_gap: float = Field(0.30, ge=0, le=100, description="RobinHood's unused-space gap while learning")
     learn_fraction: float = Field(0.2, gt=0, le=1, description="share of the run (controller.run.seconds) spent learning")
     learn: float | None = Field(None, gt=0, description="learning time in seconds (instead of learn_fraction)")

@@ -107,6 +107,7 @@ def build_topology(exp: Experiment, arm: Arm, ports: PortAllocator | None = None
             entry["shared_cache"] = addr(f"mc-{app}-shared", 11211)
         apps.append(entry)
     topology["app_servers"] = apps
+    topology["slo"] = dict(doc["slo"])  # the objective the policies may read (PolicyContext.slo)
     try:
         topo.from_document(topology)
     except ConfigError as e:

@@ -10,7 +10,17 @@ from pydantic import BaseModel, ConfigDict
 
 from .contract import ConfigError, Contract, read_yaml
 from .split import fill_rest
-from .topology import AllocationPolicy, ComputeOptions, Controller, Dispatch, KVOptions, Limits, RBCServer, SQLOptions
+from .topology import (
+    SLO,
+    AllocationPolicy,
+    ComputeOptions,
+    Controller,
+    Dispatch,
+    KVOptions,
+    Limits,
+    RBCServer,
+    SQLOptions,
+)
 
 SCHEMA = "experiment.schema.yaml"
 
@@ -36,13 +46,6 @@ class Cache(_Model):
     app_initial_mb: list[dict[str, int]]
     store: str
     memcached_args: list[str]
-
-
-class SLO(_Model):
-    latency: float
-    step: float
-    window: float
-    warmup: float
 
 
 class Synth(_Model):

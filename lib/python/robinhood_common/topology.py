@@ -208,6 +208,16 @@ class TLS(_Model):
     client_auth: bool
 
 
+class SLO(_Model):
+    """The request P99 objective and how its series is judged (the schema's $defs/slo,
+    shared by the experiment file and the topology), seconds."""
+
+    latency: float
+    step: float
+    window: float
+    warmup: float
+
+
 class Topology(_Model):
     """A whole deployment."""
 
@@ -216,6 +226,7 @@ class Topology(_Model):
     app_servers: list[AppServer]
     auth: Auth | None = None
     tls: TLS | None = None
+    slo: SLO | None = None
 
     def resolve_files(self, folder: Path) -> Topology:
         """The topology with the relative paths of its auth and tls blocks and of its

@@ -29,7 +29,7 @@ PAIRS: list[tuple[type[BaseModel], str]] = [
     (topology.Dispatch, "topology.schema.yaml#/$defs/dispatch"),
     (experiment.ExperimentBackend, "experiment.schema.yaml#/$defs/backend"),
     (experiment.Cache, "experiment.schema.yaml#/$defs/cache"),
-    (experiment.SLO, "experiment.schema.yaml#/$defs/slo"),
+    (topology.SLO, "topology.schema.yaml#/$defs/slo"),
     (experiment.Synth, "experiment.schema.yaml#/$defs/synth"),
     (experiment.Trace, "experiment.schema.yaml#/$defs/trace"),
     (experiment.Scenario, "experiment.schema.yaml#/$defs/scenario"),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
+	"github.com/robinhoodcache/robinhood/rbcserver/rbc/rbctest"
 )
 
 func TestParseFlagsRejectsBadValues(t *testing.T) {
@@ -54,7 +55,7 @@ func TestSynthesizeIsDeterministicAndMeaningful(t *testing.T) {
 	// The heavy-tailed backend 3 must dominate the band, and the slow
 	// backend 1 must block the most requests overall: the demo relies on it.
 	var c rbc.Calculator
-	res, err := c.Compute(lat1, be1, rbc.DefaultParams())
+	res, err := c.Compute(lat1, be1, rbctest.PaperBand())
 	if err != nil {
 		t.Fatal(err)
 	}

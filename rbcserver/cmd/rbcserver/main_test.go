@@ -25,6 +25,7 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
+	"github.com/robinhoodcache/robinhood/rbcserver/rbc/rbctest"
 )
 
 const pkg = "./rbcserver/cmd/rbcserver"
@@ -111,7 +112,7 @@ func TestBinaryServesReportAndGetRBC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := rbc.BruteForce(lat, be, rbc.DefaultParams())
+	w := rbc.BruteForce(lat, be, rbctest.PaperBand())
 	if got.GetWindowRequests() != uint64(w.N) || got.GetLowLatencyUs() != w.Low || got.GetHighLatencyUs() != w.High ||
 		got.GetBandRequests() != w.Band || got.GetP50LatencyUs() != w.P50 || got.GetP99LatencyUs() != w.P99 {
 		t.Fatalf("GetRBC %v\nwant %+v", got, w)

@@ -304,11 +304,12 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	duration := fs.Duration("duration", 0, "stop sending after this long (default: at the end of the trace)")
 	apps := fs.String("app-servers", "", "comma-separated app server ids to spread requests over (default: all)")
 	scPath := fs.String("scenario", "", "capacity scenario (YAML) to apply during the replay")
-	sloD := fs.Duration("slo", 150*time.Millisecond, "P99 latency objective")
-	step := fs.Duration("slo-step", 5*time.Second, "how often the SLO series observes the percentiles")
-	window := fs.Duration("slo-window", 60*time.Second, "how far back each observation looks (a multiple of --slo-step)")
-	warm := &warmupFlag{fraction: 0.25, isFrac: true}
-	fs.Var(warm, "warmup", "warm-up excluded from the violation count: a duration or a percentage of the run")
+	def := config.DefaultSLO() // the experiment schema's slo defaults
+	sloD := fs.Duration("slo", time.Duration(def.Latency), "P99 latency objective (slo.latency)")
+	step := fs.Duration("slo-step", time.Duration(def.Step), "how often the SLO series observes the percentiles (slo.step)")
+	window := fs.Duration("slo-window", time.Duration(def.Window), "how far back each observation looks, a multiple of --slo-step (slo.window)")
+	warm := &warmupFlag{d: time.Duration(def.Warmup)}
+	fs.Var(warm, "warmup", "warm-up excluded from the violation count: a duration or a percentage of the run (slo.warmup)")
 	seed := fs.Uint64("seed", 1, "seed for arrivals, app server choice and the scenario's random walks (unless it has a seed)")
 	loop := fs.Bool("loop", false, "restart the trace at its end until --duration")
 	timeout := fs.Duration("timeout", replay.DefaultTimeout, "per-request timeout")
