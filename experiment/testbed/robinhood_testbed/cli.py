@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from robinhood_common.contract import ConfigError, read_yaml
 from robinhood_common.units import parse_duration
@@ -139,19 +140,48 @@ def _load(args: argparse.Namespace) -> Experiment:
         raise ExperimentError(f"{flag}: {e}") from None
 
 
-#: Short console headings (the report and comparison.md use analysis.COLUMNS' long ones),
-#: so the table fits an 80-column terminal.
+#: Short console headings (the report and comparison.md use analysis.COLUMNS' long ones).
 SHORT_HEADS = {"slo_violation_pct": "SLO viol%", "max_p99_ms": "max P99", "p50_ms": "P50", "p90_ms": "P90",
                "p99_ms": "P99", "hit_ratio": "hit", "requests": "requests", "errors": "errors"}
+#: The columns a narrow terminal drops first, in order; policy and SLO viol% always stay.
+DROP_ORDER = ["requests", "p90_ms", "p50_ms", "hit_ratio", "errors", "p99_ms", "max_p99_ms"]
+
+
+def comparison_table(rows: list[dict], width: int) -> tuple[Table, list[str]]:
+    """The console table at most ``width`` columns wide, and the headings it leaves out.
+    No cell is ever cut short: a narrow terminal loses whole columns (the least telling
+    first, :data:`DROP_ORDER`), and only a policy name longer than what is left wraps."""
+    keys = [k for k, _, _ in analysis.COLUMNS]
+    dropped: list[str] = []
+
+    def build(cols: list[str]) -> Table:
+        t = Table(title="Policy comparison (latencies in ms, after the warm-up)", box=box.SIMPLE_HEAD,
+                  pad_edge=False, title_justify="left")
+        for k in cols:
+            t.add_column(SHORT_HEADS.get(k, k), justify="left" if k == "policy" else "right",
+                         no_wrap=k != "policy", overflow="fold", min_width=len(SHORT_HEADS.get(k, k)))
+        pats = {k: p for k, _, p in analysis.COLUMNS}
+        for r in rows:
+            t.add_row(*[analysis.fmt(r[k], pats[k]) for k in cols])
+        return t
+
+    console = Console(width=10_000)
+    for k in [None, *DROP_ORDER]:
+        if k is not None:
+            dropped.append(k)
+        cols = [c for c in keys if c not in dropped]
+        t = build(cols)
+        if Measurement.get(console, console.options, t).maximum <= width:
+            break
+    return t, [SHORT_HEADS.get(k, k) for k in keys if k in dropped]
 
 
 def print_table(console: Console, rows: list[dict]) -> None:
-    t = Table(title="Policy comparison (latencies in ms, after the warm-up)", box=box.SIMPLE_HEAD, pad_edge=False)
-    for key, _, _ in analysis.COLUMNS:
-        t.add_column(SHORT_HEADS.get(key, key), justify="left" if key == "policy" else "right", no_wrap=True)
-    for r in rows:
-        t.add_row(*[analysis.fmt(r[k], p) for k, _, p in analysis.COLUMNS])
+    t, left_out = comparison_table(rows, console.width)
     console.print(t)
+    if left_out:
+        console.print(f"(not shown at {console.width} columns: {', '.join(left_out)}; comparison.md has every "
+                      "column)")
 
 
 def finish(exp: Experiment, out: Path, arms: list[str], console: Console) -> list[dict]:

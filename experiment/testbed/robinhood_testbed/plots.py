@@ -119,16 +119,20 @@ def slo_curves(runs: list[PolicyRun], out: Path) -> Path:
     return out
 
 
-def allocation(runs: list[PolicyRun], out: Path) -> Path | None:
-    """Per-backend cache allocation over time for every policy with a controller."""
+def allocation_figure(runs: list[PolicyRun]):
+    """Per-backend cache allocation over time for every policy with a controller: one
+    panel each, all on one y-axis from 0 (so a flat 40 MB reads as flat next to a policy
+    that moves 20-90 MB), a backend in the same color in every panel. None without a
+    controller."""
     with_ctl = [r for r in runs if r.allocation_timeline()]
     if not with_ctl:
         return None
-    fig, axes = _grid(len(with_ctl), 5.0, 3.4)
+    names = sorted({n for r in with_ctl for t in r.allocation_timeline() for n in t.get("partitions", {})})
+    fig, axes = _grid(len(with_ctl), 5.0, 3.4, sharex=True, sharey=True)
+    top = 0.0
     for ax, r in zip(axes, with_ctl):
         ticks = r.allocation_timeline()
         t0 = ticks[0].get("unix", ticks[0].get("time", 0))
-        names = sorted({n for t in ticks for n in t.get("partitions", {})})
         for j, n in enumerate(names):
             xs, ys = [], []
             for t in ticks:
@@ -137,13 +141,25 @@ def allocation(runs: list[PolicyRun], out: Path) -> Path | None:
                     continue
                 xs.append(t.get("unix", t.get("time", 0)) - t0)
                 ys.append(p["limit_bytes"] / 2**20)
-            ax.plot(xs, ys, label=n, lw=1.6, color=f"C{j}")
+            if xs:
+                ax.plot(xs, ys, label=n, lw=1.6, color=f"C{j}")
+                top = max(top, *ys)
         ax.set_title(f"{r.policy}: cache allocation per backend")
         ax.set_xlabel("time (s)")
-        ax.set_ylabel("memcached limit (MB)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    axes[0].set_ylim(0, top * 1.05 if top > 0 else 1)  # shared: every panel
+    for ax in axes[::4]:
+        ax.set_ylabel("memcached limit (MB)")
     fig.tight_layout()
+    return fig
+
+
+def allocation(runs: list[PolicyRun], out: Path) -> Path | None:
+    """The allocation figure (:func:`allocation_figure`) written to out."""
+    fig = allocation_figure(runs)
+    if fig is None:
+        return None
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out

@@ -102,6 +102,53 @@ def test_eight_arms_stay_readable(tmp_path: Path) -> None:
     assert plots.ONE_AXIS_MAX < len(arms)
 
 
+def test_allocation_panels_share_one_y_axis_from_zero(tmp_path: Path) -> None:
+    # A flat 40 MB split and one moving 20-90 MB: both panels span 0 to the largest limit.
+    for name, limits in (("static", [(40, 40)] * 3), ("robinhood", [(40, 40), (20, 60), (90, 10)])):
+        d = fake_run(tmp_path, name, [100, 110], [50.0, 90.0, 99.0])
+        (d / "controller-app0.jsonl").write_text("".join(
+            json.dumps({"unix": 100 + 10 * i, "partitions": {"a": {"limit_bytes": a << 20}, "b": {"limit_bytes": b << 20}}})
+            + "\n" for i, (a, b) in enumerate(limits)))
+    runs = [analysis.PolicyRun.load(tmp_path / p) for p in ("static", "robinhood")]
+    fig = plots.allocation_figure(runs)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    try:
+        assert len(axes) == 2
+        assert {ax.get_ylim() for ax in axes} == {(0.0, 90 * 1.05)}
+        # The same backend has the same color in both panels.
+        assert [ln.get_color() for ln in axes[0].lines] == [ln.get_color() for ln in axes[1].lines]
+    finally:
+        plots.plt.close(fig)
+
+
+def test_console_table_fits_80_columns_without_cutting_a_cell() -> None:
+    from rich.console import Console
+
+    from robinhood_testbed.cli import comparison_table
+
+    names = [*allocation_names(), "shared", "robinhood+partitioned+jsq"]
+    rows = [dict(policy=n, slo_violation_pct=43.9, max_p99_ms=4012.0, p50_ms=12.3, p90_ms=45.6, p99_ms=1234.0,
+                 hit_ratio=0.612, requests=123456, errors=12345) for n in names]
+    for width, shown in ((80, None), (200, 9)):
+        table, left_out = comparison_table(rows, width)
+        console = Console(width=width, record=True, file=open("/dev/null", "w"))
+        console.print(table)
+        text = console.export_text()
+        assert "…" not in text and max(len(line.rstrip()) for line in text.splitlines()) <= width
+        for n in names:
+            assert n in text, n
+        if shown is not None:
+            assert len(table.columns) == shown and not left_out
+        else:
+            assert 3 <= len(table.columns) < 9 and left_out and "SLO viol%" in text
+
+
+def allocation_names() -> list[str]:
+    from robinhood_controller import policies
+
+    return policies.names()
+
+
 def test_report_rebuilds_a_results_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from robinhood_testbed import cli
     exp = tmp_path / "exp.yaml"
