@@ -1,13 +1,13 @@
-// Command sim is the discrete-event simulator (docs/simulator.md).
+// Command sim is the discrete-event simulator's engine (docs/simulator.md):
 //
-//	sim run --experiment FILE --policy NAME --out DIR      one arm, simulated
-//	sim compare --experiment FILE --out DIR                every arm, simulated
-//	sim sweep --experiment FILE --param P --values A,B,... one parameter over a range, several seeds
-//	sim arm --topology FILE --trace FILE --out DIR ...     one prepared arm (what the testbed calls)
+//	sim arm --topology FILE --trace FILE --out DIR ...     one prepared arm
 //
-// run and compare are the testbed's own commands with --engine sim (the
-// same experiment file, arms, trace, topology and report); arm simulates one
-// arm whose topology the testbed wrote, with the replayer's flags.
+// It simulates one arm whose topology the testbed wrote, with the
+// replayer's flags, and runs the allocation policies in the controller's
+// policy server. Users run experiments with robinhood-testbed (run, compare,
+// matrix and sweep with --engine sim), which prepares each arm and calls
+// this command; the processes go one way: the testbed, then bin/sim arm,
+// then the policy server.
 package main
 
 import (
@@ -23,7 +23,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
@@ -34,13 +33,13 @@ import (
 )
 
 const usage = `usage:
-  sim run --experiment FILE --policy NAME --out DIR [testbed run flags]
-  sim compare --experiment FILE --out DIR [testbed compare flags]
-  sim sweep --experiment FILE --param P --values A,B,... [--seeds 1,2,3] [--policies ...] --out DIR
   sim arm --topology FILE (--trace FILE | --synth "ARGS") --out DIR --duration D [flags]
 
-run and compare are robinhood-testbed run/compare --engine sim; sweep is
-robinhood-testbed sweep.
+bin/sim is the simulator's engine: it runs one arm the testbed prepared.
+Simulate an experiment with the testbed:
+  robinhood-testbed run --engine sim --experiment FILE --policy NAME --out DIR
+  robinhood-testbed compare --engine sim --experiment FILE --out DIR
+  robinhood-testbed sweep --experiment FILE --param P --values A,B,... --out DIR
 'sim arm -h' lists the flags of one prepared arm.
 `
 
@@ -57,10 +56,12 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		return errors.New("no command")
 	}
 	switch args[0] {
-	case "run", "compare":
-		return testbed(append([]string{args[0], "--engine", "sim"}, args[1:]...))
-	case "sweep":
-		return testbed(args)
+	case "run", "compare", "sweep":
+		engine := " --engine sim"
+		if args[0] == "sweep" {
+			engine = ""
+		}
+		return fmt.Errorf("%q is not a command of bin/sim, the simulator's engine: run `robinhood-testbed %s%s ...` (docs/simulator.md)", args[0], args[0], engine)
 	case "arm":
 		return cmdArm(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -85,16 +86,6 @@ func repoFile(rel, name string) (string, bool) {
 		return p, true
 	}
 	return "", false
-}
-
-// testbed becomes robinhood-testbed with args (run and compare with
-// --engine sim; sweep always simulates).
-func testbed(args []string) error {
-	tb, ok := repoFile(".venv/bin/robinhood-testbed", "robinhood-testbed")
-	if !ok {
-		return errors.New("robinhood-testbed not found (run `make venv`, or put it on PATH)")
-	}
-	return syscall.Exec(tb, append([]string{tb}, args...), os.Environ())
 }
 
 // controllerCommand is the robinhood-controller the policies run in.
