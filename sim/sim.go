@@ -23,6 +23,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/trace"
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 	"github.com/robinhoodcache/robinhood/rbcserver/ring"
 	"github.com/robinhoodcache/robinhood/rbcserver/stats"
@@ -768,8 +769,8 @@ func (s *Sim) controllerTick() {
 	total, perApp := s.store.Window(now, window)
 	// One RBC snapshot and one statistics window for every app server, as
 	// they read the same RBC server.
-	snap := &RBCSnapshot{Counts: s.rbcCounts(res), WindowRequests: res.N, BandRequests: res.Band, P99LatencyUs: res.P99}
-	all := map[string]QueryStats{}
+	snap := &pb.PolicyRBCSnapshot{Counts: s.rbcCounts(res), WindowRequests: uint64(res.N), BandRequests: res.Band, P99LatencyUs: res.P99}
+	all := map[string]*pb.PolicyQueryStats{}
 	for _, sum := range total {
 		if b := s.backendByID(sum.Backend); b != nil {
 			all[b.name] = s.queryStats(sum)
@@ -779,15 +780,15 @@ func (s *Sim) controllerTick() {
 		if !a.controlled {
 			continue
 		}
-		req := &TickRequest{AppServer: a.id, Now: float64(now.UnixNano()) / 1e9, RBC: snap,
-			Partitions: map[string]PartitionSample{}, Stats: all, Local: map[string]QueryStats{}}
+		req := &pb.PolicyTickRequest{AppServer: a.id, Now: float64(now.UnixNano()) / 1e9, Rbc: snap,
+			Partitions: map[string]*pb.PolicyPartitionSample{}, Stats: all, Local: map[string]*pb.PolicyQueryStats{}}
 		for _, p := range a.parts {
 			if p == nil {
 				continue
 			}
 			c := p.cache
-			sample := PartitionSample{LimitBytes: s.unscale(c.Limit()), MallocedBytes: s.unscale(c.Malloced()), ItemBytes: s.unscale(c.ItemBytes()),
-				Items: int64(c.Len()), Evictions: c.Evictions, GetHits: c.Hits, GetMisses: c.Misses}
+			sample := &pb.PolicyPartitionSample{LimitBytes: uint64(s.unscale(c.Limit())), MallocedBytes: uint64(s.unscale(c.Malloced())),
+				ItemBytes: uint64(s.unscale(c.ItemBytes())), Items: uint64(c.Len()), Evictions: c.Evictions, GetHits: c.Hits, GetMisses: c.Misses}
 			last := s.lastHM[p]
 			if dh, dm := c.Hits-last[0], c.Misses-last[1]; dh+dm > 0 {
 				r := float64(dh) / float64(dh+dm)
@@ -806,22 +807,22 @@ func (s *Sim) controllerTick() {
 			s.err = err
 			return
 		}
-		for name, mb := range ans.LimitsMB {
+		for name, mb := range ans.LimitsMb {
 			b := s.byName[name]
 			if b == nil || a.parts[b.id] == nil {
 				s.err = fmt.Errorf("policy server: a limit for unknown partition %q of %s", name, a.id)
 				return
 			}
-			a.parts[b.id].cache.SetLimit(s.scale(mb << 20))
+			a.parts[b.id].cache.SetLimit(s.scale(int64(mb) << 20))
 		}
 	}
 }
 
 // queryStats is GetStats' summary of one backend (sizes in the full
 // system's bytes).
-func (s *Sim) queryStats(sum stats.Summary) QueryStats {
+func (s *Sim) queryStats(sum stats.Summary) *pb.PolicyQueryStats {
 	us := func(v float64) uint32 { return uint32(min(math.Round(v), math.MaxUint32)) }
-	return QueryStats{Hits: sum.Hits, Misses: sum.Misses, ShadowHits: sum.ShadowHits,
+	return &pb.PolicyQueryStats{Hits: sum.Hits, Misses: sum.Misses, ShadowHits: sum.ShadowHits,
 		ShadowBytes: uint64(s.unscale(int64(sum.ShadowBytes))), Queries: sum.Queries(),
 		P50QueryLatencyUs: us(sum.Latency.Quantile(0.5)), P99QueryLatencyUs: us(sum.Latency.Quantile(0.99)),
 		LimitBytes: uint64(s.unscale(int64(sum.LimitBytes)))}

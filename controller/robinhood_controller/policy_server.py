@@ -7,8 +7,12 @@ only. Every simulated controller interval it sends what the real controller woul
 have read (memcached's stats of each partition, the RBC snapshot) and gets back the
 targets and the whole-MB limits to apply. The decision is :func:`decide.decide`, the
 very function :meth:`Controller.tick` runs, and the timeline line is
-:func:`timeline.tick_record`, the one the real controller writes. The protocol is in
-docs/controller.md ("policy-server (the simulator's controller)").
+:func:`timeline.tick_record`, the one the real controller writes. The messages are
+defined once, in proto/robinhood/v1/policy.proto: requests are parsed into the
+generated ``robinhood.v1.policy_pb2`` messages and answers written from them (the
+simulator uses the generated Go types); the protocol is described in
+docs/controller.md ("policy-server (the simulator's controller)"), and
+tests/vectors/policy_server.json holds an exchange both sides are tested on.
 
 A bad request is answered ``{"ok": false, "error": "<field>: <what is wrong>"}`` and
 changes nothing; the server keeps going. ``{"op": "close"}`` or the end of stdin
@@ -20,11 +24,16 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import IO, Any
 
+from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+from robinhood.v1 import policy_pb2 as pb
 from robinhood_common.topology import Topology
 from robinhood_common.units import format_value
 
@@ -37,19 +46,23 @@ from .timeline import PartitionAfter, TimelineWriter, tick_record
 
 log = logging.getLogger("robinhood_controller")
 
-OPS = ("open", "tick", "close")
-"""The requests the server answers."""
+REQUESTS: dict[str, type[Message]] = {
+    "open": pb.PolicyOpenRequest,
+    "tick": pb.PolicyTickRequest,
+    "close": pb.PolicyCloseRequest,
+}
+"""The requests the server answers: op -> its message (proto/robinhood/v1/policy.proto)."""
+OPS = tuple(REQUESTS)
 
-_OPEN_FIELDS = ("op", "topology", "app_server", "timeline")
-_TICK_FIELDS = ("op", "app_server", "now", "partitions", "rbc", "stats", "local")
-_CLOSE_FIELDS = ("op",)
-_SAMPLE_REQUIRED = ("limit_bytes", "malloced_bytes", "item_bytes")
-_SAMPLE_OPTIONAL = ("items", "evictions", "get_hits", "get_misses")
-_SAMPLE_FIELDS = (*_SAMPLE_REQUIRED, *_SAMPLE_OPTIONAL, "hit_ratio")
-_RBC_COUNTS = ("window_requests", "band_requests", "p99_latency_us")
-_RBC_PCTS = ("low_pct", "high_pct")
-_RBC_FIELDS = ("counts", *_RBC_COUNTS, *_RBC_PCTS)
-_QUERY_FIELDS = tuple(f.name for f in fields(QueryStats))
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "PolicyOpenRequest": ("op", "topology", "app_server"),
+    "PolicyTickRequest": ("op", "app_server", "now", "partitions"),
+    "PolicyPartitionSample": ("limit_bytes", "malloced_bytes", "item_bytes"),
+    "PolicyRBCSnapshot": ("counts",),
+    "PolicyCloseRequest": ("op",),
+}
+"""The request fields policy.proto says are "Required." (proto3 has no required
+fields), by message name; controller/tests/test_policy_server.py checks each is a field."""
 
 
 class RequestError(ValueError):
@@ -58,6 +71,20 @@ class RequestError(ValueError):
 
 
 # -- reading a request ------------------------------------------------------------
+#
+# A request line is checked against its message's descriptor first, so that a bad
+# one is answered with the field and what is wrong with it (json_format's own errors
+# name neither well), then parsed into the generated message with json_format.
+
+
+_INT_RANGE = {
+    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1), FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1), FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_INT64: (-2**63, 2**63 - 1), FieldDescriptor.TYPE_SINT64: (-2**63, 2**63 - 1),
+    FieldDescriptor.TYPE_SFIXED64: (-2**63, 2**63 - 1), FieldDescriptor.TYPE_INT32: (-2**31, 2**31 - 1),
+    FieldDescriptor.TYPE_SINT32: (-2**31, 2**31 - 1), FieldDescriptor.TYPE_SFIXED32: (-2**31, 2**31 - 1),
+}
+_DECIMAL = re.compile(r"-?[0-9]+")
 
 
 def _path(where: str, key: str) -> str:
@@ -70,32 +97,23 @@ def _object(v: Any, where: str) -> dict[str, Any]:
     return v
 
 
-def _known(obj: Mapping[str, Any], where: str, known: Iterable[str]) -> None:
-    allowed = tuple(known)
-    for k in obj:
-        if k not in allowed:
-            raise RequestError(f"{_path(where, k)}: unknown field (known: {', '.join(allowed)})")
-
-
-def _required(obj: Mapping[str, Any], where: str, key: str) -> Any:
-    if key not in obj:
-        raise RequestError(f"{_path(where, key)}: missing")
-    return obj[key]
-
-
 def _string(v: Any, where: str) -> str:
     if not isinstance(v, str) or not v:
         raise RequestError(f"{where}: {format_value(v)} is not a non-empty string")
     return v
 
 
-def _count(v: Any, where: str) -> int:
-    """A non-negative integer (JSON booleans and fractions are not)."""
-    if isinstance(v, bool) or not isinstance(v, int):
+def _integer(v: Any, where: str, lo: int, hi: int) -> int:
+    """An integer in [lo, hi]: a JSON integer, or its decimal string (the proto3 JSON
+    form of 64-bit integers). JSON booleans and fractions are not."""
+    n = int(v) if isinstance(v, str) and _DECIMAL.fullmatch(v) else v
+    if isinstance(n, bool) or not isinstance(n, int):
         raise RequestError(f"{where}: {format_value(v)} is not an integer")
-    if v < 0:
+    if n < 0 <= lo:
         raise RequestError(f"{where}: {format_value(v)} is negative")
-    return v
+    if not lo <= n <= hi:
+        raise RequestError(f"{where}: {format_value(v)} is out of range")
+    return n
 
 
 def _number(v: Any, where: str) -> float:
@@ -105,64 +123,141 @@ def _number(v: Any, where: str) -> float:
     return float(v)
 
 
-def _partition_map(v: Any, where: str, names: Iterable[str]) -> dict[str, Any]:
-    """An object keyed by partition names of the app server."""
-    obj = _object(v, where)
-    known = tuple(names)
+def _value(v: Any, f: FieldDescriptor, where: str) -> Any:
+    """One value of field f, checked; returned as json_format takes it."""
+    t = f.type
+    if t == FieldDescriptor.TYPE_MESSAGE:
+        return _message(v, f.message_type, where)
+    if t == FieldDescriptor.TYPE_STRING:
+        return _string(v, where)
+    if t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return _number(v, where)
+    if t in _INT_RANGE:
+        return _integer(v, where, *_INT_RANGE[t])
+    if t == FieldDescriptor.TYPE_BOOL:
+        if not isinstance(v, bool):
+            raise RequestError(f"{where}: {format_value(v)} is not a boolean")
+        return v
+    raise RequestError(f"{where}: unsupported field type {t}")  # policy.proto uses none other
+
+
+def _message(v: Any, desc: Descriptor, where: str) -> dict[str, Any]:
+    """A JSON object of message desc, checked: no unknown field, the required ones
+    present, every value of its field's type. Null fields are left out (unset)."""
+    obj = _object(v, where or "request")
+    known = desc.fields_by_name
     for k in obj:
         if k not in known:
-            raise RequestError(f"{_path(where, k)}: not a partition of this app server (known: {', '.join(known)})")
-    return obj
-
-
-def _sample(v: Any, where: str) -> tuple[PartitionSample, float | None]:
-    """One partition's memcached stats, and its hit ratio (given, or from the gets)."""
-    obj = _object(v, where)
-    _known(obj, where, _SAMPLE_FIELDS)
-    ints = {k: _count(_required(obj, where, k), _path(where, k)) for k in _SAMPLE_REQUIRED}
-    ints.update({k: _count(obj[k], _path(where, k)) for k in _SAMPLE_OPTIONAL if k in obj})
-    s = PartitionSample(**ints)
-    if "hit_ratio" not in obj:
-        gets = s.get_hits + s.get_misses
-        return s, (s.get_hits / gets if gets else None)
-    ratio = obj["hit_ratio"]
-    if ratio is None:
-        return s, None
-    r = _number(ratio, _path(where, "hit_ratio"))
-    if not 0 <= r <= 1:
-        raise RequestError(f"{_path(where, 'hit_ratio')}: {format_value(ratio)} is not between 0 and 1")
-    return s, r
-
-
-def _query_stats(v: Any, where: str, names: Iterable[str]) -> dict[str, QueryStats]:
-    """Per partition, QueryStats fields (each optional, 0 when absent)."""
-    if v is None:
-        return {}
-    out: dict[str, QueryStats] = {}
-    for n, entry in _partition_map(v, where, names).items():
-        w = _path(where, n)
-        obj = _object(entry, w)
-        _known(obj, w, _QUERY_FIELDS)
-        out[n] = QueryStats(**{k: _count(x, _path(w, k)) for k, x in obj.items()})
+            raise RequestError(f"{_path(where, k)}: unknown field (known: {', '.join(f.name for f in desc.fields)})")
+    for k in REQUIRED.get(desc.name, ()):
+        if obj.get(k) is None:
+            raise RequestError(f"{_path(where, k)}: missing")
+    out: dict[str, Any] = {}
+    for k, x in obj.items():
+        if x is None:
+            continue
+        f, w = known[k], _path(where, k)
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            vf = f.message_type.fields_by_name["value"]
+            out[k] = {n: _value(e, vf, _path(w, n)) for n, e in _object(x, w).items()}
+        elif f.is_repeated:
+            if not isinstance(x, list):
+                raise RequestError(f"{w}: {format_value(x)} is not a list")
+            out[k] = [_value(e, f, f"{w}[{i}]") for i, e in enumerate(x)]
+        else:
+            out[k] = _value(x, f, w)
     return out
 
 
-def _snapshot(req: Mapping[str, Any], names: list[str]) -> RBCSnapshot | None:
-    """The RBC snapshot of a tick request (None for "rbc": null or absent). The
-    statistics come with it, as they do from GetStats."""
-    stats = _query_stats(req.get("stats"), "stats", names)
-    local = _query_stats(req.get("local"), "local", names)
-    v = req.get("rbc")
-    if v is None:
+def parse_request(line: str) -> Message:
+    """One request line as its message (PolicyOpenRequest, PolicyTickRequest or
+    PolicyCloseRequest, by its op); RequestError names what is wrong."""
+    try:
+        req = json.loads(line, parse_constant=_no_constant)
+    except ValueError as e:
+        raise RequestError(f"request: not JSON ({e})") from None
+    op = _object(req, "request").get("op")
+    if op is None:
+        raise RequestError("op: missing")
+    cls = REQUESTS.get(op) if isinstance(op, str) else None
+    if cls is None:
+        raise RequestError(f"op: {format_value(op)} is not one of {', '.join(OPS)}")
+    msg = cls()
+    try:
+        json_format.ParseDict(_message(req, cls.DESCRIPTOR, ""), msg)
+    except json_format.ParseError as e:  # not expected after the check
+        raise RequestError(f"request: {e}") from None
+    return msg
+
+
+def _names(keys: Iterable[str], where: str, names: Iterable[str]) -> None:
+    """Every key a partition name of the app server."""
+    known = tuple(names)
+    for k in keys:
+        if k not in known:
+            raise RequestError(f"{_path(where, k)}: not a partition of this app server (known: {', '.join(known)})")
+
+
+def _sample(s: pb.PolicyPartitionSample, where: str) -> tuple[PartitionSample, float | None]:
+    """One partition's memcached stats, and its hit ratio (None when not given)."""
+    sample = PartitionSample(**{f.name: getattr(s, f.name) for f in fields(PartitionSample)})
+    if not s.HasField("hit_ratio"):
+        return sample, None
+    if not 0 <= s.hit_ratio <= 1:
+        raise RequestError(f"{where}.hit_ratio: {format_value(s.hit_ratio)} is not between 0 and 1")
+    return sample, s.hit_ratio
+
+
+def _query_stats(m: Mapping[str, pb.PolicyQueryStats], where: str, names: list[str]) -> dict[str, QueryStats]:
+    _names(m, where, names)
+    return {n: QueryStats(**{f.name: getattr(q, f.name) for f in fields(QueryStats)}) for n, q in m.items()}
+
+
+def _snapshot(req: pb.PolicyTickRequest, names: list[str]) -> RBCSnapshot | None:
+    """The RBC snapshot of a tick request (None for "rbc" unset). The statistics come
+    with it, as they do from GetStats."""
+    stats = _query_stats(req.stats, "stats", names)
+    local = _query_stats(req.local, "local", names)
+    if not req.HasField("rbc"):
         return None
-    obj = _object(v, "rbc")
-    _known(obj, "rbc", _RBC_FIELDS)
-    given = _partition_map(_required(obj, "rbc", "counts"), "rbc.counts", names)
+    r = req.rbc
+    _names(r.counts, "rbc.counts", names)
     counts = {n: 0 for n in names}
-    counts.update({n: _count(c, f"rbc.counts.{n}") for n, c in given.items()})
-    ints = {k: _count(obj[k], f"rbc.{k}") for k in _RBC_COUNTS if k in obj}
-    pcts = {k: _number(obj[k], f"rbc.{k}") for k in _RBC_PCTS if k in obj}
-    return RBCSnapshot(counts=counts, stats=stats, local=local, **ints, **pcts)
+    counts.update(r.counts)
+    pcts = {k: getattr(r, k) for k in ("low_pct", "high_pct") if r.HasField(k)}
+    return RBCSnapshot(counts=counts, window_requests=r.window_requests, band_requests=r.band_requests,
+                       p99_latency_us=r.p99_latency_us, stats=stats, local=local, **pcts)
+
+
+# -- writing an answer -----------------------------------------------------------
+
+
+def answer_object(msg: Message) -> dict[str, Any]:
+    """An answer message as the JSON object written on its line: every field without
+    presence (defaults included), 64-bit integers as numbers where exact, fields in
+    policy.proto's order and map keys sorted, as the simulator writes its requests."""
+    d = json_format.MessageToDict(msg, always_print_fields_with_no_presence=True, preserving_proto_field_name=True,
+                                  unquote_int64_if_possible=True)
+    return _ordered(d, msg.DESCRIPTOR)
+
+
+def _ordered(d: dict[str, Any], desc: Descriptor) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in desc.fields:
+        if f.name not in d:
+            continue
+        v = d[f.name]
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            vt = f.message_type.fields_by_name["value"].message_type
+            v = {k: _ordered(v[k], vt) if vt is not None else v[k] for k in sorted(v)}
+        elif f.message_type is not None:
+            v = [_ordered(e, f.message_type) for e in v] if isinstance(v, list) else _ordered(v, f.message_type)
+        out[f.name] = v
+    return out
+
+
+def _error(msg: str) -> dict[str, Any]:
+    return answer_object(pb.PolicyErrorAnswer(ok=False, error=msg))
 
 
 # -- the server ------------------------------------------------------------------
@@ -194,27 +289,21 @@ class PolicyServer:
     def handle(self, line: str) -> dict[str, Any]:
         """The answer to one request line."""
         try:
-            try:
-                req = json.loads(line, parse_constant=_no_constant)
-            except ValueError as e:
-                raise RequestError(f"request: not JSON ({e})") from None
-            req = _object(req, "request")
-            op = _required(req, "", "op")
-            if op == "open":
-                return self._open(req)
-            if op == "tick":
-                return self._tick(req)
-            if op == "close":
-                _known(req, "", _CLOSE_FIELDS)
+            req = parse_request(line)
+            if isinstance(req, pb.PolicyOpenRequest):
+                answer: Message = self._open(req)
+            elif isinstance(req, pb.PolicyTickRequest):
+                answer = self._tick(req)
+            else:
                 self.closed = True
-                return {"ok": True}
-            raise RequestError(f"op: {format_value(op)} is not one of {', '.join(OPS)}")
+                answer = pb.PolicyCloseAnswer(ok=True)
+            return answer_object(answer)
         except RequestError as e:
             log.warning("event=bad_request error=%r", str(e))
-            return {"ok": False, "error": str(e)}
+            return _error(str(e))
         except Exception as e:  # noqa: BLE001 - one request's failure must not end the server
             log.exception("event=request_failed")
-            return {"ok": False, "error": f"request failed: {type(e).__name__}: {e}"}
+            return _error(f"request failed: {type(e).__name__}: {e}")
 
     def close(self) -> None:
         """Close every timeline."""
@@ -223,13 +312,9 @@ class PolicyServer:
                 app.timeline.close()
         self.apps.clear()
 
-    def _open(self, req: dict[str, Any]) -> dict[str, Any]:
-        _known(req, "", _OPEN_FIELDS)
-        topology = _string(_required(req, "", "topology"), "topology")
-        app_id = _string(_required(req, "", "app_server"), "app_server")
-        path = req.get("timeline")
-        if path is not None:
-            path = _string(path, "timeline")
+    def _open(self, req: pb.PolicyOpenRequest) -> pb.PolicyOpenAnswer:
+        topology, app_id = req.topology, req.app_server
+        path = req.timeline if req.HasField("timeline") else None
         if app_id in self.apps:
             raise RequestError(f"app_server: {format_value(app_id)} is already open")
         try:
@@ -255,32 +340,25 @@ class PolicyServer:
         s = cfg.settings
         log.info("event=open app_server=%s policy=%s budget_mb=%d partitions=%s timeline=%s",
                  app_id, policy.name, cfg.budget_mb, ",".join(app.names), path or "-")
-        return {
-            "ok": True,
-            "app_server": cfg.app_server,
-            "policy": policy.name,
-            "needs_rbc": policy.needs_rbc,
-            "budget_bytes": cfg.budget_bytes,
-            "floor_bytes": s.min_partition_mb * MIB,
-            "interval_s": s.interval,
-            "partitions": [{"name": p.name, "backend_id": p.backend_id, "initial_mb": p.initial_mb}
-                           for p in cfg.partitions],
-            "budget_mb": cfg.budget_mb,
-            "rbc_window_s": cfg.rbc_window,
-        }
+        return pb.PolicyOpenAnswer(
+            ok=True, app_server=cfg.app_server, policy=policy.name, needs_rbc=policy.needs_rbc,
+            budget_bytes=cfg.budget_bytes, floor_bytes=s.min_partition_mb * MIB, interval_s=s.interval,
+            partitions=[pb.PolicyPartition(name=p.name, backend_id=p.backend_id, initial_mb=p.initial_mb)
+                        for p in cfg.partitions],
+            budget_mb=cfg.budget_mb, rbc_window_s=cfg.rbc_window)
 
-    def _tick(self, req: dict[str, Any]) -> dict[str, Any]:
-        _known(req, "", _TICK_FIELDS)
-        app_id = _string(_required(req, "", "app_server"), "app_server")
+    def _tick(self, req: pb.PolicyTickRequest) -> pb.PolicyTickAnswer:
+        app_id = req.app_server
         app = self.apps.get(app_id)
         if app is None:
             opened = ", ".join(sorted(self.apps)) or "none"
             raise RequestError(f"app_server: {format_value(app_id)} is not open (open: {opened}; "
                                'send {"op":"open",...} first)')
-        now = _number(_required(req, "", "now"), "now")
+        now = req.now
+        _names(req.partitions, "partitions", app.names)
         samples: dict[str, PartitionSample] = {}
         hit_ratio: dict[str, float | None] = {}
-        for n, v in _partition_map(_required(req, "", "partitions"), "partitions", app.names).items():
+        for n, v in req.partitions.items():
             samples[n], hit_ratio[n] = _sample(v, f"partitions.{n}")
         snap = _snapshot(req, app.names)
 
@@ -309,8 +387,8 @@ class PolicyServer:
                         f"policy {app.policy.name}: {d.policy_error}; targets kept")
         log.debug("event=tick app_server=%s tick=%d now=%.3f limits_mb=%s notes=%r", app_id, tick, now,
                   d.limits_mb, d.notes)
-        return {"ok": True, "tick": tick, "targets": d.targets, "limits_mb": d.limits_mb,
-                "eligible": d.eligible, "notes": d.notes}
+        return pb.PolicyTickAnswer(ok=True, tick=tick, targets=d.targets, limits_mb=d.limits_mb,
+                                   eligible=d.eligible, notes=d.notes)
 
 
 def _no_constant(name: str) -> Any:
@@ -332,7 +410,7 @@ def serve(inp: IO[bytes], out: IO[str]) -> int:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                _answer(out, {"ok": False, "error": f"request: not UTF-8 ({e.reason} at byte {e.start})"})
+                _answer(out, _error(f"request: not UTF-8 ({e.reason} at byte {e.start})"))
                 continue
             if not line.strip():
                 continue

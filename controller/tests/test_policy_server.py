@@ -3,7 +3,9 @@ subcommand runs as a subprocess and is spoken to in JSON lines; the decision it 
 is the one Controller.tick makes (decide.decide), checked side by side at the end."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -11,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from robinhood.v1 import policy_pb2 as pb
 
 from robinhood_controller.config import load
 from robinhood_controller.controller import Controller
 from robinhood_controller.partition import PartitionStats
 from robinhood_controller.plan import MIB
-from robinhood_controller.policies import AllocationPolicy, Decision, PlanInput
-from robinhood_controller.policy_server import PolicyServer
+from robinhood_controller.policies import AllocationPolicy, Decision, PartitionSample, PlanInput
+from robinhood_controller.policy_server import OPS, REQUESTS, REQUIRED, PolicyServer
 from robinhood_controller.rbc import QueryStats, RBCSnapshot
 from robinhood_controller.timeline import read_timeline
 
@@ -26,6 +29,8 @@ T0 = 1_000_000_000.0
 _SCRIPT = Path(sys.executable).parent / "robinhood-controller"
 SERVER = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "robinhood_controller.cli"]
 SERVER = [*SERVER, "policy-server"]
+VECTORS = Path(__file__).resolve().parents[2] / "tests" / "vectors"
+PROTO = Path(__file__).resolve().parents[2] / "proto" / "robinhood" / "v1"
 
 TIMELINE_FIELDS = {"time", "tick", "app_server", "policy", "dry_run", "budget_bytes", "rbc_ok", "window_requests",
                    "pages_moved", "partitions"}
@@ -87,17 +92,21 @@ def _tick(app: str, now: float, limits_mb: Mapping[str, int], rbc: dict[str, Any
 class Server:
     """The policy-server subprocess, asked one line at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, cwd: Path | None = None) -> None:
         self.p = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True)
+                                  text=True, cwd=cwd)
 
     def send(self, line: str) -> dict[str, Any]:
+        return json.loads(self.send_line(line))
+
+    def send_line(self, line: str) -> str:
+        """The answer line to a request line, as written."""
         assert self.p.stdin is not None and self.p.stdout is not None
         self.p.stdin.write(line + "\n")
         self.p.stdin.flush()
         answer = self.p.stdout.readline()
         assert answer.endswith("\n"), f"no answer to {line!r}; stderr: {self._stderr()}"
-        return json.loads(answer)
+        return answer
 
     def ask(self, req: dict[str, Any]) -> dict[str, Any]:
         return self.send(json.dumps(req))
@@ -206,7 +215,7 @@ def test_a_first_tick_without_every_partition_waits(server: Server, tmp_path: Pa
     server.ask({"op": "open", "topology": str(_topology(tmp_path)), "app_server": "app0"})
     limits = {n: 32 for n in NAMES}
     a = server.ask(_tick("app0", T0, limits, _rbc(), skip=("catalog",)))
-    assert a == {"ok": True, "tick": 1, "targets": None, "limits_mb": None, "eligible": {},
+    assert a == {"ok": True, "tick": 1, "targets": {}, "limits_mb": {}, "eligible": {},
                  "notes": ["waiting for every partition to answer before adopting targets"]}
     a = server.ask(_tick("app0", T0 + 1, limits, _rbc()))
     assert a["tick"] == 2 and a["notes"][0].startswith("adopted ")
@@ -255,6 +264,23 @@ def test_bad_requests_answer_an_error_and_change_nothing(server: Server, tmp_pat
     assert error(bad).startswith("stats.catalog.hitz: unknown field")
     assert error({**_tick("app0", T0, limits, _rbc()), "partitions": []}) == "partitions: a list is not an object"
     assert "app9" in error(_tick("app9", T0, limits, _rbc()))  # an unknown app server
+    bad = _tick("app0", T0, limits, {**_rbc(), "counts": None})
+    assert error(bad) == "rbc.counts: missing"
+    bad = _tick("app0", T0, limits, {**_rbc(), "p99_latency_us": 2**32})
+    assert error(bad) == "rbc.p99_latency_us: 4294967296 is out of range"
+    bad = _tick("app0", T0, limits, {**_rbc(), "p999": 1})
+    assert error(bad).startswith("rbc.p999: unknown field (known: counts, window_requests, band_requests, ")
+    bad = _tick("app0", T0, limits, _rbc())
+    bad["partitions"]["catalog"]["items"] = 1.5
+    assert error(bad) == "partitions.catalog.items: 1.5 is not an integer"
+    bad["partitions"]["catalog"]["items"] = "12x"
+    assert error(bad) == 'partitions.catalog.items: "12x" is not an integer'
+    bad = _tick("app0", T0, limits, _rbc())
+    bad["partitions"]["catalog"]["hit_ratio"] = 1.5
+    assert error(bad) == "partitions.catalog.hit_ratio: 1.5 is not between 0 and 1"
+    bad = _tick("app0", T0, limits, _rbc())
+    bad["stats"]["catalog"] = [1]
+    assert error(bad) == "stats.catalog: a list is not an object"
 
     # Nothing changed: the next good tick is the first, and adopts.
     server.p.stdin.write("\n")  # a blank line is not a request
@@ -311,6 +337,91 @@ def test_same_input_gives_the_same_output(tmp_path: Path) -> None:
     answers = [json.loads(x) for x in outs[0][0].splitlines()]
     assert len(answers) == 2 + 3 * 20 + 1
     assert sum(not a["ok"] for a in answers) == 20
+
+
+def test_hit_ratio_absent_or_null_is_none(tmp_path: Path) -> None:
+    """A partition's hit_ratio (proto3 optional) is the timeline's when given; absent
+    and null alike are none."""
+    srv = PolicyServer()
+    tl = tmp_path / "controller-app0.jsonl"
+    assert srv.handle(json.dumps({"op": "open", "topology": str(_topology(tmp_path)), "app_server": "app0",
+                                  "timeline": str(tl)}))["ok"]
+    req = _tick("app0", T0, {n: 32 for n in NAMES}, _rbc())
+    del req["partitions"]["catalog"]["hit_ratio"]
+    req["partitions"]["ratings"]["hit_ratio"] = None
+    assert srv.handle(json.dumps(req))["ok"] is True
+    srv.close()
+    parts = read_timeline(tl)[0]["partitions"]
+    assert {n: p["hit_ratio"] for n, p in parts.items()} == {"catalog": None, "ratings": None, "recs": 0.7}
+
+
+def test_the_protocol_is_policy_proto() -> None:
+    """The server reads and writes the messages of proto/robinhood/v1/policy.proto: the
+    fields it requires are fields of them, and the controller's own types carry the
+    fields of the messages they are read from."""
+    assert OPS == ("open", "tick", "close")
+    assert [c.DESCRIPTOR.name for c in REQUESTS.values()] == ["PolicyOpenRequest", "PolicyTickRequest",
+                                                              "PolicyCloseRequest"]
+    messages = pb.DESCRIPTOR.message_types_by_name
+    for name, required in REQUIRED.items():
+        assert required and set(required) <= set(messages[name].fields_by_name), name
+    # The fields REQUIRED lists are the ones whose comment in policy.proto says "Required.".
+    marked: dict[str, list[str]] = {}
+    message, comment = "", ""
+    for line in (PROTO / "policy.proto").read_text().splitlines():
+        if m := re.match(r"message (\w+) \{", line):
+            message, comment = m[1], ""
+        elif m := re.match(r"\s*//(.*)", line):
+            comment += m[1]
+        elif m := re.match(r"\s+(?:optional |repeated )?[\w.<>, ]+ (\w+) = \d+;", line):
+            if "Required." in comment:
+                marked.setdefault(message, []).append(m[1])
+            comment = ""
+    assert marked == {k: list(v) for k, v in REQUIRED.items()}
+    assert all("op" in REQUIRED[c.DESCRIPTOR.name] for c in REQUESTS.values())
+    assert [f.name for f in dataclasses.fields(QueryStats)] == list(pb.PolicyQueryStats.DESCRIPTOR.fields_by_name)
+    assert [f.name for f in dataclasses.fields(PartitionSample)] == [
+        n for n in pb.PolicyPartitionSample.DESCRIPTOR.fields_by_name if n != "hit_ratio"]
+
+
+def _vector() -> list[dict[str, Any]]:
+    doc = json.loads((VECTORS / "policy_server.json").read_text())
+    assert doc["schema"] == "robinhood-policy-server/v1"
+    return doc["exchange"]
+
+
+def _line(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _quoted(v: Any) -> Any:
+    """Every integer as its decimal string (how the proto3 JSON mapping writes 64-bit
+    integers by default, e.g. Go's protojson)."""
+    if isinstance(v, dict):
+        return {k: _quoted(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_quoted(x) for x in v]
+    return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+@pytest.mark.parametrize("quote", [False, True], ids=["as-written", "integers-quoted"])
+def test_the_shared_vectors(quote: bool) -> None:
+    """tests/vectors/policy_server.json (the simulator's Go side runs it too): the real
+    server, run in that folder, answers every request of the exchange exactly, byte for
+    byte; the same with every integer of the requests quoted."""
+    exchange = _vector()
+    assert {e["request"]["op"] for e in exchange} == set(OPS) and any(not e["answer"]["ok"] for e in exchange)
+    s = Server(cwd=VECTORS)
+    try:
+        for e in exchange:
+            req = _quoted(e["request"]) if quote else e["request"]
+            assert s.send_line(_line(req)) == _line(e["answer"]) + "\n", req
+        code, rest, err = s.finish(close=False)
+    finally:
+        if s.p.poll() is None:
+            s.p.kill()
+            s.p.communicate(timeout=10)
+    assert code == 0 and rest == "", err
 
 
 class _Broken(AllocationPolicy):

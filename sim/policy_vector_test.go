@@ -1,0 +1,349 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math/big"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// The policy-server protocol's shared vectors (tests/vectors/policy_server.json,
+// format in tests/vectors/README.md): a real exchange with the Python server.
+// The Python side replays it in controller/tests/test_policy_server.py.
+
+const policyVectorDir = "../tests/vectors"
+
+type policyExchange struct {
+	Request json.RawMessage `json:"request"`
+	Answer  json.RawMessage `json:"answer"`
+}
+
+func loadPolicyVector(t *testing.T) []policyExchange {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(policyVectorDir, "policy_server.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Schema      string           `json:"schema"`
+		Description string           `json:"description"`
+		Exchange    []policyExchange `json:"exchange"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Schema != "robinhood-policy-server/v1" || len(v.Exchange) == 0 {
+		t.Fatalf("schema %q, %d exchanges", v.Schema, len(v.Exchange))
+	}
+	return v.Exchange
+}
+
+// policyMessages is the request message of an op and its answer message.
+func policyMessages(t *testing.T, request json.RawMessage) (req, answer proto.Message) {
+	t.Helper()
+	var head struct {
+		Op string `json:"op"`
+	}
+	if err := json.Unmarshal(request, &head); err != nil {
+		t.Fatal(err)
+	}
+	switch head.Op {
+	case "open":
+		return &pb.PolicyOpenRequest{}, &pb.PolicyOpenAnswer{}
+	case "tick":
+		return &pb.PolicyTickRequest{}, &pb.PolicyTickAnswer{}
+	case "close":
+		return &pb.PolicyCloseRequest{}, &pb.PolicyCloseAnswer{}
+	}
+	t.Fatalf("unknown op %q in %s", head.Op, request)
+	return nil, nil
+}
+
+// decodeVectorAnswer reads an answer of the vector strictly: the op's
+// answer, or the error answer when "ok" is false.
+func decodeVectorAnswer(t *testing.T, raw json.RawMessage, answer proto.Message) proto.Message {
+	t.Helper()
+	err := DecodeAnswer(raw, answer)
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		e := &pb.PolicyErrorAnswer{}
+		if err := protojson.Unmarshal(raw, e); err != nil {
+			t.Fatalf("error answer %s: %v", raw, err)
+		}
+		if e.Error != refused.Msg || e.Error == "" {
+			t.Fatalf("error answer %s: refused %q", raw, refused.Msg)
+		}
+		return e
+	}
+	if err != nil {
+		t.Fatalf("answer %s: %v", raw, err)
+	}
+	return answer
+}
+
+func compactJSON(t *testing.T, raw json.RawMessage) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// sameJSON is whether a and b are the same JSON value, numbers compared by
+// value (Python writes 5.0 where Go writes 5) and a 64-bit integer's
+// decimal string as the integer.
+func sameJSON(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	for _, p := range []struct {
+		b []byte
+		v *any
+	}{{a, &x}, {b, &y}} {
+		dec := json.NewDecoder(bytes.NewReader(p.b))
+		dec.UseNumber()
+		if err := dec.Decode(p.v); err != nil {
+			t.Fatalf("%s: %v", p.b, err)
+		}
+	}
+	return jsonEqual(x, y)
+}
+
+func jsonEqual(x, y any) bool {
+	xn, xok := jsonNumber(x)
+	yn, yok := jsonNumber(y)
+	if xok || yok {
+		return xok && yok && xn.Cmp(yn) == 0
+	}
+	switch xv := x.(type) {
+	case map[string]any:
+		yv, ok := y.(map[string]any)
+		if !ok || len(xv) != len(yv) {
+			return false
+		}
+		for k, v := range xv {
+			if w, ok := yv[k]; !ok || !jsonEqual(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		yv, ok := y.([]any)
+		if !ok || len(xv) != len(yv) {
+			return false
+		}
+		for i := range xv {
+			if !jsonEqual(xv[i], yv[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// jsonNumber is a JSON number, or a string of decimal digits (a quoted
+// 64-bit integer), as an exact rational.
+func jsonNumber(v any) (*big.Rat, bool) {
+	var s string
+	switch n := v.(type) {
+	case json.Number:
+		s = string(n)
+	case string:
+		if n == "" || strings.Trim(strings.TrimPrefix(n, "-"), "0123456789") != "" {
+			return nil, false
+		}
+		s = n
+	default:
+		return nil, false
+	}
+	return new(big.Rat).SetString(s)
+}
+
+// TestPolicyVectorRoundTrip decodes every request and answer of the vector
+// into the generated types, refusing unknown fields (a field renamed on one
+// side fails here), and encodes them again: a request exactly as the vector
+// has it, byte for byte, and an answer to the same JSON value. The proto3
+// JSON mapping's canonical form (64-bit integers quoted) decodes to the same
+// messages.
+func TestPolicyVectorRoundTrip(t *testing.T) {
+	seen := map[string]bool{}
+	for i, ex := range loadPolicyVector(t) {
+		req, answer := policyMessages(t, ex.Request)
+		if err := protojson.Unmarshal(ex.Request, req); err != nil {
+			t.Fatalf("exchange %d: request %s: %v", i, ex.Request, err)
+		}
+		got, err := EncodeLine(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := compactJSON(t, ex.Request); !bytes.Equal(got, want) {
+			t.Errorf("exchange %d: request encodes as\n%s\nthe vector has\n%s", i, got, want)
+		}
+		answer = decodeVectorAnswer(t, ex.Answer, answer)
+		got, err = EncodeLine(answer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameJSON(t, got, ex.Answer) {
+			t.Errorf("exchange %d: answer encodes as\n%s\nthe vector has\n%s", i, got, compactJSON(t, ex.Answer))
+		}
+		for _, m := range []proto.Message{req, answer} {
+			canonical, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back := m.ProtoReflect().New().Interface()
+			if err := protojson.Unmarshal(canonical, back); err != nil || !proto.Equal(back, m) {
+				t.Errorf("exchange %d: the canonical form %s does not decode to the message (%v)", i, canonical, err)
+			}
+		}
+		seen[string(req.ProtoReflect().Descriptor().Name())] = true
+		seen[string(answer.ProtoReflect().Descriptor().Name())] = true
+	}
+	for _, name := range []string{"PolicyOpenRequest", "PolicyOpenAnswer", "PolicyTickRequest", "PolicyTickAnswer",
+		"PolicyCloseRequest", "PolicyCloseAnswer", "PolicyErrorAnswer"} {
+		if !seen[name] {
+			t.Errorf("the vector has no %s", name)
+		}
+	}
+}
+
+// TestPolicyVectorFieldValues builds the vector's open and first tick as the
+// simulator does, with the generated types, and checks they are the
+// vector's requests, field by field and byte for byte.
+func TestPolicyVectorFieldValues(t *testing.T) {
+	ex := loadPolicyVector(t)
+	const mib = 1 << 20
+	ratio := func(r float64) *float64 { return &r }
+	sample := func(mb, evictions, hits, misses uint64, r float64) *pb.PolicyPartitionSample {
+		return &pb.PolicyPartitionSample{LimitBytes: mb * mib, MallocedBytes: mb * mib, ItemBytes: mb * mib * 7 / 8,
+			Items: mb * 1000, Evictions: evictions, GetHits: hits, GetMisses: misses, HitRatio: ratio(r)}
+	}
+	want := []proto.Message{
+		&pb.PolicyOpenRequest{Op: "open", Topology: "policy_server_topology.yaml", AppServer: "app0"},
+		&pb.PolicyTickRequest{Op: "tick", AppServer: "app0", Now: 1_000_000_000.25,
+			Partitions: map[string]*pb.PolicyPartitionSample{
+				"catalog":     sample(64, 12, 7_000_000_000, 1_000_000_000, 0.875),
+				"ratings":     sample(64, 40, 300, 700, 0.3),
+				"recommender": sample(64, 0, 500, 500, 0.5),
+			},
+			Rbc: &pb.PolicyRBCSnapshot{Counts: map[string]uint64{"catalog": 1, "ratings": 7}, WindowRequests: 10000,
+				BandRequests: 100, P99LatencyUs: 250000},
+			Stats: map[string]*pb.PolicyQueryStats{
+				"catalog": {Hits: 8000, Misses: 1000, ShadowHits: 50, ShadowBytes: 1 << 30, Queries: 9000,
+					P50QueryLatencyUs: 900, P99QueryLatencyUs: 4000, LimitBytes: 64 * mib},
+				"ratings": {Hits: 300, Misses: 700, Queries: 1000, P50QueryLatencyUs: 20000,
+					P99QueryLatencyUs: 240000, LimitBytes: 64 * mib},
+			},
+			// 2^53+1 is not exact as a double: written as a string.
+			Local: map[string]*pb.PolicyQueryStats{
+				"catalog": {Hits: 4000, Misses: 500, ShadowBytes: 1<<53 + 1, Queries: 4500, LimitBytes: 64 * mib}},
+		},
+	}
+	for i, w := range want {
+		got := w.ProtoReflect().New().Interface()
+		if err := protojson.Unmarshal(ex[i].Request, got); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, w) {
+			t.Errorf("exchange %d: the vector's request is\n%v\nthe simulator's\n%v", i, got, w)
+		}
+		line, err := EncodeLine(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(line, compactJSON(t, ex[i].Request)) {
+			t.Errorf("exchange %d: the simulator writes\n%s", i, line)
+		}
+	}
+	if line, _ := EncodeLine(want[1]); !bytes.Contains(line, []byte(`"shadow_bytes":"9007199254740993"`)) ||
+		!bytes.Contains(line, []byte(`"get_hits":7000000000,`)) {
+		t.Errorf("64-bit integers: %s", line)
+	}
+}
+
+// TestPolicyVectorWithThePolicyServer replays the vector through PolicyServer
+// against the real `robinhood-controller policy-server` (from .venv; the
+// test is skipped without it) and checks its answers are the vector's.
+func TestPolicyVectorWithThePolicyServer(t *testing.T) {
+	ctl, err := filepath.Abs("../.venv/bin/robinhood-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ctl); err != nil {
+		t.Skipf("no policy server (%v): run `make venv`", err)
+	}
+	// The vector's topology path is relative to its folder.
+	ps, err := StartPolicyServer([]string{"sh", "-c", `cd "$0" && exec "$1" "$2"`, policyVectorDir, ctl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if ps != nil {
+			_ = ps.Close()
+		}
+	}()
+	for i, ex := range loadPolicyVector(t) {
+		req, answer := policyMessages(t, ex.Request)
+		if err := protojson.Unmarshal(ex.Request, req); err != nil {
+			t.Fatal(err)
+		}
+		want := decodeVectorAnswer(t, ex.Answer, answer)
+		var got proto.Message
+		switch r := req.(type) {
+		case *pb.PolicyOpenRequest:
+			got, err = ps.Open(r.Topology, r.AppServer, r.GetTimeline())
+		case *pb.PolicyTickRequest:
+			got, err = ps.Tick(r)
+		case *pb.PolicyCloseRequest:
+			err = ps.Close()
+			ps = nil
+			got = &pb.PolicyCloseAnswer{Ok: true}
+		}
+		if e, ok := want.(*pb.PolicyErrorAnswer); ok {
+			if err == nil || !strings.HasSuffix(err.Error(), ": "+e.Error) {
+				t.Errorf("exchange %d: want the error %q, got %v", i, e.Error, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("exchange %d: %v", i, err)
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("exchange %d: answer\n%v\nthe vector has\n%v", i, got, want)
+		}
+	}
+}
+
+// TestPolicyDecodeAnswer: answers with "ok" false are refusals; unknown
+// fields and wrong types are errors; null and absent fields are unset.
+func TestPolicyDecodeAnswer(t *testing.T) {
+	var a pb.PolicyTickAnswer
+	err := DecodeAnswer([]byte(`{"ok":false,"error":"now: \"x\" is not a number"}`), &a)
+	var refused *RefusedError
+	if !errors.As(err, &refused) || refused.Msg != `now: "x" is not a number` {
+		t.Fatalf("refusal: %v", err)
+	}
+	if err := DecodeAnswer([]byte(`{"ok":true,"tick":1,"target":{}}`), &a); err == nil || errors.As(err, &refused) {
+		t.Errorf("unknown field: %v", err)
+	}
+	if err := DecodeAnswer([]byte(`{"ok":true,"tick":"one"}`), &a); err == nil {
+		t.Error("a string tick decoded")
+	}
+	if err := DecodeAnswer([]byte(`{"ok":true,"tick":2,"targets":null,"limits_mb":{"a":"3"},"notes":null}`), &a); err != nil ||
+		a.Tick != 2 || len(a.Targets) != 0 || a.LimitsMb["a"] != 3 {
+		t.Errorf("nulls and a quoted integer: %v %v", err, &a)
+	}
+}
