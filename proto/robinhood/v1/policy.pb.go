@@ -12,15 +12,11 @@
 // message when "ok" is true, PolicyErrorAnswer when it is false.
 //
 // The JSON lines, as both sides write and read them:
-//  - Every field without presence is written, defaults included (maps as {},
-//    lists as []); a field with presence (a message, an `optional` scalar) is
-//    left out when unset. Readers take an absent field and null alike: the
-//    default, or unset.
-//  - 64-bit integers are written as JSON numbers whenever the number is exact
-//    as a double (every value below 2^53: bytes, counts), else as decimal
-//    strings. Readers accept either form for every integer field, as the
-//    proto3 JSON mapping says.
-//  - Map keys are written sorted; fields in the order of this file.
+//  - The proto3 JSON mapping with the proto field names. Readers take an
+//    absent field and null alike (the default, or unset), and every integer
+//    field as a JSON number or a decimal string: the simulator (Go protojson)
+//    quotes 64-bit integers, the policy server (Python json_format) writes
+//    them bare when a double holds them exactly.
 //  - Unknown fields are refused.
 //  - A request field whose comment says "Required." must be present (proto3
 //    cannot say so; the policy server answers "<field>: missing"). The
