@@ -1,0 +1,104 @@
+package sim
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/experiment/replay"
+)
+
+// Result is sim.json: what the simulator did besides the replay summary.
+type Result struct {
+	SimulatedS      float64            `json:"simulated_s"`
+	Sample          float64            `json:"sample"`
+	Engine          string             `json:"engine"`
+	RequestSample   float64            `json:"request_sample,omitempty"`
+	AppsSimulated   int                `json:"apps_simulated,omitempty"`
+	CacheAccesses   uint64             `json:"cache_accesses,omitempty"`
+	WallS           float64            `json:"wall_s"`
+	Requests        int64              `json:"requests"`
+	Queries         uint64             `json:"queries"`
+	BackendQueries  uint64             `json:"backend_queries"`
+	Events          uint64             `json:"events"`
+	QueriesPerSec   float64            `json:"queries_per_wall_s"`
+	HitRatio        map[string]float64 `json:"hit_ratio"`
+	OverallHitRatio *float64           `json:"overall_hit_ratio"`
+	Timeouts        uint64             `json:"backend_timeouts"`
+	ControllerTicks int                `json:"controller_ticks"`
+	Calibration     Calibration        `json:"calibration"`
+}
+
+func (s *Sim) writeSummary(src *traceFeed) error {
+	p := s.cfg.SLO
+	end := s.cfg.Duration
+	sum := &replay.Summary{
+		Trace: s.cfg.TracePath, Mode: "trace", Seed: s.cfg.Seed, DurationS: end.Seconds(),
+		ScheduleS: end.Seconds(), TraceEnded: src.ended, Sent: s.sent, Status: s.status,
+		Errors:     map[string]int64{"http_4xx": 0, "http_5xx": s.status["502"], "timeout": 0, "transport": 0, "dropped": 0},
+		OutOfOrder: src.timing.OutOfOrder, InFlight: replay.InFlight{Peak: s.peak},
+		Lateness: replay.Lateness{ThresholdMs: float64(replay.LateThreshold) / 1e6,
+			BehindThresholdMs: float64(replay.BehindThreshold) / 1e6},
+	}
+	if s.cfg.TopologyPath != "" {
+		for _, a := range s.apps {
+			sum.AppServers = append(sum.AppServers, a.id)
+		}
+	}
+	for code, n := range s.status {
+		sum.Answered += n
+		if code == "200" {
+			sum.OK += n
+		}
+	}
+	sum.Latency = replay.LatencyOf(s.rec.All(0))
+	sum.LatencyAfterWarmup = replay.LatencyOf(s.rec.All(p.Warmup))
+	sec, err := replay.SLOResults(s.rec, p, end)
+	if err != nil {
+		return err
+	}
+	sum.SLO = sec
+	if s.cfg.Scenario != nil {
+		sum.Scenario = replay.ScenarioSection{File: s.cfg.Scenario.File}
+	}
+	return writeJSON(filepath.Join(s.cfg.OutDir, "replay", "summary.json"), sum)
+}
+
+func (s *Sim) result(wall time.Duration) *Result {
+	r := &Result{SimulatedS: s.cfg.Duration.Seconds(), Sample: s.cfg.Sample, Engine: "exact", CacheAccesses: s.cacheAccesses, WallS: wall.Seconds(), Requests: s.sent, Queries: s.queries,
+		BackendQueries: s.backendQueries, Events: s.eng.Fired(), Timeouts: s.timeouts, ControllerTicks: s.ticks,
+		HitRatio: map[string]float64{}, Calibration: s.cal}
+	if s.mini != nil {
+		r.Engine, r.RequestSample, r.AppsSimulated = "miniature", s.cfg.RequestSample, s.cfg.Apps
+	}
+	if wall > 0 {
+		r.QueriesPerSec = float64(s.queries) / wall.Seconds()
+	}
+	names := make([]string, 0, len(s.backends))
+	for _, b := range s.backends {
+		names = append(names, b.name)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b := s.byName[n]
+		h, m := b.hits, b.misses
+		if h+m > 0 {
+			r.HitRatio[n] = float64(h) / float64(h+m)
+		}
+	}
+	if s.hits+s.misses > 0 {
+		v := float64(s.hits) / float64(s.hits+s.misses)
+		r.OverallHitRatio = &v
+	}
+	return r
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,144 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/experiment/replay"
+	"github.com/robinhoodcache/robinhood/lib/trace"
+)
+
+// traceSource reads the trace's requests with their send offsets.
+type traceSource struct {
+	sample uint64 // keep a query when its key's hash is below it (0: every query)
+	f      *os.File
+	br     *bufio.Reader
+	line   int64
+	traceFeed
+}
+
+// traceFeed is what the run's summary says about its request source.
+type traceFeed struct {
+	timing replay.Timing
+	ended  bool
+}
+
+// source is where requests come from: a trace file, or the generator in
+// process (synthSource).
+type source interface {
+	// next returns the next request and its send offset, io.EOF at the
+	// end; the request is the caller's.
+	next() (*trace.Request, time.Duration, error)
+	feed() *traceFeed
+	// where names the last request for errors ("trace line 7").
+	where() string
+	close()
+}
+
+func openTrace(path string, sample float64) (*traceSource, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	t := &traceSource{f: f, br: bufio.NewReaderSize(f, 1<<20)}
+	if sample < 1 {
+		t.sample = uint64(sample * math.MaxUint64)
+	}
+	return t, nil
+}
+
+// keyHash is FNV-1a over the backend's name, a zero byte and the key: the
+// spatial sample keeps a key on every request or on none.
+func keyHash(backend, key string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(backend); i++ {
+		h = (h ^ uint64(backend[i])) * 1099511628211
+	}
+	h = (h ^ 0) * 1099511628211
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * 1099511628211
+	}
+	// FNV's low bits mix poorly into the high ones: finish with a
+	// multiply-xorshift so the threshold test is uniform.
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	return h
+}
+
+// keep drops the queries outside the sample; it reports whether any is left.
+func (t *traceSource) keep(req *trace.Request) bool {
+	n := 0
+	layers := req.Layers[:0]
+	for _, layer := range req.Layers {
+		out := layer[:0]
+		for _, q := range layer {
+			j := 0
+			for i, k := range q.Keys {
+				if keyHash(q.Backend, k) < t.sample {
+					q.Keys[j], q.Sizes[j], q.Cacheable[j] = k, q.Sizes[i], q.Cacheable[i]
+					j++
+				}
+			}
+			if j > 0 {
+				q.Keys, q.Sizes, q.Cacheable = q.Keys[:j], q.Sizes[:j], q.Cacheable[:j]
+				out = append(out, q)
+				n += j
+			}
+		}
+		if len(out) > 0 {
+			layers = append(layers, out)
+		}
+	}
+	req.Layers = layers
+	return n > 0
+}
+
+func (t *traceSource) close() { t.f.Close() }
+
+func (t *traceSource) feed() *traceFeed { return &t.traceFeed }
+
+func (t *traceSource) where() string { return fmt.Sprintf("trace line %d", t.line) }
+
+// next returns the next request and its send offset, io.EOF at the end.
+func (t *traceSource) next() (*trace.Request, time.Duration, error) {
+	for {
+		b, err := t.br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull { // a line longer than the buffer
+			long := append([]byte{}, b...)
+			for err == bufio.ErrBufferFull {
+				b, err = t.br.ReadSlice('\n')
+				long = append(long, b...)
+			}
+			b = long
+		}
+		if len(b) == 0 && err != nil {
+			if err == io.EOF {
+				t.ended = true
+			}
+			return nil, 0, err
+		}
+		t.line++
+		b = bytes.TrimRight(b, "\r\n")
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		req, perr := trace.Parse(b)
+		if perr != nil {
+			return nil, 0, fmt.Errorf("trace line %d: %w", t.line, perr)
+		}
+		if !req.HasTs {
+			return nil, 0, fmt.Errorf("trace line %d: no ts_ms (the simulator replays the trace's own times)", t.line)
+		}
+		off := t.timing.Offset(req.TsMs)
+		if t.sample > 0 && !t.keep(req) {
+			continue
+		}
+		return req, off, nil
+	}
+}
