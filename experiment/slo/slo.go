@@ -197,9 +197,9 @@ type Point struct {
 
 // Params are the SLO method's parameters (docs/algorithms.md).
 type Params struct {
-	SLO    time.Duration // the latency objective (150 ms)
-	Step   time.Duration // how often the percentiles are observed (5 s)
-	Window time.Duration // how far back each observation looks (60 s)
+	SLO    time.Duration // the latency objective (slo.latency)
+	Step   time.Duration // how often the percentiles are observed (slo.step)
+	Window time.Duration // how far back each observation looks (slo.window)
 	Warmup time.Duration // points at or before this time do not count
 }
 

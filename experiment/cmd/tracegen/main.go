@@ -304,11 +304,8 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	duration := fs.Duration("duration", 0, "stop sending after this long (default: at the end of the trace)")
 	apps := fs.String("app-servers", "", "comma-separated app server ids to spread requests over (default: all)")
 	scPath := fs.String("scenario", "", "capacity scenario (YAML) to apply during the replay")
-	def := config.DefaultSLO() // the experiment schema's slo defaults
-	sloD := fs.Duration("slo", time.Duration(def.Latency), "P99 latency objective (slo.latency)")
-	step := fs.Duration("slo-step", time.Duration(def.Step), "how often the SLO series observes the percentiles (slo.step)")
-	window := fs.Duration("slo-window", time.Duration(def.Window), "how far back each observation looks, a multiple of --slo-step (slo.window)")
-	warm := &warmupFlag{d: time.Duration(def.Warmup)}
+	sloParams := slo.Flags(fs)
+	warm := &warmupFlag{d: sloParams().Warmup}
 	fs.Var(warm, "warmup", "warm-up excluded from the violation count: a duration or a percentage of the run (slo.warmup)")
 	seed := fs.Uint64("seed", 1, "seed for arrivals, app server choice and the scenario's random walks (unless it has a seed)")
 	loop := fs.Bool("loop", false, "restart the trace at its end until --duration")
@@ -349,10 +346,11 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	cfg := replay.Config{
 		Credentials: creds,
 		Topology:    topo, TracePath: *tracePath, OutDir: *out, Rate: *rate, Duration: *duration,
-		SLO:  slo.Params{SLO: *sloD, Step: *step, Window: *window, Warmup: warm.d},
+		SLO:  sloParams(),
 		Seed: *seed, ScenarioSeed: *seed, Loop: *loop, Timeout: *timeout, MaxInFlight: *maxInFlight,
 		MaxConns: *maxConns, MetricsAddr: *metricsAddr, Log: log,
 	}
+	cfg.SLO.Warmup = warm.d
 	if warm.isFrac {
 		cfg.SLO.Warmup, cfg.WarmupFraction = -1, warm.fraction
 		if warm.fraction == 0 {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
 
 // Call is one batch of a vector case.
@@ -29,24 +31,11 @@ type Case struct {
 	} `json:"expect"`
 }
 
-// Load reads the vectors, found by walking up from the working directory
-// to the module's root; it fails the test when they are missing.
+// Load reads the vectors from the repository (testutil.RepoRoot); it
+// fails the test when they are missing.
 func Load(t testing.TB) []Case {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Fatal("fanouttest: no go.mod above the working directory")
-		}
-		dir = up
-	}
+	dir := testutil.RepoRoot(t)
 	b, err := os.ReadFile(filepath.Join(dir, "tests", "vectors", "blocking.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -113,11 +113,8 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "the arm's folder: replay/summary.json, rbc.jsonl, controller-<app>.jsonl, sim.json (required)")
 	duration := fs.Duration("duration", 0, "simulated run length (required)")
 	scPath := fs.String("scenario", "", "capacity scenario (YAML)")
-	def := config.DefaultSLO() // the experiment schema's slo defaults
-	sloD := fs.Duration("slo", time.Duration(def.Latency), "P99 latency objective (slo.latency)")
-	step := fs.Duration("slo-step", time.Duration(def.Step), "how often the SLO series observes the percentiles (slo.step)")
-	window := fs.Duration("slo-window", time.Duration(def.Window), "how far back each observation looks (slo.window)")
-	warmup := fs.Duration("warmup", time.Duration(def.Warmup), "warm-up excluded from the violation count (slo.warmup)")
+	sloParams := slo.Flags(fs)
+	warmup := fs.Duration("warmup", sloParams().Warmup, "warm-up excluded from the violation count (slo.warmup)")
 	seed := fs.Uint64("seed", 1, "seed of every random choice and of the scenario's random walks (unless it has one)")
 	epoch := fs.String("epoch", "", "Unix time the run starts at (default: the controllers' run start file, else 1000000000)")
 	ctl := fs.String("controller", "", "robinhood-controller command (default: $ROBINHOOD_CONTROLLER, .venv/bin/robinhood-controller, PATH)")
@@ -172,8 +169,9 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 		Seed: *seed, ScenarioSeed: *seed, OutDir: *out, ShadowBytes: *shadowBytes, Sample: *sample,
 		RequestSample: *reqSample, Apps: *apps, InlineShadows: *serial, InlineSource: *serial,
 		ProgressEvery: *progress,
-		SLO:           slo.Params{SLO: *sloD, Step: *step, Window: *window, Warmup: *warmup},
+		SLO:           sloParams(),
 		Log:           slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	cfg.SLO.Warmup = *warmup
 	if *progress > 0 {
 		cfg.Progress = stderr
 	}
