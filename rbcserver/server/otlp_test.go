@@ -26,13 +26,30 @@ import (
 // TestOTLPTracesFromTheRealSDK sends traces from the OpenTelemetry Go SDK
 // through its OTLP/gRPC exporter (batched, so a request's query spans and
 // its server span often come in different exports) and checks the RBC
-// exactly against the records the traces describe.
+// exactly against the records the traces describe: uncompressed, and gzip
+// compressed as the OpenTelemetry Collector's otlp exporter sends by default
+// (the OTLP specification has receivers accept both). In this process the
+// exporter registers gzip itself, so only the binary's test
+// (cmd/rbcserver, TestBinaryAcceptsGzip) shows the server accepts it alone.
 func TestOTLPTracesFromTheRealSDK(t *testing.T) {
+	for _, compression := range []string{"none", "gzip"} {
+		t.Run(compression, func(t *testing.T) {
+			opts := []otlptracegrpc.Option{}
+			if compression != "none" {
+				opts = append(opts, otlptracegrpc.WithCompressor(compression))
+			}
+			otlpFromTheSDK(t, opts...)
+		})
+	}
+}
+
+func otlpFromTheSDK(t *testing.T, opts ...otlptracegrpc.Option) {
 	names := map[string]uint32{"catalog": 0, "ratings": 1, "reviews": 2}
 	h := start(t, func(c *Config) { c.OTLP = otlp.Config{Backends: names} })
 	ctx := ctxT(t)
 	addr := strings.TrimPrefix(h.conn.Target(), "passthrough:///")
-	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(addr), otlptracegrpc.WithInsecure())
+	exp, err := otlptracegrpc.New(ctx, append([]otlptracegrpc.Option{otlptracegrpc.WithEndpoint(addr),
+		otlptracegrpc.WithInsecure()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,10 @@ import (
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+	// A gRPC receiver of OTLP must accept gzip-compressed requests (the
+	// OTLP specification; the Collector's otlp exporter compresses by
+	// default), and any client may compress a Report stream.
+	_ "google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -18,9 +19,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
@@ -293,5 +299,59 @@ func TestBinaryStartsFromTheTopology(t *testing.T) {
 		if !strings.Contains(strings.ReplaceAll(out, " ", ""), want) {
 			t.Fatalf("/v1/rbc = %s; want %s (topology settings with the flag on top)", out, want)
 		}
+	}
+}
+
+// TestBinaryAcceptsGzip sends a gzip-compressed Report and OTLP Export to
+// the real binary (another process: a compressor registered in this test
+// cannot help it) and checks both are counted. The OTLP specification has
+// receivers accept gzip, and the Collector's otlp exporter sends it by
+// default.
+func TestBinaryAcceptsGzip(t *testing.T) {
+	s := startBinary(t, "--otlp-request", "root")
+	ctx := ctxT(t)
+	gz := grpc.UseCompressor(gzip.Name)
+	stream, err := s.client.Report(ctx, gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&robinhoodv1.ReportRequest{AppServerId: "app0", LatencyUs: []uint32{100, 200}, BlockingBackend: []uint32{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.CloseAndRecv(); err != nil || resp.GetAcceptedRecords() != 2 {
+		t.Fatalf("gzip Report: %v, %v", resp, err)
+	}
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	span := func(id, parent byte, kind tracepb.Span_SpanKind, end uint64, backend string) *tracepb.Span {
+		sp := &tracepb.Span{TraceId: bytes.Repeat([]byte{7}, 16), SpanId: bytes.Repeat([]byte{id}, 8), Kind: kind,
+			StartTimeUnixNano: 1, EndTimeUnixNano: end}
+		if parent != 0 {
+			sp.ParentSpanId = bytes.Repeat([]byte{parent}, 8)
+		}
+		if backend != "" {
+			sp.Attributes = []*commonpb.KeyValue{{Key: "peer.service",
+				Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: backend}}}}
+		}
+		return sp
+	}
+	req := &collectortrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{
+		Spans: []*tracepb.Span{
+			span(2, 1, tracepb.Span_SPAN_KIND_CLIENT, 5_000, "3"),
+			span(3, 1, tracepb.Span_SPAN_KIND_CLIENT, 9_000, "4"),
+			span(1, 0, tracepb.Span_SPAN_KIND_SERVER, 10_000, ""),
+		}}}}}}
+	if _, err := collectortrace.NewTraceServiceClient(conn).Export(ctx, req, gz); err != nil {
+		t.Fatalf("gzip OTLP Export: %v", err)
+	}
+	got, err := s.client.GetRBC(ctx, &robinhoodv1.GetRBCRequest{})
+	if err != nil || got.GetWindowRequests() != 3 {
+		t.Fatalf("GetRBC after the gzip calls: %v, %v; want 3 requests (2 reported, 1 from the trace)", got, err)
+	}
+	if _, body := httpGet(t, s.httpURL+"/metrics"); !strings.Contains(body, `rbcserver_otlp_spans_total{outcome="request"} 1`) {
+		t.Fatal("the trace's request was not counted")
 	}
 }
