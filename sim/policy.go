@@ -33,11 +33,13 @@ type PolicyServer struct {
 }
 
 // EncodeLine is m as one line of the protocol (without the newline): the
-// proto3 JSON mapping with the proto field names (protojson quotes 64-bit
-// integers; the Python side reads quoted and bare integers alike, and so
-// does DecodeAnswer).
+// proto3 JSON mapping with the proto field names and every field written,
+// zero values included (the server requires the fields policy.proto says
+// are required, and proto3 cannot tell a zero from an absent field); an
+// unset message is null. protojson quotes 64-bit integers; the Python side
+// reads quoted and bare integers alike, and so does DecodeAnswer.
 func EncodeLine(m proto.Message) ([]byte, error) {
-	return protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	return protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
 }
 
 // RefusedError is an answer with "ok": false (pb.PolicyErrorAnswer): the

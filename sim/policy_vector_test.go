@@ -252,3 +252,30 @@ func TestPolicyDecodeAnswer(t *testing.T) {
 		t.Errorf("nulls and a quoted integer: %v %v", err, &a)
 	}
 }
+
+// TestEncodeLineWritesZeroValues: a partition whose memcached holds nothing
+// yet still sends every field, which the server requires (proto3 JSON would
+// otherwise leave zeros out); an unset message is null.
+func TestEncodeLineWritesZeroValues(t *testing.T) {
+	line, err := EncodeLine(&pb.PolicyTickRequest{Op: "tick", AppServer: "app0",
+		Partitions: map[string]*pb.PolicyPartitionSample{"a": {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Now        *float64                  `json:"now"`
+		RBC        json.RawMessage           `json:"rbc"`
+		Partitions map[string]map[string]any `json:"partitions"`
+	}
+	if err := json.Unmarshal(line, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"limit_bytes", "malloced_bytes", "item_bytes"} {
+		if _, ok := got.Partitions["a"][k]; !ok {
+			t.Errorf("%s left out of %s", k, line)
+		}
+	}
+	if got.Now == nil || string(got.RBC) != "null" {
+		t.Errorf("now or rbc: %s", line)
+	}
+}
