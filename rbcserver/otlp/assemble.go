@@ -40,10 +40,25 @@ const (
 	KindClient
 )
 
+// Mode says which server spans are requests (--otlp-request).
+type Mode int
+
+const (
+	// ModeServer: every server span is a request, whether or not it has a
+	// parent (a gateway or ingress propagating a traceparent makes the
+	// application's server span a child). The default.
+	ModeServer Mode = iota
+	// ModeRoot: only a server span that is the root of its trace.
+	ModeRoot
+	// ModeService: every server span of one service (Config.Service).
+	ModeService
+)
+
 // Config says which spans are requests and how queries name backends.
 type Config struct {
-	// Service, when set, makes every server span of this service a request;
-	// empty: a request is a root server span (no parent).
+	// Mode says which server spans are requests; Service is the service of
+	// ModeService.
+	Mode    Mode
 	Service string
 	// BackendAttrs are the attribute keys naming a query's backend, tried in
 	// order (default peer.service, server.address).
@@ -58,15 +73,29 @@ type Config struct {
 	PendingMax int
 }
 
-// ParseRequestMode reads the --otlp-request flag: "root" or "service:NAME".
-func ParseRequestMode(s string) (service string, err error) {
+// ParseRequestMode reads the --otlp-request flag: "server", "root" or
+// "service:NAME".
+func ParseRequestMode(s string) (mode Mode, service string, err error) {
 	switch {
+	case s == "server":
+		return ModeServer, "", nil
 	case s == "root":
-		return "", nil
+		return ModeRoot, "", nil
 	case strings.HasPrefix(s, "service:") && len(s) > len("service:"):
-		return strings.TrimPrefix(s, "service:"), nil
+		return ModeService, strings.TrimPrefix(s, "service:"), nil
 	}
-	return "", fmt.Errorf("--otlp-request %q: want root or service:NAME", s)
+	return 0, "", fmt.Errorf("--otlp-request %q: want server, root or service:NAME", s)
+}
+
+// ModeString is the mode as --otlp-request spells it.
+func (c Config) ModeString() string {
+	switch c.Mode {
+	case ModeRoot:
+		return "root"
+	case ModeService:
+		return "service:" + c.Service
+	}
+	return "server"
 }
 
 // Record is one request for the RBC ring.
@@ -84,7 +113,10 @@ type Counts struct {
 	Unattributed   uint64 // requests whose last query had no known backend (not recorded)
 	NoQueries      uint64 // request spans without any query span seen (not recorded)
 	Orphans        uint64 // query spans whose request never came (expired or over PendingMax)
-	Other          uint64 // spans that are neither
+	// NotRequest are server spans the mode does not take as requests (root
+	// mode: a server span with a parent; service mode: another service's).
+	NotRequest uint64
+	Other      uint64 // spans that are neither
 }
 
 type pendingQuery struct {
@@ -122,10 +154,13 @@ func (a *Assembler) isRequest(s *Span) bool {
 	if s.Kind != KindServer {
 		return false
 	}
-	if a.cfg.Service != "" {
+	switch a.cfg.Mode {
+	case ModeService:
 		return s.Service == a.cfg.Service
+	case ModeRoot:
+		return s.ParentID == ""
 	}
-	return s.ParentID == ""
+	return true
 }
 
 // backendOf maps a query span to a backend id, or -1.
@@ -198,6 +233,8 @@ func (a *Assembler) Add(spans []Span, now time.Time) []Record {
 			out = append(out, Record{LatencyUs: uint32(min(us, 1<<32-1)), Backend: uint32(last.backend)})
 		case s.Kind == KindClient && s.ParentID != "":
 			// held above
+		case s.Kind == KindServer:
+			a.Counts.NotRequest++
 		default:
 			a.Counts.Other++
 		}
@@ -222,6 +259,19 @@ func blocking(qs []pendingQuery) int {
 	i, _ := fanout.Blocking(calls)
 	return i
 }
+
+// Sub is c minus an earlier snapshot of the same counts.
+func (c Counts) Sub(earlier Counts) Counts {
+	return Counts{
+		Requests: c.Requests - earlier.Requests, Queries: c.Queries - earlier.Queries,
+		UnknownBackend: c.UnknownBackend - earlier.UnknownBackend, Unattributed: c.Unattributed - earlier.Unattributed,
+		NoQueries: c.NoQueries - earlier.NoQueries, Orphans: c.Orphans - earlier.Orphans,
+		NotRequest: c.NotRequest - earlier.NotRequest, Other: c.Other - earlier.Other,
+	}
+}
+
+// Config is the assembler's configuration, its defaults filled in.
+func (a *Assembler) Config() Config { return a.cfg }
 
 // expire drops query spans that waited longer than PendingTTL.
 func (a *Assembler) expire(now time.Time) {

@@ -59,13 +59,13 @@ func TestAssembler(t *testing.T) {
 
 func TestServiceModeAndBounds(t *testing.T) {
 	now := time.Unix(100, 0)
-	a := New(Config{Service: "api", Backends: map[string]uint32{"db": 0}, MaxBackends: 4, PendingMax: 2})
+	a := New(Config{Mode: ModeService, Service: "api", Backends: map[string]uint32{"db": 0}, MaxBackends: 4, PendingMax: 2})
 	out := a.Add([]Span{
 		span("t", "q", "s", KindClient, "api", 0, 2_000, map[string]string{"peer.service": "db"}),
 		span("t", "s", "gateway", KindServer, "api", 0, 3_000, nil), // not a root, but of the service
 		span("u", "x", "", KindServer, "gateway", 0, 3_000, nil),    // another service's server span
 	}, now)
-	if len(out) != 1 || out[0] != (Record{LatencyUs: 3, Backend: 0}) || a.Counts.Other != 1 {
+	if len(out) != 1 || out[0] != (Record{LatencyUs: 3, Backend: 0}) || a.Counts.NotRequest != 1 {
 		t.Fatalf("out %v counts %+v", out, a.Counts)
 	}
 	for i := range 3 {
@@ -74,11 +74,16 @@ func TestServiceModeAndBounds(t *testing.T) {
 	if a.Pending() != 2 || a.Counts.Orphans != 1 {
 		t.Fatalf("pending %d counts %+v", a.Pending(), a.Counts)
 	}
-	if _, err := ParseRequestMode("service:"); err == nil {
+	if _, _, err := ParseRequestMode("service:"); err == nil {
 		t.Fatal("service: without a name accepted")
 	}
-	if s, err := ParseRequestMode("service:api"); err != nil || s != "api" {
-		t.Fatal(s, err)
+	if m, s, err := ParseRequestMode("service:api"); err != nil || m != ModeService || s != "api" {
+		t.Fatal(m, s, err)
+	}
+	for flag, want := range map[string]Mode{"server": ModeServer, "root": ModeRoot} {
+		if m, _, err := ParseRequestMode(flag); err != nil || m != want || (Config{Mode: m}).ModeString() != flag {
+			t.Fatal(flag, m, err)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -19,7 +20,14 @@ import (
 )
 
 // OTLP outcomes, the values of the outcome label of rbcserver_otlp_spans_total.
-var otlpOutcomes = []string{"request", "query", "unknown_backend", "unattributed", "no_queries", "orphan", "other"}
+var otlpOutcomes = []string{"request", "query", "unknown_backend", "unattributed", "no_queries", "orphan", "not_request", "other"}
+
+// unusableCheck is how often the share of unusable spans is checked, and
+// unusableMin the spans a check needs before it may warn.
+const (
+	unusableCheck = time.Minute
+	unusableMin   = 1000
+)
 
 // traceService is the OTLP/gRPC TraceService of the RBC server
 // (docs/opentelemetry.md): traces in, RBC records into the ring.
@@ -30,13 +38,18 @@ type traceService struct {
 	asm   *otlp.Assembler
 	spans *prometheus.CounterVec
 	last  otlp.Counts
+	// checked are the counts at the last check of unusable spans, at
+	// checkedAt (warnUnusable).
+	checked   otlp.Counts
+	checkedAt time.Time
+	warned    bool
 }
 
 func newTraceService(s *Server, cfg otlp.Config) *traceService {
 	cfg.MaxBackends = s.cfg.MaxBackends
 	t := &traceService{s: s, asm: otlp.New(cfg), spans: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rbcserver_otlp_spans_total",
-		Help: "OTLP spans by what became of them: request (a record), query (used), unknown_backend (a query without a known backend), unattributed (a request whose last query had no known backend, not recorded), no_queries (a request without query spans, not recorded), orphan (a query whose request never came), other.",
+		Help: "OTLP spans by what became of them: request (a record), query (used), unknown_backend (a query without a known backend), unattributed (a request whose last query had no known backend, not recorded), no_queries (a request without query spans, not recorded), orphan (a query whose request never came), not_request (a server span --otlp-request does not take as a request), other.",
 	}, []string{"outcome"})}
 	for _, o := range otlpOutcomes {
 		t.spans.WithLabelValues(o)
@@ -70,6 +83,39 @@ func kindOf(k tracepb.Span_SpanKind) otlp.Kind {
 	return otlp.KindOther
 }
 
+// countsOf is c in the order of otlpOutcomes.
+func countsOf(c otlp.Counts) []uint64 {
+	return []uint64{c.Requests, c.Queries, c.UnknownBackend, c.Unattributed, c.NoQueries, c.Orphans, c.NotRequest, c.Other}
+}
+
+// warnUnusable logs a warning, at most once per unusableCheck, when fewer
+// than 1% of the spans since the last check became a request or a query:
+// almost every span is unusable, and the RBC stays empty. The usual cause
+// is --otlp-request (root mode while a gateway propagates a traceparent, or
+// a service name that is not the application's) or the backend attributes.
+func (t *traceService) warnUnusable(c otlp.Counts, now time.Time) {
+	if t.checkedAt.IsZero() {
+		t.checkedAt = now
+	}
+	d := c.Sub(t.checked)
+	total := uint64(0)
+	for _, n := range countsOf(d) {
+		total += n
+	}
+	if now.Sub(t.checkedAt) < unusableCheck && (t.warned || total < unusableMin) {
+		return // at most one warning a minute; the first as soon as there are enough spans
+	}
+	if total >= unusableMin && (d.Requests+d.Queries)*100 < total {
+		t.warned = true
+		t.s.log.Warn("OTLP: almost every span is unusable: the RBC gets nothing from traces",
+			"spans", total, "requests", d.Requests, "queries", d.Queries, "not_request", d.NotRequest,
+			"no_queries", d.NoQueries, "unattributed", d.Unattributed, "orphan", d.Orphans, "other", d.Other,
+			"otlp_request", t.asm.Config().ModeString(),
+			"hint", "check --otlp-request (server, root or service:NAME) and --otlp-backend-attrs (docs/opentelemetry.md)")
+	}
+	t.checked, t.checkedAt = c, now
+}
+
 // Export turns the spans into records (requests whose query spans have all
 // arrived), stores them as one batch, and answers success; spans that make
 // no record are counted, never an error.
@@ -99,9 +145,9 @@ func (t *traceService) Export(ctx context.Context, req *collectortrace.ExportTra
 	t.mu.Lock()
 	recs := t.asm.Add(spans, now)
 	c := t.asm.Counts
-	d := []uint64{c.Requests - t.last.Requests, c.Queries - t.last.Queries, c.UnknownBackend - t.last.UnknownBackend,
-		c.Unattributed - t.last.Unattributed, c.NoQueries - t.last.NoQueries, c.Orphans - t.last.Orphans, c.Other - t.last.Other}
+	d := countsOf(c.Sub(t.last))
 	t.last = c
+	t.warnUnusable(c, now)
 	t.mu.Unlock()
 	for i, o := range otlpOutcomes {
 		if d[i] > 0 {

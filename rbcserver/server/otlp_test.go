@@ -1,7 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -15,6 +18,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
@@ -158,5 +164,62 @@ func otlpFromTheSDK(t *testing.T, opts ...otlptracegrpc.Option) {
 	}
 	if !slices.Contains(testutil.ReflectedServices(t, h.conn), "opentelemetry.proto.collector.trace.v1.TraceService") {
 		t.Error("reflection does not list the OTLP trace service")
+	}
+}
+
+// tracesWithRemoteParents is n requests as an application behind a gateway
+// exports them: each server span has a parent from another process (the
+// propagated traceparent), with two client spans under it.
+func tracesWithRemoteParents(n int) *collectortrace.ExportTraceServiceRequest {
+	var spans []*tracepb.Span
+	for i := range n {
+		tid := make([]byte, 16)
+		binary.BigEndian.PutUint64(tid[8:], uint64(i+1))
+		id := func(b byte) []byte { return []byte{b, 0, 0, 0, 0, 0, 0, byte(i)} }
+		attr := func(v string) []*commonpb.KeyValue {
+			return []*commonpb.KeyValue{{Key: "peer.service", Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}}
+		}
+		spans = append(spans,
+			&tracepb.Span{TraceId: tid, SpanId: id(2), ParentSpanId: id(1), Kind: tracepb.Span_SPAN_KIND_CLIENT,
+				StartTimeUnixNano: 1000, EndTimeUnixNano: 5000, Attributes: attr("catalog")},
+			&tracepb.Span{TraceId: tid, SpanId: id(3), ParentSpanId: id(1), Kind: tracepb.Span_SPAN_KIND_CLIENT,
+				StartTimeUnixNano: 1000, EndTimeUnixNano: 9000, Attributes: attr("ratings")},
+			&tracepb.Span{TraceId: tid, SpanId: id(1), ParentSpanId: id(9), Kind: tracepb.Span_SPAN_KIND_SERVER,
+				StartTimeUnixNano: 0, EndTimeUnixNano: 10_000})
+	}
+	return &collectortrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}}}}}
+}
+
+// A server span with a parent (a gateway propagated a traceparent) is a
+// request by default; in root mode it is not, and once almost every span
+// is unusable the server says so in its log and in not_request.
+func TestOTLPServerSpansWithARemoteParent(t *testing.T) {
+	names := map[string]uint32{"catalog": 0, "ratings": 1}
+	for _, mode := range []otlp.Mode{otlp.ModeServer, otlp.ModeRoot} {
+		var logs bytes.Buffer
+		h := start(t, func(c *Config) {
+			c.OTLP = otlp.Config{Mode: mode, Backends: names}
+			c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		})
+		tc := collectortrace.NewTraceServiceClient(h.conn)
+		if _, err := tc.Export(ctxT(t), tracesWithRemoteParents(1200)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := h.client.GetRBC(ctxT(t), &robinhoodv1.GetRBCRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		page := get(t, h.http+"/metrics", 200)
+		warned := strings.Contains(logs.String(), "almost every span is unusable")
+		switch mode {
+		case otlp.ModeServer:
+			if got.GetWindowRequests() != 1200 || warned || !strings.Contains(page, `rbcserver_otlp_spans_total{outcome="request"} 1200`) {
+				t.Fatalf("server mode: %d requests, warned %v", got.GetWindowRequests(), warned)
+			}
+		case otlp.ModeRoot:
+			if got.GetWindowRequests() != 0 || !warned || !strings.Contains(page, `rbcserver_otlp_spans_total{outcome="not_request"} 1200`) {
+				t.Fatalf("root mode: %d requests, warned %v, log %s", got.GetWindowRequests(), warned, logs.String())
+			}
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -252,7 +253,8 @@ func (s *Server) Serve(ctx context.Context, grpcLis, httpLis net.Listener, grace
 		"grpc_addr", grpcLis.Addr().String(), "http_addr", httpLis.Addr().String(),
 		"ring_size", s.cfg.RingSize, "window", s.cfg.Window.String(),
 		"low_pct", s.cfg.LowPct, "high_pct", s.cfg.HighPct, "max_backends", s.cfg.MaxBackends,
-		"security", s.cfg.Security.Describe())
+		"security", s.cfg.Security.Describe(), "otlp_request", s.cfg.OTLP.ModeString(),
+		"otlp_backend_attrs", strings.Join(s.cfg.OTLP.BackendAttrs, ","))
 
 	var err error
 	select {

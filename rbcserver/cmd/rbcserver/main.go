@@ -77,7 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take before connections are closed")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	o.sec.Register(fs)
-	otlpRequest := fs.String("otlp-request", "root", "OTLP traces: which server spans are requests: root (root spans) or service:NAME (every server span of service NAME) (docs/opentelemetry.md)")
+	otlpRequest := fs.String("otlp-request", "server", "OTLP traces: which server spans are requests: server (every server span, with or without a parent), root (root spans only) or service:NAME (every server span of service NAME) (docs/opentelemetry.md)")
 	otlpAttrs := fs.String("otlp-backend-attrs", "peer.service,server.address", "OTLP traces: the attributes of a client span naming its backend, tried in order; names map to ids through --topology's backends (a decimal value is an id)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -140,7 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := o.sec.Validate(); err != nil {
 		return o, err
 	}
-	if o.cfg.OTLP.Service, err = otlp.ParseRequestMode(*otlpRequest); err != nil {
+	if o.cfg.OTLP.Mode, o.cfg.OTLP.Service, err = otlp.ParseRequestMode(*otlpRequest); err != nil {
 		return o, err
 	}
 	for _, a := range strings.Split(*otlpAttrs, ",") {
