@@ -154,26 +154,28 @@ def test_empty_window_is_zero_not_an_error(rbcserver: Callable[..., RBCServer]) 
     assert doc["backends"] == [] and doc["window_requests"] == "0" and doc["p99_latency_us"] == 0
 
 
-def test_bad_batches_are_rejected_whole(rbcserver: Callable[..., RBCServer]) -> None:
+def test_a_bad_record_costs_that_record_and_a_bad_batch_that_batch(rbcserver: Callable[..., RBCServer]) -> None:
     s = rbcserver("--max-backends", "8")
-    with pytest.raises(grpc.RpcError) as err:
-        s.report([[(100, 1), (200, 2)], [(1, 0), (2, 8)]])
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.value.details() == "blocking_backend[1] = 8 is not below --max-backends 8"
+    # An out-of-range backend: that record is refused, the rest of the stream stored.
+    resp = s.report([[(100, 1), (200, 2)], [(1, 0), (2, 8)]])
+    assert (resp.accepted_records, resp.rejected_records) == (3, 1)
 
     def mismatched() -> Iterator[rbc_pb2.ReportRequest]:
+        yield rbc_pb2.ReportRequest(latency_us=[5, 6], blocking_backend=[0, 1])
         yield rbc_pb2.ReportRequest(latency_us=[1, 2, 3], blocking_backend=[0, 0])
     with pytest.raises(grpc.RpcError) as err:
         s.stub.Report(mismatched(), timeout=30)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "latency_us[2] = 3 has no blocking backend" in (err.value.details() or "")
+    # The trailers say what the failed stream stored.
+    trailers = dict(err.value.trailing_metadata() or ())
+    assert trailers["robinhood-accepted-records"] == "2" and trailers["robinhood-rejected-records"] == "0"
 
-    # Only the first batch of the first stream was stored.
-    assert s.stub.GetRBC(rbc_pb2.GetRBCRequest(), timeout=30).window_requests == 2
+    assert s.stub.GetRBC(rbc_pb2.GetRBCRequest(), timeout=30).window_requests == 5
     _, metrics = s.get("/metrics")
-    assert 'rbcserver_records_rejected_total{reason="backend_out_of_range"} 2' in metrics
+    assert 'rbcserver_records_rejected_total{reason="backend_out_of_range"} 1' in metrics
     assert 'rbcserver_records_rejected_total{reason="length_mismatch"} 3' in metrics
-    assert "rbcserver_records_ingested_total 2" in metrics
+    assert "rbcserver_records_ingested_total 5" in metrics
 
 
 @pytest.mark.parametrize("req, message", [

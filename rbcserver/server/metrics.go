@@ -117,10 +117,9 @@ func newMetrics(r *ring.Ring) *metrics {
 		Help: "Capacity of the ring (--ring-size).",
 	})
 	ringCapacity.Set(float64(r.Cap()))
-	for _, reason := range []string{ReasonLengthMismatch, ReasonBackendRange} {
-		m.recordsRejected.WithLabelValues(reason)
-		m.batchesRejected.WithLabelValues(reason)
-	}
+	m.recordsRejected.WithLabelValues(ReasonLengthMismatch)
+	m.batchesRejected.WithLabelValues(ReasonLengthMismatch)
+	m.recordsRejected.WithLabelValues(ReasonBackendRange) // refused one by one, never a whole batch
 	m.batchesRejected.WithLabelValues(ReasonTooLarge)
 	m.recordsRejected.WithLabelValues(ReasonBadStats)
 	m.batchesRejected.WithLabelValues(ReasonBadStats)

@@ -3,9 +3,12 @@ package server
 import (
 	"fmt"
 	"io"
+	"log/slog"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/robinhoodcache/robinhood/lib/auth"
@@ -25,6 +28,13 @@ const (
 	ReasonCaller         = "caller_mismatch"      // app_server_id is not the authenticated caller's name
 )
 
+// Trailer keys of a Report stream that ends in an error: the records it
+// stored and refused before the error (docs/protocol.md).
+const (
+	TrailerAccepted = "robinhood-accepted-records"
+	TrailerRejected = "robinhood-rejected-records"
+)
+
 // BatchError says why a ReportRequest was rejected.
 type BatchError struct {
 	// Reason is one of the Reason constants.
@@ -36,11 +46,11 @@ type BatchError struct {
 
 func (e *BatchError) Error() string { return e.msg }
 
-// ValidateBatch checks one batch: the two arrays must be parallel (equal
-// length) and every blocking backend must be below maxBackends. The error
-// names the first offending index and its value, e.g.
-// "blocking_backend[17] = 5000 is not below --max-backends 1024".
-func ValidateBatch(req *robinhoodv1.ReportRequest, maxBackends int) *BatchError {
+// ValidateBatch checks one batch's structure: the two arrays must be
+// parallel (equal length). The error names the first offending index and
+// its value. Records whose blocking backend is out of range are refused one
+// by one (ValidRecords), not the batch.
+func ValidateBatch(req *robinhoodv1.ReportRequest) *BatchError {
 	lat, be := req.GetLatencyUs(), req.GetBlockingBackend()
 	records := max(len(lat), len(be))
 	switch {
@@ -55,14 +65,32 @@ func ValidateBatch(req *robinhoodv1.ReportRequest, maxBackends int) *BatchError 
 			"blocking_backend has %d entries but latency_us has %d: blocking_backend[%d] = %d has no latency (the arrays are parallel and must have equal length)",
 			len(be), len(lat), i, be[i])}
 	}
+	return nil
+}
+
+// ValidRecords returns a structurally valid batch's records whose blocking
+// backend is below maxBackends (the arrays themselves when all are), the
+// number refused, and a message naming the first refused one, e.g.
+// "blocking_backend[17] = 5000 is not below --max-backends 1024".
+func ValidRecords(lat, be []uint32, maxBackends int) (okLat, okBe []uint32, refused int, first string) {
 	limit := uint32(maxBackends)
 	for i, b := range be {
-		if b >= limit {
-			return &BatchError{Reason: ReasonBackendRange, Records: records, msg: fmt.Sprintf(
-				"blocking_backend[%d] = %d is not below --max-backends %d", i, b, maxBackends)}
+		if b < limit {
+			if refused > 0 {
+				okLat, okBe = append(okLat, lat[i]), append(okBe, b)
+			}
+			continue
 		}
+		if refused == 0 {
+			first = fmt.Sprintf("blocking_backend[%d] = %d is not below --max-backends %d", i, b, maxBackends)
+			okLat, okBe = append(make([]uint32, 0, len(lat)-1), lat[:i]...), append(make([]uint32, 0, len(be)-1), be[:i]...)
+		}
+		refused++
 	}
-	return nil
+	if refused == 0 {
+		return lat, be, 0, ""
+	}
+	return okLat, okBe, refused, first
 }
 
 // errShuttingDown ends Report streams when the server drains.
@@ -74,12 +102,16 @@ type received struct {
 	err error
 }
 
-// Report ingests a stream of batches. Each batch is validated as a whole
-// and stored under one ring lock with the time the client cut it (its
-// sent_unix_nano, clamped to the RBC window before the arrival) as its
-// arrival time. An invalid batch ends the stream with InvalidArgument and
-// none of its records are stored; batches accepted before it stay. When the
-// client closes the stream the response counts what was accepted.
+// Report ingests a stream of batches. Each batch is stored under one ring
+// lock with the time the client cut it (its sent_unix_nano, clamped to the
+// RBC window before the arrival) as its arrival time. A record whose
+// blocking backend is out of range is refused alone (counted; its batch's
+// other records are stored). A batch that is wrong as a whole (arrays of
+// different length, invalid statistics, another caller's id, beyond the
+// reporter's share) ends the stream, and none of its records are stored;
+// batches accepted before it stay. When the client closes the stream the
+// response counts what was accepted and refused; a stream that ends in an
+// error carries the same counts in its trailers.
 func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
@@ -105,7 +137,11 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 	}()
 
 	var app string
-	var records, batches uint64
+	var records, batches, refused uint64
+	defer func() {
+		stream.SetTrailer(metadata.Pairs(TrailerAccepted, strconv.FormatUint(records, 10),
+			TrailerRejected, strconv.FormatUint(refused, 10)))
+	}()
 	caller, authed := auth.Caller(stream.Context())
 	for {
 		var r received
@@ -117,7 +153,8 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 		switch {
 		case r.err == io.EOF:
 			s.log.Debug("report stream closed", "app_server_id", app, "records", records, "batches", batches)
-			return stream.SendAndClose(&robinhoodv1.ReportResponse{AcceptedRecords: records, AcceptedBatches: batches})
+			return stream.SendAndClose(&robinhoodv1.ReportResponse{AcceptedRecords: records, AcceptedBatches: batches,
+				RejectedRecords: refused})
 		case status.Code(r.err) == codes.ResourceExhausted:
 			s.m.batchesRejected.WithLabelValues(ReasonTooLarge).Inc()
 			s.log.Warn("report batch rejected", "app_server_id", app, "reason", ReasonTooLarge, "err", r.err)
@@ -140,7 +177,7 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 			return status.Errorf(codes.PermissionDenied, "app_server_id %q is not the caller of this token (%q): a token reports for its own app server only",
 				r.req.GetAppServerId(), caller)
 		}
-		if berr := ValidateBatch(r.req, s.cfg.MaxBackends); berr != nil {
+		if berr := ValidateBatch(r.req); berr != nil {
 			s.m.batchesRejected.WithLabelValues(berr.Reason).Inc()
 			s.m.recordsRejected.WithLabelValues(berr.Reason).Add(float64(berr.Records))
 			s.log.Warn("report batch rejected", "app_server_id", r.req.GetAppServerId(), "reason", berr.Reason, "err", berr.Error())
@@ -154,8 +191,19 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 			s.log.Warn("report batch rejected", "app_server_id", r.req.GetAppServerId(), "reason", ReasonBadStats, "err", serr)
 			return status.Error(codes.InvalidArgument, serr.Error())
 		}
+		lat, be, bad, first := ValidRecords(r.req.GetLatencyUs(), r.req.GetBlockingBackend(), s.cfg.MaxBackends)
+		if bad > 0 {
+			s.m.recordsRejected.WithLabelValues(ReasonBackendRange).Add(float64(bad))
+			level := slog.LevelDebug
+			if refused == 0 { // once a stream at warn: a client that always sends them would flood the log
+				level = slog.LevelWarn
+			}
+			s.log.Log(stream.Context(), level, "report records refused", "app_server_id", r.req.GetAppServerId(),
+				"reason", ReasonBackendRange, "records", bad, "of", len(r.req.GetLatencyUs()), "first", first)
+			refused += uint64(bad)
+		}
 		now, at := s.now()
-		if n := len(r.req.GetLatencyUs()); n > 0 {
+		if n := len(lat); n > 0 {
 			if lim := int(s.cfg.MaxBatchFraction * float64(s.cfg.RingSize)); n > lim {
 				return s.refuse(r.req.GetAppServerId(), n, ReasonShare, fmt.Errorf("a batch of %d records is more than %g of the ring (%d records; --max-batch-fraction)",
 					n, s.cfg.MaxBatchFraction, lim))
@@ -170,7 +218,6 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 				s.m.lateBatches.Inc()
 			}
 		}
-		lat, be := r.req.GetLatencyUs(), r.req.GetBlockingBackend()
 		s.ring.Append(at, lat, be)
 		s.stats.Add(now, r.req.GetAppServerId(), reports)
 		s.m.addStats(reports)

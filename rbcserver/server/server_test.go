@@ -310,8 +310,6 @@ func TestInvalidBatchIsRejectedWhole(t *testing.T) {
 		msg    string
 		reason string
 	}{
-		{"backend out of range", batch("a", []uint32{1, 2, 3}, []uint32{0, 1023, 5000}),
-			"blocking_backend[2] = 5000 is not below --max-backends 1024", ReasonBackendRange},
 		{"latency without backend", batch("a", []uint32{1, 2, 77}, []uint32{0, 1}),
 			"latency_us has 3 entries but blocking_backend has 2: latency_us[2] = 77 has no blocking backend", ReasonLengthMismatch},
 		{"backend without latency", batch("a", []uint32{1}, []uint32{0, 9}),
@@ -333,12 +331,10 @@ func TestInvalidBatchIsRejectedWhole(t *testing.T) {
 	}
 	body := get(t, h.http+"/metrics", http.StatusOK)
 	for _, line := range []string{
-		`rbcserver_batches_rejected_total{reason="backend_out_of_range"} 1`,
 		`rbcserver_batches_rejected_total{reason="length_mismatch"} 2`,
-		`rbcserver_records_rejected_total{reason="backend_out_of_range"} 3`,
 		`rbcserver_records_rejected_total{reason="length_mismatch"} 5`,
-		`rbcserver_records_ingested_total 6`,
-		`rbcserver_batches_total 3`,
+		`rbcserver_records_ingested_total 4`,
+		`rbcserver_batches_total 2`,
 	} {
 		if !strings.Contains(body, line+"\n") {
 			t.Errorf("/metrics lacks %q", line)
@@ -351,9 +347,60 @@ func TestMaxBackendsFlagBoundsIDs(t *testing.T) {
 	if _, err := h.report(t, batch("a", []uint32{1, 2, 3, 4}, []uint32{0, 1, 2, 3})); err != nil {
 		t.Fatalf("ids below --max-backends rejected: %v", err)
 	}
-	_, err := h.report(t, batch("a", []uint32{1}, []uint32{4}))
-	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "blocking_backend[0] = 4 is not below --max-backends 4" {
-		t.Fatalf("error %v", err)
+	resp, err := h.report(t, batch("a", []uint32{1, 2}, []uint32{4, 3}))
+	if err != nil || resp.GetAcceptedRecords() != 1 || resp.GetRejectedRecords() != 1 {
+		t.Fatalf("id 4 with --max-backends 4: %v, %v; want it refused alone", resp, err)
+	}
+}
+
+// One record with a bad backend costs that record only: the rest of its
+// batch and the stream go on; the response and the metrics count it.
+func TestOutOfRangeRecordsAreRefusedAlone(t *testing.T) {
+	h := start(t, nil)
+	resp, err := h.report(t,
+		batch("a", []uint32{10, 20}, []uint32{1, 2}),
+		batch("a", []uint32{1, 2, 3, 4}, []uint32{0, 1023, 5000, 70000}),
+		batch("a", []uint32{30}, []uint32{3}))
+	if err != nil || resp.GetAcceptedRecords() != 5 || resp.GetRejectedRecords() != 2 || resp.GetAcceptedBatches() != 3 {
+		t.Fatalf("got %v, %v; want 5 records accepted in 3 batches and 2 refused", resp, err)
+	}
+	if got := h.getRBC(t, &robinhoodv1.GetRBCRequest{}).GetWindowRequests(); got != 5 {
+		t.Fatalf("window holds %d records, want 5", got)
+	}
+	body := get(t, h.http+"/metrics", http.StatusOK)
+	for _, line := range []string{`rbcserver_records_rejected_total{reason="backend_out_of_range"} 2`, `rbcserver_records_ingested_total 5`} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+}
+
+// A stream that ends in an error says in its trailers how many of its
+// records were stored and refused before it, so a client counts exactly
+// what it lost.
+func TestAStreamEndingInAnErrorCountsInItsTrailers(t *testing.T) {
+	h := start(t, nil)
+	stream, err := h.client.Report(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*robinhoodv1.ReportRequest{
+		batch("a", []uint32{10, 20, 30}, []uint32{1, 2, 5000}),
+		batch("a", []uint32{1, 2}, []uint32{0}), // arrays of different length: the stream ends
+	} {
+		if err := stream.Send(b); err != nil {
+			break
+		}
+	}
+	if _, err := stream.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("want InvalidArgument, got %v", err)
+	}
+	tr := stream.Trailer()
+	if got := tr.Get(TrailerAccepted); len(got) != 1 || got[0] != "2" {
+		t.Errorf("%s = %v, want 2", TrailerAccepted, got)
+	}
+	if got := tr.Get(TrailerRejected); len(got) != 1 || got[0] != "1" {
+		t.Errorf("%s = %v, want 1", TrailerRejected, got)
 	}
 }
 
@@ -496,8 +543,8 @@ func TestMetricsHoldTheDefaultSnapshot(t *testing.T) {
 	h.getRBC(t, &robinhoodv1.GetRBCRequest{LowPct: 1}) // not the defaults: does not touch the gauges
 	body := get(t, h.http+"/metrics", http.StatusOK)
 	for _, line := range []string{
-		`rbcserver_blocking_count{backend="7"} 3`,
-		`rbcserver_blocking_count{backend="2"} 0`,
+		`rbcserver_blocking_requests{backend="7"} 3`,
+		`rbcserver_blocking_requests{backend="2"} 0`,
 		`rbcserver_band_share{backend="7"} 1`,
 		`rbcserver_band_share{backend="2"} 0`,
 		`rbcserver_records_ingested_total 200`,
@@ -519,7 +566,7 @@ func TestMetricsHoldTheDefaultSnapshot(t *testing.T) {
 	h.clock.Advance(time.Minute)
 	h.getRBC(t, &robinhoodv1.GetRBCRequest{WindowSeconds: 5}) // explicit defaults count too
 	body = get(t, h.http+"/metrics", http.StatusOK)
-	if strings.Contains(body, "rbcserver_blocking_count{") || !strings.Contains(body, "rbcserver_window_requests 0\n") {
+	if strings.Contains(body, "rbcserver_blocking_requests{") || !strings.Contains(body, "rbcserver_window_requests 0\n") {
 		t.Errorf("after the window emptied /metrics still has per-backend gauges:\n%s", grep(body, "rbcserver_"))
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,23 +15,18 @@ import (
 func TestValidateBatchMessages(t *testing.T) {
 	cases := []struct {
 		lat, be []uint32
-		max     int
 		reason  string
 		msg     string
 	}{
-		{nil, nil, 1024, "", ""},
-		{[]uint32{5, 6}, []uint32{0, 1023}, 1024, "", ""},
-		{[]uint32{1, 2, 3}, []uint32{0, 1, 1024}, 1024, ReasonBackendRange,
-			"blocking_backend[2] = 1024 is not below --max-backends 1024"},
-		{make([]uint32, 18), append(make([]uint32, 17), 5000), 1024, ReasonBackendRange,
-			"blocking_backend[17] = 5000 is not below --max-backends 1024"},
-		{[]uint32{1, 2}, []uint32{9, 9, 9}, 4, ReasonLengthMismatch,
+		{nil, nil, "", ""},
+		{[]uint32{5, 6}, []uint32{0, 5000}, "", ""}, // a backend out of range is a record's problem, not the batch's
+		{[]uint32{1, 2}, []uint32{9, 9, 9}, ReasonLengthMismatch,
 			"blocking_backend has 3 entries but latency_us has 2: blocking_backend[2] = 9 has no latency (the arrays are parallel and must have equal length)"},
-		{[]uint32{1, 42}, []uint32{0}, 4, ReasonLengthMismatch,
+		{[]uint32{1, 42}, []uint32{0}, ReasonLengthMismatch,
 			"latency_us has 2 entries but blocking_backend has 1: latency_us[1] = 42 has no blocking backend (the arrays are parallel and must have equal length)"},
 	}
 	for _, tc := range cases {
-		err := ValidateBatch(&robinhoodv1.ReportRequest{LatencyUs: tc.lat, BlockingBackend: tc.be}, tc.max)
+		err := ValidateBatch(&robinhoodv1.ReportRequest{LatencyUs: tc.lat, BlockingBackend: tc.be})
 		switch {
 		case tc.msg == "" && err != nil:
 			t.Errorf("ValidateBatch(%v, %v) = %v, want nil", tc.lat, tc.be, err)
@@ -40,11 +36,28 @@ func TestValidateBatchMessages(t *testing.T) {
 	}
 }
 
+func TestValidRecordsRefusesOnlyTheBadOnes(t *testing.T) {
+	lat, be := []uint32{1, 2, 3, 4, 5}, []uint32{0, 1024, 3, 5000, 1023}
+	okLat, okBe, refused, first := ValidRecords(lat, be, 1024)
+	if refused != 2 || first != "blocking_backend[1] = 1024 is not below --max-backends 1024" ||
+		!slices.Equal(okLat, []uint32{1, 3, 5}) || !slices.Equal(okBe, []uint32{0, 3, 1023}) {
+		t.Fatalf("got %v %v %d %q", okLat, okBe, refused, first)
+	}
+	if !slices.Equal(lat, []uint32{1, 2, 3, 4, 5}) || !slices.Equal(be, []uint32{0, 1024, 3, 5000, 1023}) {
+		t.Fatal("the batch's own arrays were changed")
+	}
+	okLat, _, refused, _ = ValidRecords(lat[:1], be[:1], 1024)
+	if refused != 0 || &okLat[0] != &lat[0] {
+		t.Fatal("a valid batch is not returned as it is")
+	}
+}
+
 // FuzzValidateBatch decodes arbitrary bytes as a ReportRequest and checks
-// ValidateBatch against its specification: a batch is accepted exactly
-// when the arrays have equal length and every backend is below the limit;
-// a rejection names the first offending index and value and counts every
-// record; an accepted batch stores exactly its records.
+// ValidateBatch and ValidRecords against their specification: a batch is
+// refused exactly when the arrays differ in length (naming the first
+// unpaired index and value, counting every record); otherwise exactly the
+// records whose backend is out of range are refused, the first one named,
+// and the rest are stored in order.
 func FuzzValidateBatch(f *testing.F) {
 	seed := func(max uint16, lat, be []uint32) {
 		b, err := proto.Marshal(&robinhoodv1.ReportRequest{AppServerId: "app0", LatencyUs: lat, BlockingBackend: be})
@@ -72,42 +85,46 @@ func FuzzValidateBatch(f *testing.F) {
 		maxBackends := int(maxM1) + 1
 		lat, be := req.GetLatencyUs(), req.GetBlockingBackend()
 
-		// The specification, written plainly.
-		wantOK, wantIdx, wantVal, wantReason := true, -1, uint32(0), ""
-		switch {
-		case len(lat) > len(be):
-			wantOK, wantIdx, wantVal, wantReason = false, len(be), lat[len(be)], ReasonLengthMismatch
-		case len(be) > len(lat):
-			wantOK, wantIdx, wantVal, wantReason = false, len(lat), be[len(lat)], ReasonLengthMismatch
-		default:
-			for i, b := range be {
-				if int(b) >= maxBackends {
-					wantOK, wantIdx, wantVal, wantReason = false, i, b, ReasonBackendRange
-					break
-				}
+		err := ValidateBatch(&req)
+		if len(lat) != len(be) {
+			idx, val := min(len(lat), len(be)), uint32(0)
+			if len(lat) > len(be) {
+				val = lat[idx]
+			} else {
+				val = be[idx]
 			}
-		}
-
-		err := ValidateBatch(&req, maxBackends)
-		if wantOK {
-			if err != nil {
-				t.Fatalf("valid batch (%d records, max %d) rejected: %v", len(lat), maxBackends, err)
+			if err == nil || err.Reason != ReasonLengthMismatch || err.Records != max(len(lat), len(be)) {
+				t.Fatalf("unpaired arrays (%d, %d): %v", len(lat), len(be), err)
 			}
-			r, _ := ring.New(1 + len(lat))
-			r.Append(1, lat, be)
-			if r.Len() != len(lat) {
-				t.Fatalf("stored %d records of %d", r.Len(), len(lat))
+			if named := fmt.Sprintf("[%d] = %d ", idx, val); !strings.Contains(err.Error(), named) {
+				t.Fatalf("message %q does not name %s", err.Error(), named)
 			}
 			return
 		}
-		if err == nil {
-			t.Fatalf("invalid batch accepted: %d latencies, %d backends, max %d", len(lat), len(be), maxBackends)
+		if err != nil {
+			t.Fatalf("paired arrays refused: %v", err)
 		}
-		if err.Reason != wantReason || err.Records != max(len(lat), len(be)) {
-			t.Fatalf("reason %q records %d, want %q %d", err.Reason, err.Records, wantReason, max(len(lat), len(be)))
+		// The specification of the records, written plainly.
+		var wantLat, wantBe []uint32
+		firstBad := -1
+		for i, b := range be {
+			if int(b) < maxBackends {
+				wantLat, wantBe = append(wantLat, lat[i]), append(wantBe, b)
+			} else if firstBad < 0 {
+				firstBad = i
+			}
 		}
-		if named := fmt.Sprintf("[%d] = %d ", wantIdx, wantVal); !strings.Contains(err.Error(), named) {
-			t.Fatalf("message %q does not name %s", err.Error(), named)
+		okLat, okBe, refused, first := ValidRecords(lat, be, maxBackends)
+		if refused != len(lat)-len(wantLat) || !slices.Equal(okLat, wantLat) || !slices.Equal(okBe, wantBe) {
+			t.Fatalf("kept %v %v refused %d, want %v %v", okLat, okBe, refused, wantLat, wantBe)
+		}
+		if firstBad >= 0 && !strings.Contains(first, fmt.Sprintf("[%d] = %d ", firstBad, be[firstBad])) {
+			t.Fatalf("first %q does not name index %d", first, firstBad)
+		}
+		r, _ := ring.New(1 + len(okLat))
+		r.Append(1, okLat, okBe)
+		if r.Len() != len(okLat) {
+			t.Fatalf("stored %d records of %d", r.Len(), len(okLat))
 		}
 	})
 }

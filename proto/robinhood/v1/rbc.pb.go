@@ -225,13 +225,19 @@ func (x *BackendStats) GetPartitionLimitBytes() uint64 {
 	return 0
 }
 
-// ReportResponse is sent when the client closes its stream.
+// ReportResponse is sent when the client closes its stream. A stream that
+// ends in an error carries the same counts in its trailers
+// (robinhood-accepted-records, robinhood-rejected-records), so a client
+// knows exactly which of its records were stored.
 type ReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Records accepted over the whole stream.
+	// Records accepted (stored) over the whole stream.
 	AcceptedRecords uint64 `protobuf:"varint,1,opt,name=accepted_records,json=acceptedRecords,proto3" json:"accepted_records,omitempty"`
 	// Batches accepted over the whole stream.
 	AcceptedBatches uint64 `protobuf:"varint,2,opt,name=accepted_batches,json=acceptedBatches,proto3" json:"accepted_batches,omitempty"`
+	// Records refused one by one (a blocking_backend not below the server's
+	// --max-backends); the other records of their batches were stored.
+	RejectedRecords uint64 `protobuf:"varint,3,opt,name=rejected_records,json=rejectedRecords,proto3" json:"rejected_records,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -276,6 +282,13 @@ func (x *ReportResponse) GetAcceptedRecords() uint64 {
 func (x *ReportResponse) GetAcceptedBatches() uint64 {
 	if x != nil {
 		return x.AcceptedBatches
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetRejectedRecords() uint64 {
+	if x != nil {
+		return x.RejectedRecords
 	}
 	return 0
 }
@@ -887,10 +900,11 @@ const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	"\fshadow_bytes\x18\x05 \x01(\x04R\vshadowBytes\x12%\n" +
 	"\x0elatency_bucket\x18\x06 \x03(\rR\rlatencyBucket\x12#\n" +
 	"\rlatency_count\x18\a \x03(\x04R\flatencyCount\x122\n" +
-	"\x15partition_limit_bytes\x18\b \x01(\x04R\x13partitionLimitBytes\"f\n" +
+	"\x15partition_limit_bytes\x18\b \x01(\x04R\x13partitionLimitBytes\"\x91\x01\n" +
 	"\x0eReportResponse\x12)\n" +
 	"\x10accepted_records\x18\x01 \x01(\x04R\x0facceptedRecords\x12)\n" +
-	"\x10accepted_batches\x18\x02 \x01(\x04R\x0facceptedBatches\"j\n" +
+	"\x10accepted_batches\x18\x02 \x01(\x04R\x0facceptedBatches\x12)\n" +
+	"\x10rejected_records\x18\x03 \x01(\x04R\x0frejectedRecords\"j\n" +
 	"\rGetRBCRequest\x12%\n" +
 	"\x0ewindow_seconds\x18\x01 \x01(\x01R\rwindowSeconds\x12\x17\n" +
 	"\alow_pct\x18\x02 \x01(\x01R\x06lowPct\x12\x19\n" +

@@ -165,16 +165,20 @@ func load(ctx context.Context, o options, stdout io.Writer) error {
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	var accepted uint64
+	var accepted, rejected uint64
 	var errs []error
 	for i, r := range results {
 		accepted += r.accepted
+		rejected += r.rejected
 		if r.err != nil {
 			errs = append(errs, fmt.Errorf("stream %d: %w", i, r.err))
 		}
 	}
 	fmt.Fprintf(stdout, "sent %d records in %.2f s; server accepted %d: %.0f records/s\n",
 		sent.Load(), elapsed.Seconds(), accepted, float64(accepted)/elapsed.Seconds())
+	if rejected > 0 {
+		errs = append(errs, fmt.Errorf("the server refused %d records (a blocking backend not below its --max-backends: give --backends at most its value)", rejected))
+	}
 	if o.queryEvery > 0 {
 		printQueries(stdout, queries, last)
 		if queryErr != nil {
@@ -194,6 +198,7 @@ func rateString(rate float64) string {
 // streamResult is how one stream ended.
 type streamResult struct {
 	accepted uint64 // records the server acknowledged
+	rejected uint64 // records it refused one by one
 	err      error
 }
 
@@ -248,7 +253,7 @@ func runStream(ctx context.Context, o options, i int, lat, be []uint32, sent *at
 	if err != nil {
 		return streamResult{err: err}
 	}
-	return streamResult{accepted: resp.GetAcceptedRecords()}
+	return streamResult{accepted: resp.GetAcceptedRecords(), rejected: resp.GetRejectedRecords()}
 }
 
 // sleepUntil waits until t or ctx's end; false means ctx ended.

@@ -140,7 +140,7 @@ func TestLoadReportsServerRejection(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("rbcload against a server with fewer backends: %v, want exit status 1\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "InvalidArgument") || !strings.Contains(string(out), "is not below --max-backends 4") {
+	if !strings.Contains(string(out), "the server refused") || !strings.Contains(string(out), "not below its --max-backends") {
 		t.Fatalf("rbcload did not report the server's error:\n%s", out)
 	}
 }

@@ -154,7 +154,7 @@ func TestBinaryServesReportAndGetRBC(t *testing.T) {
 		"rbcserver_records_ingested_total 10000", "rbcserver_batches_total 10", "rbcserver_ring_records 10000",
 		"rbcserver_report_streams 0", `rbcserver_records_rejected_total{reason="backend_out_of_range"} 0`,
 		"rbcserver_getrbc_compute_seconds_bucket", "rbcserver_getrbc_compute_seconds_count 2",
-		`rbcserver_blocking_count{backend="0"}`, `rbcserver_band_share{backend="5"}`,
+		`rbcserver_blocking_requests{backend="0"}`, `rbcserver_band_share{backend="5"}`,
 		"go_goroutines", "process_resident_memory_bytes",
 	} {
 		if !strings.Contains(body, "\n"+name) {
@@ -170,9 +170,10 @@ func TestBinaryErrorCodes(t *testing.T) {
 	s := startBinary(t, "--max-backends", "16")
 	ok := &robinhoodv1.ReportRequest{LatencyUs: []uint32{1, 2}, BlockingBackend: []uint32{0, 15}}
 
-	_, err := report(t, s.client, ok, &robinhoodv1.ReportRequest{LatencyUs: []uint32{1, 2}, BlockingBackend: []uint32{3, 16}})
-	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "blocking_backend[1] = 16 is not below --max-backends 16" {
-		t.Errorf("out-of-range backend: %v", err)
+	// An out-of-range backend costs its record alone.
+	resp, err := report(t, s.client, ok, &robinhoodv1.ReportRequest{LatencyUs: []uint32{1, 2}, BlockingBackend: []uint32{3, 16}})
+	if err != nil || resp.GetAcceptedRecords() != 3 || resp.GetRejectedRecords() != 1 {
+		t.Errorf("out-of-range backend: %v, %v; want 3 accepted and 1 refused", resp, err)
 	}
 	_, err = report(t, s.client, &robinhoodv1.ReportRequest{LatencyUs: []uint32{1, 2, 3}, BlockingBackend: []uint32{3}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "latency_us[1] = 2 has no blocking backend") {
@@ -192,10 +193,10 @@ func TestBinaryErrorCodes(t *testing.T) {
 	if code, body := httpGet(t, s.httpURL+"/v1/rbc?low_pct=99.9&high_pct=99"); code != http.StatusBadRequest || strings.TrimSpace(body) != "low_pct = 99.9 is above high_pct = 99" {
 		t.Errorf("/v1/rbc low > high: %d %q", code, body)
 	}
-	// Only the first good batch was stored.
+	// The good batch and the good record of the mixed one were stored.
 	got, err := s.client.GetRBC(ctxT(t), &robinhoodv1.GetRBCRequest{})
-	if err != nil || got.GetWindowRequests() != 2 {
-		t.Fatalf("after the rejections: %v, %v; want the 2 good records", got, err)
+	if err != nil || got.GetWindowRequests() != 3 {
+		t.Fatalf("after the rejections: %v, %v; want the 3 good records", got, err)
 	}
 }
 

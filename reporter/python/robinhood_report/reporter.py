@@ -18,8 +18,14 @@ from .fanout import RequestTimer
 log = logging.getLogger("robinhood_report")
 
 MAX_UINT32 = 2**32 - 1
+#: The RBC server's default --max-backends: backend ids are below it (the topology's
+#: ids are 0-1023).
+MAX_BACKENDS = 1024
 #: The reconnect back-off's cap, as the Go clients' (docs/reliability.md).
 MAX_BACKOFF_S = 2.0
+#: Trailers of a Report stream that ended in an error: what it stored and refused.
+TRAILER_ACCEPTED = "robinhood-accepted-records"
+TRAILER_REJECTED = "robinhood-rejected-records"
 
 
 @dataclass(frozen=True)
@@ -33,13 +39,37 @@ class Stats:
     sent: int
     """Records handed to a stream."""
     lost: int
-    """Records handed to a stream that then ended in an error: the server may or may
-    not have stored them (the stream's last batches)."""
+    """Records handed to a stream that ended in an error and that the server did not
+    store: exact when the server said what it stored (its trailers, on every error it
+    raises); when the connection itself broke, every record the stream took since it
+    opened (the server may have stored some of them)."""
+    refused: int
+    """Records the server refused one by one (a backend id not below its
+    --max-backends)."""
     batches: int
     stream_errors: int
     """Streams that ended in an error (each followed by a reconnect)."""
     unknown_backend: int
-    """Records naming a backend missing from ``backends`` (dropped)."""
+    """Records naming a backend missing from ``backends`` (not recorded)."""
+    invalid: int
+    """Records refused by ``record``: a backend id that is not an integer below
+    ``max_backends`` (or, with ``backends``, not one of its ids), or a latency that is not
+    an integer in [0, 2**32 - 1] µs (the wire's range: about 71 minutes)."""
+
+    @property
+    def not_stored(self) -> int:
+        """Every record ``record`` was given that did not reach the server's window."""
+        return self.dropped + self.lost + self.refused + self.unknown_backend + self.invalid
+
+
+def _trailer_counts(e: grpc.RpcError) -> tuple[int | None, int]:
+    """The records a failed stream stored and refused, from the server's trailers;
+    (None, 0) when it sent none (the connection broke)."""
+    try:
+        md = dict(e.trailing_metadata() or ())  # type: ignore[attr-defined]
+        return int(md[TRAILER_ACCEPTED]), int(md.get(TRAILER_REJECTED, 0))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None, 0
 
 
 def _read(path: str | None) -> bytes | None:
@@ -51,7 +81,8 @@ class Reporter:
     ``app_server`` (its id in the topology).
 
     ``backends`` maps backend names to their topology ids, so ``record`` and the
-    timers accept names; ids are accepted as they are. ``buffer`` bounds the records
+    timers accept names; an id is accepted when it is below ``max_backends`` (the RBC
+    server's ``--max-backends``) and, with ``backends``, one of its ids. ``buffer`` bounds the records
     waiting to be sent (16 bytes each at most, so the default bounds memory to about
     1 MiB); ``batch`` bounds one message; a batch is cut every ``flush_interval`` s.
 
@@ -62,11 +93,14 @@ class Reporter:
 
     def __init__(self, target: str, app_server: str, backends: Mapping[str, int] | None = None, *,
                  buffer: int = 65536, batch: int = 4096, flush_interval: float = 0.1,
+                 max_backends: int = MAX_BACKENDS,
                  token: str | None = None, token_file: str | None = None,
                  tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
                  start: bool = True) -> None:
         if not app_server:
             raise ValueError("app_server: the app server's id is required (records are attributed to it)")
+        if not 1 <= max_backends <= 2**16:
+            raise ValueError(f"max_backends {max_backends} must be in [1, 65536]")
         if buffer < 1 or batch < 1:
             raise ValueError(f"buffer {buffer} and batch {batch} must be at least 1")
         if flush_interval <= 0:
@@ -77,6 +111,11 @@ class Reporter:
             raise ValueError("tls_cert and tls_key go together")
         self.target, self.app_server = target, app_server
         self.backends = dict(backends or {})
+        self.max_backends = max_backends
+        for name, bid in self.backends.items():
+            if isinstance(bid, bool) or not isinstance(bid, int) or not 0 <= bid < max_backends:
+                raise ValueError(f"backends[{name!r}] = {bid!r} is not an id below max_backends {max_backends}")
+        self._ids = frozenset(self.backends.values())
         self.buffer, self.batch, self.flush_interval = buffer, batch, flush_interval
         if token_file:
             fields = Path(token_file).read_text().split()
@@ -89,7 +128,7 @@ class Reporter:
         self._lock = threading.Lock()
         self._q: collections.deque[tuple[int, int]] = collections.deque()
         self._recorded = self._dropped = self._sent = self._batches = self._errors = self._unknown = 0
-        self._lost = self._stream_sent = 0
+        self._lost = self._stream_sent = self._refused = self._invalid = 0
         self._stop = threading.Event()
         opts = [("grpc.max_reconnect_backoff_ms", int(MAX_BACKOFF_S * 1000)),
                 ("grpc.initial_reconnect_backoff_ms", 100)]
@@ -109,14 +148,27 @@ class Reporter:
 
     def record(self, latency_us: int, backend: int | str) -> bool:
         """Record one request: its latency in microseconds and its blocking backend
-        (name or id). O(1), never blocks, never raises for a full buffer: returns False
-        when the record was dropped (counted)."""
-        bid = self.backends.get(backend) if isinstance(backend, str) else backend
-        rec = (min(max(int(latency_us), 0), MAX_UINT32), bid)
-        with self._lock:
+        (name or id). O(1), never blocks, never raises: returns False when the record
+        was not taken (counted in ``stats()``: a full buffer, an unknown name, an id or a
+        latency out of range), so one bad record never costs another."""
+        if isinstance(backend, str):
+            bid = self.backends.get(backend)
             if bid is None:
-                self._unknown += 1
+                with self._lock:
+                    self._unknown += 1
                 return False
+        else:
+            bid = backend
+        ok_id = (isinstance(bid, int) and not isinstance(bid, bool) and 0 <= bid < self.max_backends
+                 and (not self._ids or bid in self._ids))
+        ok_lat = (isinstance(latency_us, (int, float)) and not isinstance(latency_us, bool)
+                  and 0 <= latency_us <= MAX_UINT32)  # NaN fails both comparisons
+        if not (ok_id and ok_lat):
+            with self._lock:
+                self._invalid += 1
+            return False
+        rec = (int(latency_us), bid)
+        with self._lock:
             if len(self._q) >= self.buffer:
                 self._dropped += 1
                 return False
@@ -130,7 +182,8 @@ class Reporter:
 
     def stats(self) -> Stats:
         return Stats(recorded=self._recorded, dropped=self._dropped, sent=self._sent, lost=self._lost,
-                     batches=self._batches, stream_errors=self._errors, unknown_backend=self._unknown)
+                     refused=self._refused, batches=self._batches, stream_errors=self._errors,
+                     unknown_backend=self._unknown, invalid=self._invalid)
 
     # -- the background sender ----------------------------------------------------
 
@@ -174,13 +227,20 @@ class Reporter:
             try:
                 self._call = self._stub.Report.future(self._batches_gen(), metadata=self._metadata)
                 resp = self._call.result()
-                log.debug("report stream closed: %d records accepted", resp.accepted_records)
+                self._refused += resp.rejected_records
+                log.debug("report stream closed: %d records accepted, %d refused", resp.accepted_records,
+                          resp.rejected_records)
                 backoff = 0.1
             except grpc.RpcError as e:
                 if self._stop.is_set() and e.code() == grpc.StatusCode.CANCELLED:
                     return
                 self._errors += 1
-                self._lost += self._stream_sent
+                accepted, refused = _trailer_counts(e)
+                if accepted is None:  # no word from the server: nothing it took is known to be stored
+                    self._lost += self._stream_sent
+                else:
+                    self._refused += refused
+                    self._lost += max(self._stream_sent - accepted - refused, 0)
                 log.warning("report stream to %s ended: %s: %s; reconnecting", self.target, e.code().name,
                             e.details())
                 if self._stop.wait(backoff):

@@ -65,8 +65,54 @@ def test_records_reach_the_rbc_exactly(procs, gobin, free_address) -> None:
     assert {k: v for k, v in got.items() if v} == {k: v for k, v in want.items() if v} and want[1] >= 9, (got, band)
     assert {b.backend: b.window_blocking for b in r.backends} == {0: 990, 1: 10}
     s = rep.stats()
-    assert (s.recorded, s.dropped, s.unknown_backend, s.sent) == (1000, 0, 1, 1000)
+    assert (s.recorded, s.dropped, s.unknown_backend, s.sent, s.lost, s.refused) == (1000, 0, 1, 1000, 0, 0)
     assert s.batches >= 10
+
+
+def test_one_bad_record_never_loses_good_ones(procs, gobin, free_address) -> None:
+    # The server takes ids below 8; the reporter, without a backends map, ids below 1024.
+    addr, _ = _rbc(procs, gobin, free_address, "--max-backends", "8")
+    with Reporter(addr, "app0", batch=500) as rep:
+        for i in range(6000):
+            assert rep.record(100 + i, i % 8)
+        assert rep.record(7, 9)  # valid here, refused by the server: that record only
+        # Refused at record(): counted, False, nothing sent.
+        assert not rep.record(5, 5000) and not rep.record(5, -1) and not rep.record(5, "catalog")
+        assert not rep.record(2**32, 1) and not rep.record(-3, 1) and not rep.record(float("nan"), 1)
+        assert not rep.record(5, True)
+        for i in range(6000):
+            assert rep.record(100 + i, i % 8)
+        assert rep.flush()
+    assert _wait_requests(addr, 12_000).window_requests == 12_000
+    s = rep.stats()
+    assert (s.recorded, s.sent, s.lost, s.refused, s.invalid, s.unknown_backend) == (12_001, 12_001, 0, 1, 6, 1)
+    assert s.not_stored == 8 and s.stream_errors == 0
+    # With a backends map, an id it does not name is refused too.
+    named = Reporter(addr, "app0", BACKENDS, start=False)
+    assert named.record(5, 2) and not named.record(5, 3) and named.stats().invalid == 1
+    with pytest.raises(ValueError, match="max_backends"):
+        Reporter(addr, "app0", {"x": 2000}, start=False)
+
+
+def test_lost_is_exact_when_the_server_ends_a_stream(procs, gobin, free_address) -> None:
+    # Batches over 1% of a 20,000-record ring (200 records) end the stream
+    # (ResourceExhausted); the server's trailers say what that stream stored before it.
+    addr, _ = _rbc(procs, gobin, free_address, "--ring-size", "20000", "--max-batch-fraction", "0.01")
+    with Reporter(addr, "app0", batch=1000, flush_interval=0.05) as rep:
+        for _round in range(6):  # six batches of 100 on one stream: stored
+            for i in range(100):
+                assert rep.record(1000 + i, 1)
+            time.sleep(0.2)
+        assert _wait_requests(addr, 600).window_requests == 600
+        for i in range(700):  # one batch of 700 on the same stream: refused, the stream ends
+            assert rep.record(5, 2)
+        deadline = time.monotonic() + 10
+        while rep.stats().stream_errors == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    s = rep.stats()
+    # Before trailers, all 1,300 records of the stream counted as lost.
+    assert (s.stream_errors, s.sent, s.lost) == (1, 1300, 700), s
+    assert _get_rbc(addr).window_requests == s.sent - s.lost == 600
 
 
 def test_request_timer_names_the_query_that_ended_last() -> None:
@@ -252,13 +298,20 @@ def test_bad_arguments() -> None:
 
 def test_cli_streams_stdin(procs, gobin, free_address) -> None:
     addr, _ = _rbc(procs, gobin, free_address)
-    lines = "# latency backend\n" + "".join(f"{i} ratings\n" for i in range(1, 301)) + "oops\n5 nosuch\n7 2\n"
-    r = subprocess.run([sys.executable, "-m", "robinhood_report.cli", "--rbc", addr, "--app-server", "app0",
-                        "--backend", "ratings=1"], input=lines, capture_output=True, text=True, timeout=60)
+    good = "# latency backend\n" + "".join(f"{i} ratings\n" for i in range(1, 301)) + "7 1\n"
+    cmd = [sys.executable, "-m", "robinhood_report.cli", "--rbc", addr, "--app-server", "app0", "--backend", "ratings=1"]
+    r = subprocess.run(cmd, input=good, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "line 302: want 'LATENCY_US BACKEND'" in r.stderr and "line 303: backend 'nosuch'" in r.stderr
-    assert "301 records, 0 dropped, 2 bad lines" in r.stderr
-    assert _wait_requests(addr, 301).window_requests == 301
+    assert "301 records taken, 301 sent, 0 lost, 0 refused by the server, 0 dropped, 0 bad lines" in r.stderr
+    # Bad lines cost themselves only, and the exit status says something was not stored.
+    r = subprocess.run(cmd, input=good + "oops\n5 nosuch\n7 2\n4294967296 1\n", capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "line 303: want 'LATENCY_US BACKEND'" in r.stderr and "line 304: not recorded: backend 'nosuch'" in r.stderr
+    assert "line 305: not recorded: backend id 2 is not below --max-backends 1024 or not one of the --backend ids" \
+        in r.stderr and "line 306: not recorded: latency 4294967296 is beyond" in r.stderr
+    assert "301 records taken, 301 sent, 0 lost, 0 refused by the server, 0 dropped, 4 bad lines" in r.stderr
+    assert _wait_requests(addr, 602).window_requests == 602
 
 
 def test_concurrent_recorders_lose_nothing() -> None:

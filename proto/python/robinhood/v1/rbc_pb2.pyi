@@ -41,12 +41,14 @@ class BackendStats(_message.Message):
     def __init__(self, backend: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., shadow_hits: _Optional[int] = ..., shadow_bytes: _Optional[int] = ..., latency_bucket: _Optional[_Iterable[int]] = ..., latency_count: _Optional[_Iterable[int]] = ..., partition_limit_bytes: _Optional[int] = ...) -> None: ...
 
 class ReportResponse(_message.Message):
-    __slots__ = ("accepted_records", "accepted_batches")
+    __slots__ = ("accepted_records", "accepted_batches", "rejected_records")
     ACCEPTED_RECORDS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_RECORDS_FIELD_NUMBER: _ClassVar[int]
     accepted_records: int
     accepted_batches: int
-    def __init__(self, accepted_records: _Optional[int] = ..., accepted_batches: _Optional[int] = ...) -> None: ...
+    rejected_records: int
+    def __init__(self, accepted_records: _Optional[int] = ..., accepted_batches: _Optional[int] = ..., rejected_records: _Optional[int] = ...) -> None: ...
 
 class GetRBCRequest(_message.Message):
     __slots__ = ("window_seconds", "low_pct", "high_pct")
