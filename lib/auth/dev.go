@@ -23,6 +23,15 @@ const (
 	DevCert   = "cert.pem"
 	DevKey    = "key.pem"
 	DevTokens = "tokens"
+	// DevTokenSuffix names a caller's own token file, CALLER.token: one
+	// "name token" line, what the project's clients read (--token-file,
+	// the topology's auth.token).
+	DevTokenSuffix = ".token"
+	// DevBearerSuffix names the same token alone, CALLER.bearer: the token
+	// and a newline, for tools that send a file's whole content as the
+	// bearer token (Prometheus's credentials_file, curl with
+	// "Authorization: Bearer $(cat CALLER.bearer)").
+	DevBearerSuffix = ".bearer"
 )
 
 // NewToken returns a random token: 32 bytes, base64url (43 characters).
@@ -39,8 +48,9 @@ func NewToken() (string, error) {
 // for every server and client (cert.pem, key.pem; valid for hosts,
 // localhost and the loopback addresses, for server and client
 // authentication, one year), the servers' token file (tokens) with a random
-// token per caller, and each caller's own token file (CALLER.token).
-// Secrets are written with mode 0600.
+// token per caller, and each caller's own token twice: CALLER.token (its
+// "name token" line, for the project's clients) and CALLER.bearer (the bare
+// token, for Prometheus and curl). Secrets are written with mode 0600.
 func WriteDev(dir string, hosts, callers []string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -120,7 +130,10 @@ func WriteDev(dir string, hosts, callers []string) error {
 		}
 		line := c + " " + tok + "\n"
 		all.WriteString(line)
-		if err := write(c+".token", 0o600, []byte(line)); err != nil {
+		if err := write(c+DevTokenSuffix, 0o600, []byte(line)); err != nil {
+			return err
+		}
+		if err := write(c+DevBearerSuffix, 0o600, []byte(tok+"\n")); err != nil {
 			return err
 		}
 	}

@@ -76,8 +76,8 @@ func newMetrics(r *ring.Ring) *metrics {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14), // 50 µs … 0.4 s
 		}),
 		blocking: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "rbcserver_blocking_count",
-			Help: "Request blocking count per backend from the most recent GetRBC with the default parameters.",
+			Name: "rbcserver_blocking_requests",
+			Help: "Requests of the band blocked by the backend (its RBC), from the most recent GetRBC with the default parameters.",
 		}, []string{"backend"}),
 		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "rbcserver_band_share",

@@ -1,6 +1,9 @@
 // Command devcerts writes a self-contained set of credentials for a test
 // or a first deployment (docs/security.md): a CA, one certificate for the
 // servers and clients, a token per caller and the servers' token file.
+// Each caller's token is written twice: CALLER.token holds its "name token"
+// line (what the project's clients read) and CALLER.bearer the token alone
+// (what Prometheus's credentials_file and curl send).
 //
 //	devcerts --out DIR [--hosts rbc,backend-0,...] [--callers app0,operator,...]
 //
@@ -23,7 +26,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("devcerts", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("out", "", "folder to write ca.pem, cert.pem, key.pem, tokens and CALLER.token into (required)")
+	out := fs.String("out", "", "folder to write ca.pem, cert.pem, key.pem, tokens, CALLER.token and CALLER.bearer into (required)")
 	hosts := fs.String("hosts", "", "comma-separated host names or IPs the certificate is valid for, besides localhost and loopback")
 	callers := fs.String("callers", "app0,operator,prometheus", "comma-separated callers to make tokens for")
 	if err := fs.Parse(args); err != nil {
@@ -46,6 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "devcerts: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "wrote %s: %s, %s, %s, %s and one CALLER.token per caller\n", *out, auth.DevCA, auth.DevCert, auth.DevKey, auth.DevTokens)
+	fmt.Fprintf(stdout, "wrote %s: %s, %s, %s, %s, and per caller CALLER%s (\"name token\", for the project's clients) and CALLER%s (the bare token, for Prometheus and curl)\n",
+		*out, auth.DevCA, auth.DevCert, auth.DevKey, auth.DevTokens, auth.DevTokenSuffix, auth.DevBearerSuffix)
 	return 0
 }
