@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from robinhood_common.auth import AuthError
+from robinhood_common.logs import LEVELS, level_arg
 
 from . import policies
 from .config import ConfigError, ControllerConfig, Overrides, PartitionConfig, load, parse_param
@@ -74,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         common.add_argument(flag, dest=dest, type=typ, default=None, help=helptext)
     common.add_argument("--dry-run", dest="dry_run", action=argparse.BooleanOptionalAction, default=None,
                         help="plan and report but never change memcached")
-    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    common.add_argument("--log-level", default="info", type=level_arg, metavar="|".join(LEVELS),
+                        help="log level (default info; warning is taken for warn)")
 
     p = _Parser(prog="robinhood-controller", description=__doc__,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     pol.add_argument("--json", action="store_true", help="print JSON (with descriptions) instead")
     srv = sub.add_parser("policy-server", help="run the policies for the simulator: JSON requests on stdin, "
                                                 "one JSON answer a line on stdout (docs/controller.md)")
-    srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                     help="logs go to stderr")
+    srv.add_argument("--log-level", default="info", type=level_arg, metavar="|".join(LEVELS),
+                     help="logs go to stderr (default info)")
     return p
 
 
@@ -341,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     if ns.command == "policies":
         return cmd_policies(ns.json, sys.stdout)
-    logging.basicConfig(level=getattr(logging, ns.log_level.upper()), stream=sys.stderr,
+    logging.basicConfig(level=ns.log_level, stream=sys.stderr,
                         format="%(asctime)s level=%(levelname)s %(message)s")
     if ns.command == "policy-server":
         return serve_stdio()

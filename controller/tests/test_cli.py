@@ -225,3 +225,15 @@ def test_status_of_a_redis_with_a_password(procs, tmp_path: Path, capsys: pytest
     assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 1
     out = capsys.readouterr()
     assert "pw-X7q" not in out.out + out.err and "s3cret" not in out.out + out.err
+
+
+def test_log_levels_are_the_go_components_words(capsys: pytest.CaptureFixture[str]) -> None:
+    from robinhood_common.logs import LEVELS, parse_level
+
+    assert LEVELS == ("debug", "info", "warn", "error")
+    assert parse_level("warn") == parse_level("WARNING") == 30 and parse_level("Debug") == 10
+    with pytest.raises(ValueError, match="'loud' is not one of debug, info, warn, error"):
+        parse_level("loud")
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--topology", "x.yaml", "--id", "app0", "--log-level", "loud"])
+    assert e.value.code == 2 and "'loud' is not one of debug, info, warn, error" in capsys.readouterr().err

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from robinhood_common.contract import ConfigError, read_yaml
+from robinhood_common.logs import LEVELS, level_arg
 from robinhood_common.units import parse_duration
 from robinhood_controller import policies as allocation
 
@@ -488,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--seed", type=int, help="override the experiment's seed (trace, hiccups, random choices)")
         p.add_argument("--store", choices=("memcached", "redis"),
                        help="override cache.store: what the partitions are (docs/topology.md, \"Redis partitions\")")
-        p.add_argument("--log-level", default="warning")
+        p.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
 
     def one_arm(p: argparse.ArgumentParser) -> None:
         p.add_argument("--cache-mode", choices=CACHE_MODES, help="cache mode (default: partitioned when --policy is "
@@ -541,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--experiment", required=True, help="the experiment file the folder was run from")
     rep.add_argument("--dir", required=True, help="the results folder")
     rep.add_argument("--arms", help="comma-separated arms, in this order (default: every finished arm)")
-    rep.add_argument("--log-level", default="warning")
+    rep.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     sw = sub.add_parser("sweep", help="one parameter over a range, in the simulator: SLO violations per policy")
     common(sw)
     sw.add_argument("--param", required=True, help="budget, interval, tax, spike-depth, ramp-time, or a dotted path "
@@ -557,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     mx.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     mx.add_argument("--jobs", type=int, default=1, help="runs simulated at once (default 1)")
     mx.add_argument("--duration", help="override every experiment's duration (e.g. 30m)")
-    mx.add_argument("--log-level", default="warning")
+    mx.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     axes(mx)
     sim_options(mx)
     vs = sub.add_parser("versus", help="hold the simulator to the testbed: two results folders of one experiment")
@@ -566,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     vs.add_argument("--plot", help="write the P99-over-time figure of both here (PNG)")
     vs.add_argument("--labels", help="names of the two folders in the table and figure, comma-separated "
                                      "(default testbed,sim): e.g. exact,miniature for two runs of the simulator")
-    vs.add_argument("--log-level", default="warning")
+    vs.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     ch = sub.add_parser("chaos", help="run one arm while killing and hanging the RBC server, a controller, a "
                         "memcached and a backend replica at seeded random times (docs/reliability.md)")
     common(ch)
@@ -576,11 +577,11 @@ def main(argv: list[str] | None = None) -> int:
     one_arm(cmps)
     cmps.add_argument("--out", required=True, help="the repository root to write into (docker-compose.yml, deploy/compose/)")
     cmps.add_argument("--store", choices=("memcached", "redis"), help="override cache.store")
-    cmps.add_argument("--log-level", default="warning")
+    cmps.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     args = ap.parse_args(argv)
     if not hasattr(args, "duration"):
         args.duration = None
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _sigterm)
     try:
         if args.cmd == "up":
