@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--wait", action="store_true", help="wait for unreachable partitions instead of failing")
     run.add_argument("--timeline", metavar="FILE", help="append one JSON line per tick to FILE")
     run.add_argument("--max-ticks", type=_positive_int, default=None, metavar="N", help="stop after N ticks")
+    run.add_argument("--restore-settings", action="store_true",
+                     help="at exit, put back what the controller took over: memcached's slab automover, "
+                          "Redis's eviction policy (default: leave them as the controller set them, and say so)")
     run.add_argument("--insecure", action="store_true",
                      help="serve /metrics on a non-loopback address without the topology's auth block "
                           "(docs/security.md)")
@@ -224,6 +227,17 @@ def plan_rows(ctl: Controller, r: TickReport) -> list[dict[str, Any]]:
     return rows
 
 
+def taken_over(setting: str) -> str | None:
+    """What `run` does to a setting attach found ("slab_automove=1"), in words; None
+    when it leaves it as it is."""
+    key, _, value = setting.partition("=")
+    if key == "slab_automove" and value != "0":
+        return f"turns memcached's slab automover off ({setting} -> 0): the controller moves pages itself"
+    if key == "maxmemory-policy" and not value.startswith("allkeys-"):
+        return f"sets Redis's eviction policy to allkeys-lru ({setting}): a lowered limit must evict any key"
+    return None
+
+
 def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
     """One read-only tick; print the current and the planned allocation."""
     if cfg.cache_mode != "partitioned":
@@ -237,7 +251,8 @@ def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
         try:
             ctl.start(wait=False)
         except StartupError as e:
-            print(f"robinhood-controller: {e}", file=sys.stderr)
+            hint = " (plan reads every partition: start it)" if e.unreachable else ""
+            print(f"robinhood-controller: {e}{hint}", file=sys.stderr)
             return EXIT_FAIL
         r = ctl.tick()
     finally:
@@ -248,7 +263,9 @@ def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
                               "policy_params": cfg.policy_params.model_dump(),
                               "budget_bytes": cfg.budget_bytes, "rbc_error": r.rbc_error,
                               "window_requests": r.rbc.window_requests if r.rbc else None,
-                              "notes": r.notes, "partitions": rows}, indent=1) + "\n")
+                              "notes": r.notes, "partitions": rows,
+                              "run_takes_over": {n: s for n, s in sorted(ctl.took_over.items()) if taken_over(s)}},
+                             indent=1) + "\n")
         return EXIT_OK
     s = cfg.settings
     params = "".join(f", {k} {v:g}" if isinstance(v, float) else f", {k} {v}"
@@ -262,6 +279,9 @@ def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
         out.write(f"RBC: unavailable ({r.rbc_error}); the plan keeps the current allocation\n")
     for note in r.notes:
         out.write(f"note: {note}\n")
+    for name, setting in sorted(ctl.took_over.items()):
+        if (what := taken_over(setting)) is not None:
+            out.write(f"note: on {name}, run {what}; it stays so after run exits unless run has --restore-settings\n")
     table = [["partition", "limit_mb", "malloced_mb", "used_mb", "rbc", "eligible", "target_mb",
               "planned_mb", "change_mb"]]
     for row in rows:
@@ -325,10 +345,19 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
             if stop.is_set():  # asked to stop while waiting for partitions
                 log.info("event=stopped ticks=0")
                 return EXIT_OK
-            print(f"robinhood-controller: {e}", file=sys.stderr)
+            hint = " (start it, or run with --wait)" if e.unreachable else ""
+            print(f"robinhood-controller: {e}{hint}", file=sys.stderr)
             return EXIT_FAIL
         ctl.run(stop, max_ticks=ns.max_ticks)
         log.info("event=stopped ticks=%d", ctl.ticks)
+        if ns.restore_settings:
+            for name, setting in ctl.release().items():
+                log.info("event=restored partition=%s setting=%s", name, setting)
+        else:
+            for name, was in sorted(ctl.took_over.items()):
+                if taken_over(was):
+                    log.info("event=left partition=%s took_over=%s msg=%r", name, was,
+                             "left as the controller set it; run with --restore-settings to put it back at exit")
         return EXIT_OK
     finally:
         if ctl is not None:

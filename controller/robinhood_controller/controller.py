@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,13 @@ def sample(st: PartitionStats) -> PartitionSample:
 
 
 class StartupError(Exception):
-    """The controller cannot start (a partition is unreachable or cannot be managed)."""
+    """The controller cannot start (a partition is unreachable or cannot be managed).
+    ``unreachable`` says a partition did not answer: starting it, or ``run --wait``,
+    helps."""
+
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 @dataclass
@@ -101,12 +107,32 @@ class Controller:
         self.targets: dict[str, int] | None = None
         self.ticks = 0
         self._pids: dict[str, int] = {}
+        self.took_over: dict[str, str] = {}
+        """Per partition, the setting attach took over, as it was ("slab_automove=1")."""
         self._last: dict[str, PartitionStats] = {}
         self._shrink_since: dict[str, float] = {}
         if metrics is not None:
             metrics.budget.set(cfg.budget_bytes)
 
     # -- lifecycle -------------------------------------------------------------------
+
+    def release(self, names: Sequence[str] | None = None) -> dict[str, str]:
+        """Put back the settings attach took over (memcached's page mover, Redis's
+        eviction policy) on the named partitions (default all); the ones restored, as
+        they are now. A partition that cannot be reached is logged and skipped."""
+        restored: dict[str, str] = {}
+        for name in names if names is not None else self.names:
+            was = self.took_over.get(name)
+            if was is None:
+                continue
+            try:
+                now = self.drivers[name].release(was)
+            except PartitionError as e:
+                log.warning("event=error kind=release partition=%s msg=%r", name, str(e))
+                continue
+            if now is not None:
+                restored[name] = now
+        return restored
 
     def close(self) -> None:
         """Close connections (memcached, RBC)."""
@@ -134,13 +160,14 @@ class Controller:
                     raise StartupError(str(e)) from None
                 except PartitionError as e:
                     if not wait:
-                        raise StartupError(f"{e} (start it, or run with --wait)") from None
+                        raise StartupError(str(e), unreachable=True) from None
                     if name not in announced:
                         log.warning("event=waiting partition=%s addr=%s reason=%r", name, d.addr, str(e))
                         announced.add(name)
                     still.append(name)
                     continue
                 self._pids[name] = info.pid
+                self.took_over.setdefault(name, info.took_over)  # the first attach saw it as the operator left it
                 log.info("event=attached partition=%s store=%s addr=%s version=%s pid=%d took_over=%s read_only=%s",
                          name, d.store, d.addr, info.version, info.pid, info.took_over, self.read_only)
             pending = still

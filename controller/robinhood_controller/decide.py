@@ -95,7 +95,12 @@ def decide(
         limits = {n: samples[n].limit_bytes // MIB for n in names}
         adopted = adopt(limits, budget_mb, floor_mb, configured=policy.ctx.configured)
         current = policy.initial_targets(adopted)
-        notes.append("adopted " + " ".join(f"{n}:{limits[n]}MB" for n in names))
+        note = "adopted " + " ".join(f"{n}:{limits[n]}MB" for n in names)
+        if any(adopted[n] != limits[n] * MIB for n in names):
+            why = ("every instance at the floor: the configured split" if adopted == dict(policy.ctx.configured)
+                   else f"scaled to the {budget_mb} MB budget")
+            note += f" ({why}: " + " ".join(f"{n}:{adopted[n] / MIB:g}MB" for n in names) + ")"
+        notes.append(note)
     elif current is None:
         notes.append("waiting for every partition to answer before adopting targets")
 

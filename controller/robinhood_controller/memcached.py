@@ -32,6 +32,8 @@ def _int(v: object) -> int:
 def _text(v: object) -> str:
     if isinstance(v, bytes):
         return v.decode(errors="replace")
+    if isinstance(v, bool):  # pymemcache reads memcached's "1"/"0" settings as booleans
+        return "1" if v else "0"
     return str(v)
 
 
@@ -154,6 +156,16 @@ class MemcachedPartition:
                 raise ProtocolError(f"partition {self.name} ({self.addr}): `slabs automove 0` answered {ans!r}")
         return AttachInfo(version=version, pid=_int(st[b"pid"]), took_over=f"slab_automove={s.get('slab_automove', '?')}",
                           checked_memlimit=checked)
+
+    def release(self, took_over: str) -> str | None:
+        """`slabs automove N` with the value attach found (nothing when it was off)."""
+        key, _, was = took_over.partition("=")
+        if key != "slab_automove" or not was.isdigit() or was == "0":
+            return None
+        ans = self._raw(f"slabs automove {was}")
+        if ans != "OK":
+            raise ProtocolError(f"partition {self.name} ({self.addr}): `slabs automove {was}` answered {ans!r}")
+        return took_over
 
     def automove_off(self) -> bool:
         """Turn memcached's own page mover off again if someone turned it on (`slabs

@@ -121,6 +121,11 @@ class Partition(Protocol):
         """Check the instance can be managed and take over what would fight the
         controller (memcached's page mover; Redis's eviction policy)."""
 
+    def release(self, took_over: str) -> str | None:
+        """Put back the setting attach took over (``took_over`` as attach reported it):
+        the instance's own page mover or eviction policy. The setting as it is now
+        ("slab_automove=1"), or None when there was nothing to put back."""
+
     def repair(self) -> tuple[str, str] | None:
         """Take over again what someone changed since attach: (error kind, message) when
         something was repaired, else None."""

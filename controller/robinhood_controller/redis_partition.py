@@ -128,6 +128,14 @@ class RedisPartition:
         except (KeyError, ValueError, TypeError) as e:
             raise ProtocolError(f"partition {self.name} ({self.addr}): unexpected INFO memory: {e}") from None
 
+    def release(self, took_over: str) -> str | None:
+        """CONFIG SET maxmemory-policy back to what attach found, when it changed it."""
+        key, _, was = took_over.partition("=")
+        if key != "maxmemory-policy" or not was or was in EVICTS_ANY_KEY:
+            return None
+        self._config_set("maxmemory-policy", was)
+        return took_over
+
     def attach(self, read_only: bool = False) -> AttachInfo:
         """Check the instance can be managed: CONFIG must be allowed. Unless read_only,
         probe CONFIG SET maxmemory with the current value (no change) and make the

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import mcdata
 from mcdata import fill, limit_mb, malloced, stats
 from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
 
@@ -237,3 +238,32 @@ def test_log_levels_are_the_go_components_words(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit) as e:
         main(["plan", "--topology", "x.yaml", "--id", "app0", "--log-level", "loud"])
     assert e.value.code == 2 and "'loud' is not one of debug, info, warn, error" in capsys.readouterr().err
+
+
+def test_plan_says_what_run_takes_over_and_run_says_what_it_left(procs, tmp_path: Path) -> None:
+    # memcached's own page mover is on by default (slab_automove=1).
+    addrs = {n: procs.memcached(32)[1] for n in "ab"}
+    assert all(int(stats(a, "settings")["slab_automove"]) == 1 for a in addrs.values())
+    topo = _write(tmp_path, addrs, controller="{policy: static, min_partition_mb: 16, interval: 100ms}")
+    r = _run("plan", "--topology", topo, "--app-server", "app0")
+    assert r.returncode == 0, r.stderr
+    for n in "ab":
+        assert (f"note: on {n}, run turns memcached's slab automover off (slab_automove=1 -> 0): the controller "
+                "moves pages itself; it stays so after run exits unless run has --restore-settings") in r.stdout
+    assert all(int(stats(a, "settings")["slab_automove"]) == 1 for a in addrs.values())  # plan changed nothing
+    # run turns it off and says at exit that it left it off ...
+    r = _run("run", "--topology", topo, "--app-server", "app0", "--max-ticks", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("event=left partition=") == 2 and "took_over=slab_automove=1" in r.stderr
+    assert all(int(stats(a, "settings")["slab_automove"]) == 0 for a in addrs.values())
+    # ... and with --restore-settings puts back what it found.
+    for a in addrs.values():
+        c = mcdata.client(a)
+        try:
+            assert c.raw_command("slabs automove 1", b"\r\n") == b"OK"
+        finally:
+            c.close()
+    r = _run("run", "--topology", topo, "--app-server", "app0", "--max-ticks", "2", "--restore-settings")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("event=restored partition=") == 2 and "event=left" not in r.stderr
+    assert all(int(stats(a, "settings")["slab_automove"]) == 1 for a in addrs.values())

@@ -71,6 +71,9 @@ def test_attach_sets_an_eviction_policy_and_read_only_changes_nothing(procs) -> 
     assert got.checked_memlimit and got.version.startswith("7.") and got.pid == info(addr)["process_id"]
     assert policy(addr) == "allkeys-lru"
     assert info(addr)["maxmemory"] == 32 * MIB  # the probe changed nothing
+    # release puts back the policy attach found (run --restore-settings).
+    assert d.release(got.took_over) == "maxmemory-policy=noeviction" and policy(addr) == "noeviction"
+    assert d.release("maxmemory-policy=allkeys-lfu") is None  # an allkeys policy was never changed
     d.close()
 
 
