@@ -1,6 +1,6 @@
 """`robinhood-controller run|plan|status --topology FILE --id ID [overrides]`,
 `robinhood-controller policies` and `robinhood-controller policy-server` (the
-simulator's controller: JSON lines on stdin/stdout, see policy_server.py).
+simulator's controller: JSON lines on stdin/stdout, docs/controller.md).
 
 Exit status: 0 done, 1 the controller could not start (a partition is unreachable or
 cannot be resized), 2 invalid configuration or usage (nothing was contacted).

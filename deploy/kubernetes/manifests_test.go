@@ -244,6 +244,17 @@ func TestManifests(t *testing.T) {
 		t.Error("the secretGenerator lacks operator.token or prometheus.token")
 	}
 
+	// The project's images are built locally (docs/kubernetes.md) with the tag
+	// latest, which Kubernetes would otherwise always pull (and fail to find).
+	for _, d := range m.deployments {
+		for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
+			if strings.HasPrefix(c.Image, "robinhood/") && c.ImagePullPolicy != corev1.PullIfNotPresent && c.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("%s/%s: image %s has imagePullPolicy %q: a locally built image needs IfNotPresent or Never",
+					d.Name, c.Name, c.Image, c.ImagePullPolicy)
+			}
+		}
+	}
+
 	svcPorts := map[string]bool{} // "name:port" of every Service port
 	for _, s := range m.services {
 		var pods []corev1.PodSpec

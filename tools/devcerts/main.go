@@ -12,6 +12,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,6 +31,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	hosts := fs.String("hosts", "", "comma-separated host names or IPs the certificate is valid for, besides localhost and loopback")
 	callers := fs.String("callers", "app0,operator,prometheus", "comma-separated callers to make tokens for")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h asked for the usage, which is printed
+		}
 		return 2
 	}
 	if *out == "" || fs.NArg() > 0 {
