@@ -33,9 +33,20 @@ protoc -I proto \
   --grpc_python_out="$out/proto/python" \
   "${protos[@]}"
 
+# The Python reporter (reporter/python) ships its own copy of rbc.proto's code, so that
+# it installs alone into an application's environment: the same generated files, the
+# service module importing its message module relatively.
+vend=$out/reporter/python/robinhood_report/_proto
+mkdir -p "$vend"
+cp "$out/proto/python/robinhood/v1/rbc_pb2.py" "$out/proto/python/robinhood/v1/rbc_pb2.pyi" "$vend/"
+sed 's/^from robinhood\.v1 import rbc_pb2 as /from . import rbc_pb2 as /' \
+  "$out/proto/python/robinhood/v1/rbc_pb2_grpc.py" > "$vend/rbc_pb2_grpc.py"
+printf '"""Generated from proto/robinhood/v1/rbc.proto by scripts/genproto.sh (make proto); do not edit."""\n' \
+  > "$vend/__init__.py"
+
 if [[ $mode == --check ]]; then
   stale=0
-  for f in $(cd "$out" && find proto -type f \( -name '*.go' -o -name '*.py' -o -name '*.pyi' \) | sort); do
+  for f in $(cd "$out" && find proto reporter -type f \( -name '*.go' -o -name '*.py' -o -name '*.pyi' \) | sort); do
     if ! cmp -s "$out/$f" "$root/$f"; then
       echo "stale generated code: $f (run 'make proto' and commit the result)" >&2
       stale=1

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
 
+from ._proto import rbc_pb2, rbc_pb2_grpc
 from .fanout import RequestTimer
 
 log = logging.getLogger("robinhood_report")
