@@ -37,6 +37,7 @@ from robinhood_controller import policies as allocation
 
 from . import analysis, compose, plots, report
 from .deploy import REPO, Deployment, go_bin
+from .executor import EXECUTORS, make_executor
 from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
@@ -333,10 +334,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()):
         raise ExperimentError(f"--out: {out} exists and is not empty")
     calibration, sample = _sim_options(args, True)
-    console.print(f"Policy matrix: {len(exps)} experiments ({', '.join(names)}), seeds {args.seeds}, "
-                  f"{args.jobs} at a time, in the simulator; results in {out}")
-    rows = matrix.run(exps, lambda e: _arms(args, e), seeds, out, args.jobs, sample, calibration,
-                      progress=console.print, full=args.full)
+    with make_executor(args.executor, args.scheduler, args.jobs) as executor:
+        console.print(f"Policy matrix: {len(exps)} experiments ({', '.join(names)}), seeds {args.seeds}, "
+                      f"{executor.describe()}, in the simulator; results in {out}")
+        rows = matrix.run(exps, lambda e: _arms(args, e), seeds, out, args.jobs, sample, calibration,
+                          progress=console.print, full=args.full, executor=executor)
     csv_path, md = matrix.write(rows, out)
     console.print(md.read_text())
     console.print(f"Every run: {csv_path}; report: {md}")
@@ -357,10 +359,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     seeds = _seeds(args.seeds)
     calibration, sample = _sim_options(args, True)
     _arms(args, exp)  # the policies and cache modes are checked before anything runs
-    console.print(f"Sweep of {args.param} over {', '.join(values)} on {exp.name}, seeds {args.seeds}, in the "
-                  f"simulator; results in {out}")
-    rows = sweep.run(exp, lambda e: _arms(args, e), args.param, values, seeds, out, sample, calibration,
-                     progress=console.print, full=args.full)
+    with make_executor(args.executor, args.scheduler, args.jobs) as executor:
+        console.print(f"Sweep of {args.param} over {', '.join(values)} on {exp.name}, seeds {args.seeds}, "
+                      f"{executor.describe()}, in the simulator; results in {out}")
+        rows = sweep.run(exp, lambda e: _arms(args, e), args.param, values, seeds, out, sample, calibration,
+                         progress=console.print, full=args.full, executor=executor)
     csv_path, md, png = sweep.write(rows, out, args.param, values)
     console.print(md.read_text())
     console.print(f"Every run: {csv_path}; figure: {png}")
@@ -516,6 +519,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--full", action="store_true", help="simulator: no miniature, whatever the experiment's sim "
                        "block says (every app server, key and request)")
 
+    def executor_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--executor", choices=EXECUTORS, default="local",
+                       help="where the simulator's runs execute: local, --jobs at a time on this machine (default); "
+                            "dask, on a Dask distributed cluster (docs/testbed.md, \"Executors\")")
+        p.add_argument("--scheduler", metavar="ADDRESS",
+                       help="with --executor dask: the Dask scheduler, tcp://HOST:8786 (default: start a local "
+                            "cluster of --jobs worker processes for the run)")
+
     def engine(p: argparse.ArgumentParser) -> None:
         p.add_argument("--engine", choices=("testbed", "sim"), default="testbed",
                        help="testbed: real processes in real time (default); sim: bin/sim, the discrete-event "
@@ -551,16 +562,21 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     axes(sw)
     sim_options(sw)
+    sw.add_argument("--jobs", type=int, default=1, help="runs simulated at once here, or the local Dask cluster's "
+                    "worker processes (default 1)")
+    executor_options(sw)
     mx = sub.add_parser("matrix", help="every arm of several experiments for several seeds, in the simulator: "
                         "the policy matrix (make paper)")
     mx.add_argument("--experiments", required=True, help="comma-separated experiment files")
     mx.add_argument("--out", help="results folder (default runs/matrix-<time>)")
     mx.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
-    mx.add_argument("--jobs", type=int, default=1, help="runs simulated at once (default 1)")
+    mx.add_argument("--jobs", type=int, default=1, help="runs simulated at once here, or the local Dask cluster's "
+                    "worker processes (default 1)")
     mx.add_argument("--duration", help="override every experiment's duration (e.g. 30m)")
     mx.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     axes(mx)
     sim_options(mx)
+    executor_options(mx)
     vs = sub.add_parser("versus", help="hold the simulator to the testbed: two results folders of one experiment")
     vs.add_argument("--testbed", required=True, help="results folder of the testbed (engine testbed)")
     vs.add_argument("--sim", required=True, help="results folder of the simulator (engine sim)")

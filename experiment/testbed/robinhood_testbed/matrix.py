@@ -12,7 +12,6 @@ import csv
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,10 @@ from robinhood_common.contract import ConfigError
 from robinhood_common.experiment import from_document
 
 from .analysis import PolicyRun
+from .executor import ArmJob, Executor, LocalExecutor
 from .experiment import Arm, Experiment, ExperimentError
 from .plots import _color, plt
-from .run import prepare_inputs, run_arm_sim
+from .run import prepare_inputs
 
 #: What the paper reports for each experiment of examples/paper (§5, quoted from its
 #: text), by experiment name: (what, value) pairs shown beside our numbers.
@@ -60,35 +60,33 @@ def variants(exps: list[Experiment], seeds: list[int]) -> list[tuple[Experiment,
 
 def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seeds: list[int], out: Path,
         jobs: int = 1, sample: float | None = None, calibration: Path | None = None,
-        progress: Callable[[str], None] = lambda s: None, full: bool = False) -> list[dict[str, Any]]:
-    """Every arm of every (experiment, seed) in the simulator, `jobs` at once; one row
-    per run. full: no miniature, whatever the experiments' sim blocks say."""
+        progress: Callable[[str], None] = lambda s: None, full: bool = False,
+        executor: Executor | None = None) -> list[dict[str, Any]]:
+    """Every arm of every (experiment, seed) in the simulator, on the executor (by
+    default `jobs` at once here); one row per run, in the order of the experiments,
+    seeds and arms. full: no miniature, whatever the experiments' sim blocks say."""
     todo = []
     for exp, s in variants(exps, seeds):
         point = out / exp.name / f"seed-{s}"
         trace, scenario = prepare_inputs(exp, point, "sim")
         for arm in arms_of(exp):
-            todo.append((exp, s, arm, point, trace, scenario))
-    progress(f"{len(todo)} runs, {jobs} at a time")
-    rows: list[dict[str, Any]] = []
+            todo.append(ArmJob(exp, arm, point, trace, scenario, calibration, sample, full))
+    executor = executor or LocalExecutor(jobs)
+    progress(f"{len(todo)} runs, {executor.describe()}")
+    rows: list[dict[str, Any] | None] = [None] * len(todo)
     start = time.monotonic()
-
-    def one(item: tuple) -> dict[str, Any]:
-        exp, s, arm, point, trace, scenario = item
-        t0 = time.monotonic()
-        res = run_arm_sim(exp, arm, point, trace, scenario, calibration, sample, full)
+    for n, done in enumerate(executor.run(todo)):
+        job, res = done.job, done.result
         r = PolicyRun.load(res.run_dir)
         p99 = r.measured_series("p99_ms")
-        return {"experiment": exp.name, "seed": s, "arm": arm.name, "violation_pct": r.violation_pct(),
-                "max_p99_ms": max(p99) if p99 else None, "hit_ratio": r.result.get("overall_hit_ratio"),
-                "wall_s": round(time.monotonic() - t0, 1), "dir": str(res.run_dir)}
-
-    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
-        for i, row in enumerate(pool.map(one, todo)):
-            rows.append(row)
-            progress(f"[{i + 1}/{len(todo)} {time.monotonic() - start:.0f}s] {row['experiment']} seed {row['seed']} "
-                     f"{row['arm']}: {row['violation_pct']:.1f}% (max P99 {row['max_p99_ms'] or 0:.0f} ms)")
-    return rows
+        row = {"experiment": job.exp.name, "seed": job.exp.seed, "arm": job.arm.name, "violation_pct": r.violation_pct(),
+               "max_p99_ms": max(p99) if p99 else None, "hit_ratio": r.result.get("overall_hit_ratio"),
+               "wall_s": round(done.wall_s, 1), "dir": str(res.run_dir)}
+        rows[done.index] = row
+        progress(f"[{n + 1}/{len(todo)} {time.monotonic() - start:.0f}s] {row['experiment']} seed {row['seed']} "
+                 f"{row['arm']}: {row['violation_pct']:.1f}% (max P99 {row['max_p99_ms'] or 0:.0f} ms)"
+                 + (f" on {done.worker}" if done.worker else ""))
+    return [r for r in rows if r is not None]
 
 
 def minutes(seconds: float) -> str:

@@ -16,9 +16,9 @@ import yaml
 from . import metrics
 from robinhood_common.units import format_duration
 
-from .deploy import Deployment, PortAllocator, build_topology, check_appserver, controller_cmd, go_bin
+from .deploy import Deployment, build_topology, check_appserver, controller_cmd, go_bin
 from .experiment import Arm, Experiment, ExperimentError
-from .procs import StartError
+from .procs import PortAllocator, StartError
 
 log = logging.getLogger(__name__)
 
@@ -284,10 +284,44 @@ def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Pat
 SIM_EPOCH = 1_000_000_000.0
 
 
-def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generated, scenario: Path | None,
-                calibration: Path | None = None, sample: float | None = None, full: bool = False) -> RunResult:
-    """Simulate one arm with bin/sim (docs/simulator.md): the same topology, trace,
-    scenario, SLO settings and results folder as :func:`run_arm`, in simulated time."""
+class FixedPorts(PortAllocator):
+    """The addresses of a simulated arm's topology. The simulator binds none of them,
+    so they are fixed (127.0.0.1:20000, :20001, … in the order asked) instead of free
+    ports: the topology file, like the rest of the arm's folder, comes out the same on
+    every run and on every machine (a Dask worker's run included)."""
+
+    def __init__(self, first: int = 20000) -> None:
+        self.next = first
+
+    def addr(self) -> str:
+        self.next += 1
+        return f"127.0.0.1:{self.next - 1}"
+
+
+@dataclass
+class SimArm:
+    """One simulated arm, prepared (:func:`prepare_arm_sim`): its folder holds the
+    topology and the start file, ``args`` is the bin/sim command that fills the folder,
+    ``inputs`` every file the command reads (the topology, the start file, the trace
+    file unless bin/sim generates the trace, the scenario, the calibration). The
+    command runs here (:func:`execute_arm_sim`) or on a Dask worker
+    (robinhood_testbed.executor), then :func:`finish_arm_sim` reads the results."""
+
+    arm: Arm
+    run_dir: Path
+    args: list[str]
+    inputs: list[Path]
+
+    @property
+    def shown(self) -> str:
+        """The command as sim.log's first line shows it (after "$ ")."""
+        return " ".join(a if " " not in a else repr(a) for a in self.args)
+
+
+def prepare_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generated, scenario: Path | None,
+                    calibration: Path | None = None, sample: float | None = None, full: bool = False) -> SimArm:
+    """Write the arm's folder (topology, start file), check the scenario against the
+    topology, and build bin/sim's command line."""
     policy = arm.name
     run_dir = out_dir / policy
     if run_dir.exists():
@@ -300,12 +334,15 @@ def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generate
         run["trace"] = str(Path(trace).resolve())
     if scenario is not None:
         run["scenario"] = str(Path(scenario).resolve())
-    doc = build_topology(exp, arm, PortAllocator(), run=run)
+    doc = build_topology(exp, arm, FixedPorts(), run=run)
     topo_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     (run_dir / RUN_START).write_text(f"{SIM_EPOCH:.6f}\n")
     if scenario is not None:
         check_scenario(scenario, topo_path, exp.duration)
+    inputs = [topo_path, run_dir / RUN_START]
     source = ["--synth", " ".join(trace)] if isinstance(trace, list) else ["--trace", str(trace)]
+    if not isinstance(trace, list):
+        inputs.append(Path(trace))
     args = [str(go_bin("sim")), "arm", "--topology", str(topo_path), *source, "--out", str(run_dir),
             "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
             "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
@@ -313,8 +350,10 @@ def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generate
             "--controller", " ".join(controller_cmd())]
     if scenario is not None:
         args += ["--scenario", str(scenario)]
+        inputs.append(Path(scenario))
     if calibration is not None:
         args += ["--calibration", str(calibration)]
+        inputs.append(Path(calibration))
     if sample is None and not full:
         sample = exp.sim.sample
     if sample is not None:
@@ -324,22 +363,44 @@ def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generate
             args += ["--request-sample", f"{exp.sim.request_sample:g}"]
         if exp.sim.apps is not None:
             args += ["--apps", str(exp.sim.apps)]
-    log.info("policy %s: simulating (%s)", policy, " ".join(args))
-    shown = " ".join(a if " " not in a else repr(a) for a in args)
+    return SimArm(arm, run_dir, args, inputs)
+
+
+def execute_arm_sim(p: SimArm) -> None:
+    """Run a prepared arm's bin/sim here, its output into sim.log."""
+    log.info("policy %s: simulating (%s)", p.arm.name, " ".join(p.args))
     # The log is written as the run goes: a long run's progress lines can be followed.
-    sim_log = run_dir / "sim.log"
-    with sim_log.open("w") as out:
-        out.write("$ " + shown + "\n")
+    with (p.run_dir / "sim.log").open("w") as out:
+        out.write("$ " + p.shown + "\n")
         out.flush()
-        res = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT)
-    if res.returncode != 0:
-        said = sim_log.read_text().split("\n", 1)[-1].strip()
-        raise StartError(f"bin/sim failed with status {res.returncode} for arm {policy}:\n{said[-3000:]}")
+        res = subprocess.run(p.args, stdout=out, stderr=subprocess.STDOUT)
+    check_sim_status(p, res.returncode)
+
+
+def check_sim_status(p: SimArm, returncode: int) -> None:
+    """StartError with the end of sim.log when bin/sim failed."""
+    if returncode != 0:
+        said = (p.run_dir / "sim.log").read_text().split("\n", 1)[-1].strip()
+        raise StartError(f"bin/sim failed with status {returncode} for arm {p.arm.name}:\n{said[-3000:]}")
+
+
+def finish_arm_sim(p: SimArm) -> RunResult:
+    """Read a simulated arm's results (sim.json, the summary) and write result.json."""
+    arm, run_dir = p.arm, p.run_dir
     sim = json.loads((run_dir / "sim.json").read_text())
     summary = json.loads((run_dir / "replay" / "summary.json").read_text())
     ratios = sim.get("hit_ratio", {})
     overall = sim.get("overall_hit_ratio")
     (run_dir / "result.json").write_text(json.dumps({
-        "policy": policy, "cache_mode": arm.cache_mode, "allocation": arm.policy, "dispatch": arm.dispatch,
+        "policy": arm.name, "cache_mode": arm.cache_mode, "allocation": arm.policy, "dispatch": arm.dispatch,
         "hit_ratio": ratios, "overall_hit_ratio": overall, "engine": "sim"}, indent=2))
-    return RunResult(policy, run_dir, summary, ratios, overall)
+    return RunResult(arm.name, run_dir, summary, ratios, overall)
+
+
+def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generated, scenario: Path | None,
+                calibration: Path | None = None, sample: float | None = None, full: bool = False) -> RunResult:
+    """Simulate one arm with bin/sim (docs/simulator.md): the same topology, trace,
+    scenario, SLO settings and results folder as :func:`run_arm`, in simulated time."""
+    p = prepare_arm_sim(exp, arm, out_dir, trace, scenario, calibration, sample, full)
+    execute_arm_sim(p)
+    return finish_arm_sim(p)

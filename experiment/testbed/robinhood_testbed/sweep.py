@@ -29,9 +29,10 @@ from robinhood_common.experiment import from_document
 from robinhood_common.units import format_duration, parse_duration
 
 from .analysis import PolicyRun
+from .executor import ArmJob, Executor, LocalExecutor
 from .experiment import Arm, Experiment, ExperimentError
 from .plots import _color, plt
-from .run import prepare_inputs, run_arm_sim
+from .run import prepare_inputs
 
 NAMED = ("budget", "interval", "tax", "spike-depth", "ramp-time")
 
@@ -104,9 +105,11 @@ def apply(doc: dict[str, Any], param: str, value: str) -> dict[str, Any]:
 
 def run(exp: Experiment, arms_of: Callable[[Experiment], list[Arm]], param: str, values: list[str],
         seeds: list[int], out: Path, sample: float | None = None, calibration: Path | None = None,
-        progress: Callable[[str], None] = lambda s: None, full: bool = False) -> list[dict[str, Any]]:
-    """Every (value, seed) point in the simulator; one row per (value, seed, arm). full:
-    no miniature, whatever the experiment's sim block says."""
+        progress: Callable[[str], None] = lambda s: None, full: bool = False,
+        executor: Executor | None = None) -> list[dict[str, Any]]:
+    """Every (value, seed) point in the simulator, on the executor (by default one run
+    at a time here); one row per (value, seed, arm), in that order. full: no miniature,
+    whatever the experiment's sim block says."""
     variants = []
     for v in values:  # every variant is validated before anything runs
         for s in seeds:
@@ -116,20 +119,26 @@ def run(exp: Experiment, arms_of: Callable[[Experiment], list[Arm]], param: str,
                 variants.append((v, s, from_document(doc, exp.base_dir)))
             except ConfigError as e:
                 raise ExperimentError(f"--param {param} = {v}: the experiment becomes invalid: {e}") from None
-    rows: list[dict[str, Any]] = []
+    todo: list[tuple[str, int, ArmJob]] = []
     for v, s, variant in variants:
         point = out / f"{param}={v}" / f"seed-{s}"
         trace, scenario = prepare_inputs(variant, point, "sim")
         for arm in arms_of(variant):
-            res = run_arm_sim(variant, arm, point, trace, scenario, calibration, sample, full)
-            r = PolicyRun.load(res.run_dir)
-            p99 = r.measured_series("p99_ms")
-            rows.append({"param": param, "value": v, "seed": s, "arm": arm.name,
-                         "violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,
-                         "hit_ratio": r.result.get("overall_hit_ratio")})
-        progress(f"{param} = {v}, seed {s}: " + ", ".join(
-            f"{x['arm']} {x['violation_pct']:.1f}%" for x in rows if x["value"] == v and x["seed"] == s))
-    return rows
+            todo.append((v, s, ArmJob(variant, arm, point, trace, scenario, calibration, sample, full)))
+    rows: list[dict[str, Any] | None] = [None] * len(todo)
+    left = {(v, s): sum(1 for x in todo if x[:2] == (v, s)) for v, s, _ in todo}
+    for done in (executor or LocalExecutor()).run([job for _, _, job in todo]):
+        v, s, job = todo[done.index]
+        r = PolicyRun.load(done.result.run_dir)
+        p99 = r.measured_series("p99_ms")
+        rows[done.index] = {"param": param, "value": v, "seed": s, "arm": job.arm.name,
+                            "violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,
+                            "hit_ratio": r.result.get("overall_hit_ratio")}
+        left[v, s] -= 1
+        if not left[v, s]:  # every arm of the point is done
+            progress(f"{param} = {v}, seed {s}: " + ", ".join(
+                f"{x['arm']} {x['violation_pct']:.1f}%" for x in rows if x and x["value"] == v and x["seed"] == s))
+    return [r for r in rows if r is not None]
 
 
 def write(rows: list[dict[str, Any]], out: Path, param: str, values: list[str]) -> tuple[Path, Path, Path]:
