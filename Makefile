@@ -9,7 +9,9 @@ PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 TOOLS   := .tools/bin
 PROTOS  := $(wildcard proto/robinhood/v1/*.proto)
-PYPKGS  := proto/python lib/python controller experiment/testbed reporter/python
+# The Python distributions: robinhood (the root pyproject.toml: controller, testbed and
+# what they share) and robinhood-report (the reporter an application server imports).
+PYPKGS  := . reporter/python
 GOTEST_FLAGS ?= -count=1 -timeout 15m
 PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 
@@ -37,6 +39,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt $(addsuffix /pyproject.toml,$(PYPKGS))
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q -r requirements.txt
+	@# The four distributions the root one replaced, in a virtualenv made before it.
+	@$(PIP) uninstall -q -y robinhood-proto robinhood-common robinhood-controller robinhood-testbed 2>/dev/null || true
 	$(PIP) install -q --no-deps $(addprefix -e ,$(PYPKGS))
 	touch $@
 
