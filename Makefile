@@ -18,7 +18,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: build test demo sim-demo paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: collector-check build test demo sim-demo paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -146,6 +146,16 @@ fuzz: deps
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; done
 	ROBINHOOD_FUZZ=1 $(VENV)/bin/python -m pytest -q lib/python/tests/test_topology_fuzz.py
+
+## collector-check: build a real OpenTelemetry Collector with its own builder
+## (deploy/otel/builder.yaml; about 90 s, cached in .tools/) and run the documented
+## pipeline, deploy/otel/collector.yaml, between the OpenTelemetry SDK and the RBC server
+OTELCOL_BUILDER_VERSION = v0.165.0
+collector-check: deps
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OTELCOL_BUILDER_VERSION)
+	test -x .tools/otelcol/otelcol-robinhood -a .tools/otelcol/otelcol-robinhood -nt deploy/otel/builder.yaml || \
+		(cd deploy/otel && $(CURDIR)/$(TOOLS)/builder --config builder.yaml)
+	ROBINHOOD_OTELCOL=$(CURDIR)/.tools/otelcol/otelcol-robinhood $(GO) test -count=1 -run TestCollectorPipeline -v ./tests/e2e/
 
 ## rbc-demo: the RBC server alone, fed by a synthetic load
 rbc-demo: build

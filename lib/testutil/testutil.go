@@ -101,7 +101,17 @@ func (s *syncBuffer) String() string {
 // 5 s) when the test ends; its output is printed if the test failed.
 func Start(t testing.TB, bin string, args ...string) *Process {
 	t.Helper()
+	return StartEnv(t, nil, bin, args...)
+}
+
+// StartEnv is Start with env ("KEY=value") added to this process's
+// environment.
+func StartEnv(t testing.TB, env []string, bin string, args ...string) *Process {
+	t.Helper()
 	p := &Process{Cmd: exec.Command(bin, args...), Name: filepath.Base(bin), log: &syncBuffer{}, done: make(chan struct{})}
+	if env != nil {
+		p.Cmd.Env = append(os.Environ(), env...)
+	}
 	p.Cmd.Stdout = p.log
 	p.Cmd.Stderr = p.log
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -1,0 +1,28 @@
+"""docs/opentelemetry.md shows deploy/otel/collector.yaml exactly as it is: the file a
+real Collector runs in `make collector-check` (tests/e2e/collector_test.go), and a valid
+Collector configuration by its shape."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+FILE = REPO / "deploy" / "otel" / "collector.yaml"
+
+
+def test_the_docs_show_the_tested_file() -> None:
+    page = (REPO / "docs" / "opentelemetry.md").read_text()
+    m = re.search(r"This is `deploy/otel/collector.yaml`.*?```yaml\n(.*?)```", page, re.S)
+    assert m, "docs/opentelemetry.md lost its Collector configuration block"
+    assert m.group(1) == FILE.read_text(), "docs/opentelemetry.md and deploy/otel/collector.yaml differ"
+
+
+def test_the_pipeline_sends_traces_to_the_rbc_server() -> None:
+    cfg = yaml.safe_load(FILE.read_text())
+    traces = cfg["service"]["pipelines"]["traces"]
+    assert traces["exporters"] == ["otlp/robinhood"] and traces["receivers"] == ["otlp"]
+    exp = cfg["exporters"]["otlp/robinhood"]
+    assert exp["headers"]["authorization"].startswith("Bearer ${env:") and "ca_file" in exp["tls"]
+    assert "compression" not in exp  # the exporter's default, gzip: what the test exercises
