@@ -13,7 +13,7 @@ PROTOS  := $(wildcard proto/robinhood/v1/*.proto)
 # what they share) and robinhood-report (the reporter an application server imports).
 PYPKGS  := . reporter/python
 GOTEST_FLAGS ?= -count=1 -timeout 15m
-PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600
+PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600 --durations=15
 
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
