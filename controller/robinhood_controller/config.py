@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from robinhood_common import topology as topo
 from robinhood_common.contract import ConfigError as ContractError
-from robinhood_common.contract import read_yaml
+from robinhood_common.contract import read_config_file, read_yaml
 
 from . import policies
 from .plan import MIB
@@ -261,11 +261,10 @@ def load(path: str | Path, app_id: str, ov: Overrides | None = None,
     names the file and the field. memo: see resolve_document."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_config_file(p)
+        doc = read_yaml(text, "topology")
     except OSError as e:
         raise ConfigError(f"topology: cannot read {p}: {e.strerror}") from None
-    try:
-        doc = read_yaml(text, "topology")
     except ContractError as e:
         raise ConfigError(f"topology {p}: {e}") from None
     try:

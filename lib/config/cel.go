@@ -38,6 +38,9 @@ func env() (*cel.Env, error) {
 			cel.Function("dups", cel.Overload("dups_dyn", dyn, cel.ListType(cel.DynType), cel.UnaryBinding(celDups))),
 			cel.Function("pluck", cel.Overload("pluck_dyn_string", []*cel.Type{cel.DynType, cel.StringType}, cel.ListType(cel.DynType), cel.BinaryBinding(celPluck))),
 			cel.Function("values", cel.Overload("values_dyn", dyn, cel.ListType(cel.DynType), cel.UnaryBinding(celValues))),
+			cel.Function("dupindex", cel.Overload("dupindex_dyn", dyn, cel.IntType, cel.UnaryBinding(celDupIndex))),
+			cel.Function("overlap", cel.Overload("overlap_dyn", dyn, cel.ListType(cel.DynType), cel.UnaryBinding(celOverlap))),
+			cel.Function("minus", cel.Overload("minus_dyn_dyn", []*cel.Type{cel.DynType, cel.DynType}, cel.ListType(cel.DynType), cel.BinaryBinding(celMinus))),
 			cel.Function("q", cel.Overload("q_dyn", dyn, cel.StringType, cel.UnaryBinding(func(v ref.Val) ref.Val {
 				s, ok := v.Value().(string)
 				if !ok {
@@ -157,6 +160,48 @@ func celValues(v ref.Val) ref.Val {
 	return types.DefaultTypeAdapter.NativeToValue(out)
 }
 
+// seenSet is a set of CEL values: hashed for scalars (keyed by type and
+// value), compared one by one for lists and maps.
+type seenSet struct {
+	hashed map[any]bool
+	other  []ref.Val
+}
+
+func newSeen() *seenSet { return &seenSet{hashed: map[any]bool{}} }
+
+type hkey struct {
+	t string
+	v any
+}
+
+func hashKey(x ref.Val) (hkey, bool) {
+	switch x.(type) {
+	case types.String, types.Int, types.Uint, types.Double, types.Bool:
+		return hkey{string(x.Type().(ref.Type).TypeName()), x.Value()}, true
+	}
+	return hkey{}, false
+}
+
+func (s *seenSet) has(x ref.Val) bool {
+	if k, ok := hashKey(x); ok {
+		return s.hashed[k]
+	}
+	for _, y := range s.other {
+		if y.Equal(x) == types.True {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *seenSet) add(x ref.Val) {
+	if k, ok := hashKey(x); ok {
+		s.hashed[k] = true
+		return
+	}
+	s.other = append(s.other, x)
+}
+
 // celDups returns the values of a list that occur more than once, each once,
 // in the order in which they first occur again.
 func celDups(v ref.Val) ref.Val {
@@ -164,27 +209,92 @@ func celDups(v ref.Val) ref.Val {
 	if !ok {
 		return types.NewErr("dups: %v is not a list", v.Type())
 	}
-	var seen, rep []ref.Val
-	in := func(xs []ref.Val, x ref.Val) bool {
-		for _, y := range xs {
-			if y.Equal(x) == types.True {
-				return true
-			}
-		}
-		return false
-	}
+	seen, rep := newSeen(), newSeen()
+	var out []ref.Val
 	it := l.Iterator()
 	for it.HasNext() == types.True {
 		x := it.Next()
-		if in(seen, x) {
-			if !in(rep, x) {
-				rep = append(rep, x)
+		if seen.has(x) {
+			if !rep.has(x) {
+				rep.add(x)
+				out = append(out, x)
 			}
 			continue
 		}
-		seen = append(seen, x)
+		seen.add(x)
 	}
-	return types.DefaultTypeAdapter.NativeToValue(rep)
+	return types.DefaultTypeAdapter.NativeToValue(out)
+}
+
+// celDupIndex returns the index of the first item equal to an earlier one,
+// -1 when all differ.
+func celDupIndex(v ref.Val) ref.Val {
+	l, ok := v.(traits.Lister)
+	if !ok {
+		return types.NewErr("dupindex: %v is not a list", v.Type())
+	}
+	seen := newSeen()
+	it := l.Iterator()
+	for i := int64(0); it.HasNext() == types.True; i++ {
+		x := it.Next()
+		if seen.has(x) {
+			return types.Int(i)
+		}
+		seen.add(x)
+	}
+	return types.Int(-1)
+}
+
+// celMinus returns the items of the first list that the second does not
+// hold, in order.
+func celMinus(a, b ref.Val) ref.Val {
+	la, ok := a.(traits.Lister)
+	lb, ok2 := b.(traits.Lister)
+	if !ok || !ok2 {
+		return types.NewErr("minus: %v and %v are not both lists", a.Type(), b.Type())
+	}
+	drop := newSeen()
+	for it := lb.Iterator(); it.HasNext() == types.True; {
+		drop.add(it.Next())
+	}
+	var out []ref.Val
+	for it := la.Iterator(); it.HasNext() == types.True; {
+		if x := it.Next(); !drop.has(x) {
+			out = append(out, x)
+		}
+	}
+	return types.DefaultTypeAdapter.NativeToValue(out)
+}
+
+// celOverlap returns [j, x] for the first list j holding an item x that an
+// earlier list holds (x its first such item), [] when no two lists share an
+// item; repeats within one list do not count.
+func celOverlap(v ref.Val) ref.Val {
+	l, ok := v.(traits.Lister)
+	if !ok {
+		return types.NewErr("overlap: %v is not a list", v.Type())
+	}
+	earlier := newSeen()
+	it := l.Iterator()
+	for j := int64(0); it.HasNext() == types.True; j++ {
+		inner, ok := it.Next().(traits.Lister)
+		if !ok {
+			return types.NewErr("overlap: an item is not a list")
+		}
+		var items []ref.Val
+		in := inner.Iterator()
+		for in.HasNext() == types.True {
+			x := in.Next()
+			if earlier.has(x) {
+				return types.DefaultTypeAdapter.NativeToValue([]ref.Val{types.Int(j), x})
+			}
+			items = append(items, x)
+		}
+		for _, x := range items {
+			earlier.add(x)
+		}
+	}
+	return types.DefaultTypeAdapter.NativeToValue([]ref.Val{})
 }
 
 func celKeys(v ref.Val) ref.Val {

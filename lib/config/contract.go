@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -40,8 +42,12 @@ func errAt(path, format string, a ...any) *Error {
 	return &Error{Path: path, Message: fmt.Sprintf(format, a...)}
 }
 
-// join is the path of a property or map entry below path.
+// join is the path of a property or map entry below path (or of an array
+// item, when key starts with "[": a rule's field on an array).
 func join(path, key string) string {
+	if strings.HasPrefix(key, "[") {
+		return path + key
+	}
 	if path == "" {
 		return key
 	}
@@ -839,7 +845,7 @@ func (r *reader) checkArray(s *omap, base string, v []any, path string, w *walkN
 			return nil, nil, err
 		}
 		child.index = int64(i)
-		child.before = append([]any{}, celv...)
+		child.before = celv[:len(celv):len(celv)] // the items before it; later appends never touch this prefix
 		norm = append(norm, n)
 		celv = append(celv, c)
 		w.children = append(w.children, child)
@@ -918,15 +924,89 @@ func (r *reader) eval(expr string, lets map[string]string, act map[string]any, p
 
 var _ = cel.DynType
 
+// The bounds of a configuration file (docs/topology.md, "Limits"): its size,
+// and its YAML nodes counting every alias as the nodes it repeats (so an
+// alias bomb is refused before it is expanded). The Python reader
+// (robinhood_common.contract) has the same bounds and messages; the shared
+// cases are in tests/config.
+const (
+	MaxConfigBytes = 2 << 20
+	MaxConfigNodes = 250_000
+)
+
+var (
+	tooLarge     = fmt.Sprintf("the file is more than %d bytes, the most a configuration file may have", MaxConfigBytes)
+	tooManyNodes = fmt.Sprintf("more than %d YAML nodes, counting what aliases repeat: a configuration file may have at most %d",
+		MaxConfigNodes, MaxConfigNodes)
+)
+
+// countNodes is n's node count with aliases expanded (a scalar 1, a
+// collection 1 + its items', mapping keys included; an alias its target's),
+// memoized per node, and stopping early past MaxConfigNodes.
+func countNodes(n *yaml.Node, memo map[*yaml.Node]int) int {
+	if c, ok := memo[n]; ok {
+		return c
+	}
+	c := 0
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, k := range n.Content {
+			c += countNodes(k, memo)
+		}
+	case yaml.AliasNode:
+		c = countNodes(n.Alias, memo)
+	case yaml.MappingNode, yaml.SequenceNode:
+		c = 1
+		for _, k := range n.Content {
+			if c += countNodes(k, memo); c > MaxConfigNodes {
+				break
+			}
+		}
+	default:
+		c = 1
+	}
+	memo[n] = c
+	return c
+}
+
+// ReadConfigFile reads a configuration file of at most MaxConfigBytes,
+// without reading more of a larger one.
+func ReadConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxConfigBytes {
+		return nil, &Error{Message: tooLarge}
+	}
+	return b, nil
+}
+
 // ParseYAML decodes a YAML document into the reader's representation; an
-// empty document or bad YAML is an *Error at the document.
+// empty document, bad YAML or a document beyond the bounds is an *Error at
+// the document.
 func ParseYAML(b []byte, what string) (any, error) {
-	var v any
+	if len(b) > MaxConfigBytes {
+		return nil, &Error{Message: tooLarge}
+	}
+	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&v); err != nil {
+	if err := dec.Decode(&root); err != nil {
 		if err.Error() == "EOF" {
 			return nil, &Error{Message: "empty " + what}
 		}
+		return nil, &Error{Message: "not valid YAML: " + err.Error()}
+	}
+	if n := countNodes(&root, map[*yaml.Node]int{}); n > MaxConfigNodes {
+		return nil, &Error{Message: tooManyNodes}
+	}
+	var v any
+	if err := root.Decode(&v); err != nil {
 		return nil, &Error{Message: "not valid YAML: " + err.Error()}
 	}
 	if v == nil {

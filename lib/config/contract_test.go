@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -241,5 +242,62 @@ func TestInitialAllocationVectors(t *testing.T) {
 		if got := a.InitialAllocationMB(); !reflect.DeepEqual(got, c.Allocation) {
 			t.Errorf("%+v: got %v", c, got)
 		}
+	}
+}
+
+// generatedCase is one of tests/config/generated.json's files.
+type generatedCase struct {
+	Name, Kind, Head, Repeat, Tail, Expect string
+	Times                                  int
+}
+
+func (c generatedCase) text() []byte {
+	return []byte(c.Head + strings.Repeat(c.Repeat, c.Times) + c.Tail)
+}
+
+// The files too large to commit (tests/config/generated.json) are refused
+// with exactly their error, from memory and from a file, whose reading
+// stops at the bound; what each costs is logged (go test -v).
+func TestGeneratedCasesAreRefusedWithinBounds(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(casesDir, "generated.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct{ Cases []generatedCase }
+	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Cases) < 3 {
+		t.Fatalf("generated.json: %v, %d cases", err, len(doc.Cases))
+	}
+	for _, c := range doc.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			text := c.text()
+			path := filepath.Join(t.TempDir(), c.Name+".yaml")
+			if err := os.WriteFile(path, text, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			start := time.Now()
+			_, err := ParseYAML(text, c.Kind)
+			if err == nil || err.Error() != c.Expect {
+				t.Fatalf("ParseYAML: %v, want %q", err, c.Expect)
+			}
+			load := func() error { _, err := LoadTopology(path); return err }
+			if c.Kind == "experiment" {
+				load = func() error { _, err := LoadExperiment(path); return err }
+			}
+			if err := load(); err == nil || !strings.HasSuffix(err.Error(), ": "+c.Expect) {
+				t.Fatalf("loading the file: %v, want it to end in %q", err, c.Expect)
+			}
+			took := time.Since(start)
+			runtime.ReadMemStats(&after)
+			allocated := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%d bytes: refused twice in %v, %.1f MiB allocated", len(text), took, float64(allocated)/(1<<20))
+			// The defect this holds off took gigabytes; reading a few megabytes
+			// of YAML into nodes takes a few hundred at most.
+			if allocated > 1<<30 {
+				t.Fatalf("%.0f MiB allocated to refuse it", float64(allocated)/(1<<20))
+			}
+		})
 	}
 }

@@ -1,8 +1,8 @@
 package config
 
 import (
+	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/robinhoodcache/robinhood/schema"
@@ -117,7 +117,11 @@ type Compare struct {
 
 // LoadExperiment reads and validates an experiment file.
 func LoadExperiment(path string) (*Experiment, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadConfigFile(path)
+	var cerr *Error
+	if errors.As(err, &cerr) {
+		return nil, fmt.Errorf("experiment %s: %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}

@@ -10,6 +10,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -322,7 +323,11 @@ func TopologyFrom(doc any) (*Topology, error) {
 // ReadTopologyDoc reads a topology file into its normalized document (for
 // components that apply flag overrides before validating again).
 func ReadTopologyDoc(path string) (map[string]any, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadConfigFile(path)
+	var cerr *Error
+	if errors.As(err, &cerr) {
+		return nil, fmt.Errorf("topology %s: %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
 	}

@@ -47,7 +47,7 @@ func run(args []string) int {
 		if *experiment {
 			kind, target = "experiment", schema.Experiment
 		}
-		b, err := os.ReadFile(path)
+		b, err := config.ReadConfigFile(path)
 		var norm any
 		if err == nil {
 			var doc any

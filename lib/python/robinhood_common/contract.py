@@ -77,7 +77,10 @@ def is_address(v: str) -> bool:
 
 
 def join(path: str, key: str) -> str:
-    """The path of a property or map entry below ``path``."""
+    """The path of a property or map entry below ``path`` (or of an array item, when
+    ``key`` starts with ``[``: a rule's field on an array)."""
+    if key.startswith("["):
+        return path + key
     return f"{path}.{key}" if path else key
 
 
@@ -112,17 +115,78 @@ def _cel_flatten(xs: Any) -> Any:
     return celtypes.ListType([x for inner in xs for x in inner])
 
 
+def _hkey(x: Any) -> Any:
+    """A hashable stand-in for a CEL value: the value itself for scalars, None for
+    lists and maps (compared one by one)."""
+    if isinstance(x, (celtypes.ListType, celtypes.MapType)):
+        return None
+    return (type(x).__name__, x)
+
+
+class _Seen:
+    """A set of CEL values: hashed for scalars, a list for the rest."""
+
+    def __init__(self) -> None:
+        self.hashed: set[Any] = set()
+        self.other: list[Any] = []
+
+    def __contains__(self, x: Any) -> bool:
+        k = _hkey(x)
+        return k in self.hashed if k is not None else any(x == y for y in self.other)
+
+    def add(self, x: Any) -> None:
+        k = _hkey(x)
+        if k is not None:
+            self.hashed.add(k)
+        else:
+            self.other.append(x)
+
+
 def _cel_dups(xs: Any) -> Any:
-    """The values occurring more than once, each once, in the order they first recur."""
-    seen: list[Any] = []
-    rep: list[Any] = []
+    """The values of a list that occur more than once, each once, in the order in which
+    they first occur again."""
+    seen, rep, out = _Seen(), _Seen(), []
     for x in xs:
         if x in seen:
             if x not in rep:
-                rep.append(x)
+                rep.add(x)
+                out.append(x)
         else:
-            seen.append(x)
-    return celtypes.ListType(rep)
+            seen.add(x)
+    return celtypes.ListType(out)
+
+
+def _cel_dupindex(xs: Any) -> Any:
+    """The index of the first item equal to an earlier one; -1 when all differ."""
+    seen = _Seen()
+    for i, x in enumerate(xs):
+        if x in seen:
+            return celtypes.IntType(i)
+        seen.add(x)
+    return celtypes.IntType(-1)
+
+
+def _cel_minus(xs: Any, ys: Any) -> Any:
+    """The items of xs that ys does not hold, in order."""
+    drop = _Seen()
+    for y in ys:
+        drop.add(y)
+    return celtypes.ListType([x for x in xs if x not in drop])
+
+
+def _cel_overlap(lists: Any) -> Any:
+    """[j, x]: the first list j holding an item x that an earlier list holds (x its first
+    such item); [] when no two lists share an item. Repeats within one list do not count."""
+    earlier = _Seen()
+    for j, xs in enumerate(lists):
+        if not isinstance(xs, celtypes.ListType):
+            raise TypeError("overlap: an item is not a list")
+        for x in xs:
+            if x in earlier:
+                return celtypes.ListType([celtypes.IntType(j), x])
+        for x in xs:
+            earlier.add(x)
+    return celtypes.ListType([])
 
 
 def _cel_pluck(xs: Any, field: Any) -> Any:
@@ -143,7 +207,8 @@ def _cel_values(m: Any) -> Any:
 
 _FUNCTIONS = {"sum": _cel_sum, "keys": _cel_keys, "q": _cel_q, "num": _cel_num, "dur": _cel_dur,
               "flatten": _cel_flatten, "dups": _cel_dups, "pluck": _cel_pluck,
-              "values": _cel_values}
+              "values": _cel_values, "dupindex": _cel_dupindex, "overlap": _cel_overlap,
+              "minus": _cel_minus}
 _ENV = celpy.Environment()
 
 
@@ -301,15 +366,16 @@ def _packaged() -> Contract:
 class _Node:
     """What phase 1 saw at one node, for phase 2."""
 
-    __slots__ = ("schema", "path", "celv", "key", "index", "before", "children")
+    __slots__ = ("schema", "path", "celv", "key", "field", "index", "children")
 
     def __init__(self, schema: dict[str, Any], path: str, celv: Any) -> None:
         self.schema = schema
         self.path = path
         self.celv = celv
         self.key = ""
+        self.field = ""
+        """The property name or map key under the parent object ("" for an array item)."""
         self.index = -1
-        self.before: list[Any] = []
         self.children: list[_Node] = []
 
 
@@ -440,6 +506,7 @@ class _Reader:
                     continue
                 val = copy.deepcopy(eff["default"])
             n, c, child = self.check(sub, base, val, join(path, k))
+            child.field = k
             norm[k], celv[k] = n, c
             out.children.append(child)
         if isinstance(extra, dict):
@@ -450,7 +517,7 @@ class _Reader:
                 if val is None:
                     raise ConfigError(join(path, k), "is empty")
                 n, c, child = self.check(extra, base, val, join(path, k))
-                child.key = k
+                child.key = child.field = k
                 norm[k], celv[k] = n, c
                 out.children.append(child)
         elif extra is True:
@@ -475,27 +542,29 @@ class _Reader:
         for i, val in enumerate(v):
             n, c, child = self.check(items, base, val, f"{path}[{i}]")
             child.index = i
-            child.before = list(celv)
             norm.append(n)
             celv.append(c)
             out.children.append(child)
         return norm, celv
 
     def rules(self, node: _Node, celv_root: Any) -> None:
+        # The document is converted to CEL values once; every node's `self` is its part
+        # of that tree and an array item's `before` a view of its array's converted
+        # items, so a document is converted in linear time whatever its size.
         root = celpy.json_to_cel(celv_root)
-        self._rules(node, root)
+        self._rules(node, root, root, _EMPTY)
 
-    def _rules(self, node: _Node, root: Any) -> None:
+    def _rules(self, node: _Node, root: Any, cel: Any, before: Any) -> None:
         s = node.schema
         lets = s.get("x-let") or {}
         rules = s.get("x-rules") or []
         if rules:
             act = {
-                "self": celpy.json_to_cel(node.celv),
+                "self": cel,
                 "root": root,
                 "key": celtypes.StringType(node.key),
                 "index": celtypes.IntType(node.index),
-                "before": celpy.json_to_cel(node.before),
+                "before": before,
             }
             for r in rules:
                 ok = self._eval(r["rule"], lets, act, node.path)
@@ -508,7 +577,10 @@ class _Reader:
                 message = str(self._eval(r["message"], lets, act, node.path))
                 raise ConfigError(join(node.path, field) if field else node.path, message)
         for child in node.children:
-            self._rules(child, root)
+            if child.index >= 0:
+                self._rules(child, root, cel[child.index], celtypes.ListType(cel[:child.index]))
+            else:
+                self._rules(child, root, cel[celtypes.StringType(child.field)], _EMPTY)
 
     def _eval(self, expr: str, lets: dict[str, str], act: dict[str, Any], path: str) -> Any:
         prog = _program(_substitute(expr, lets))
@@ -521,8 +593,69 @@ class _Reader:
         return result
 
 
+_EMPTY = celtypes.ListType([])
+
+
+#: The bounds of a configuration file (docs/topology.md, "Limits"): its size, and its
+#: YAML nodes counting every alias as the nodes it repeats (so an alias bomb is refused
+#: before it is expanded). The Go reader (lib/config) has the same bounds and messages.
+MAX_CONFIG_BYTES = 2 << 20
+MAX_CONFIG_NODES = 250_000
+TOO_LARGE = f"the file is more than {MAX_CONFIG_BYTES} bytes, the most a configuration file may have"
+TOO_MANY_NODES = (f"more than {MAX_CONFIG_NODES} YAML nodes, counting what aliases repeat: a configuration "
+                  f"file may have at most {MAX_CONFIG_NODES}")
+_EVENT_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def count_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
+    """The YAML nodes of text's first document, aliases expanded (a scalar 1, a
+    collection 1 + its items', mapping keys included; an alias its target's), counted from
+    the parser's events without building anything, and stopping once past ``limit``.
+    Text that is not YAML counts what was read before the error (the loader reports it)."""
+    anchors: dict[str, int] = {}
+    opened: list[tuple[int, str | None]] = []  # (total when it opened, anchor) of open collections
+    total = 0
+    start, end = (yaml.MappingStartEvent, yaml.SequenceStartEvent), (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+    try:
+        for ev in yaml.parse(text, Loader=_EVENT_LOADER):
+            if isinstance(ev, yaml.ScalarEvent):
+                total += 1
+                if ev.anchor is not None:
+                    anchors[ev.anchor] = 1
+            elif isinstance(ev, yaml.AliasEvent):
+                total += anchors.get(ev.anchor, 0)
+            elif isinstance(ev, start):
+                opened.append((total, ev.anchor))
+                total += 1
+            elif isinstance(ev, end):
+                at, anchor = opened.pop()
+                if anchor is not None:
+                    anchors[anchor] = total - at
+            elif isinstance(ev, yaml.DocumentEndEvent):
+                break
+            if total > limit:
+                return limit + 1
+    except yaml.YAMLError:
+        pass
+    return total
+
+
+def read_config_file(path: str | Path) -> str:
+    """A configuration file's text, reading at most MAX_CONFIG_BYTES + 1 bytes of it:
+    ConfigError at the document when it is larger; OSError when it cannot be read."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError("", TOO_LARGE)
+    return data.decode("utf-8", errors="replace")
+
+
 def read_yaml(text: str, what: str = "document") -> Any:
-    """Parse YAML text; ConfigError when it is not YAML or empty."""
+    """Parse YAML text; ConfigError when it is not YAML, empty, or beyond the bounds."""
+    if len(text) > MAX_CONFIG_BYTES or len(text.encode("utf-8", errors="replace")) > MAX_CONFIG_BYTES:
+        raise ConfigError("", TOO_LARGE)
+    if count_nodes(text) > MAX_CONFIG_NODES:
+        raise ConfigError("", TOO_MANY_NODES)
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:

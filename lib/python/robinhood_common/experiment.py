@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from .contract import ConfigError, Contract, read_yaml
+from .contract import ConfigError, Contract, read_config_file, read_yaml
 from .split import fill_rest
 from .topology import (
     SLO,
@@ -157,9 +157,11 @@ def load(path: str | Path) -> Experiment:
     """Read and validate an experiment file; ExperimentError names the file and field."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_config_file(p)
     except OSError as e:
         raise ExperimentError(f"{p}: {e.strerror}") from None
+    except ConfigError as e:
+        raise ExperimentError(f"{p}: {e}") from None
     try:
         exp = from_document(read_yaml(text, "experiment"), str(p.resolve().parent))
     except ConfigError as e:

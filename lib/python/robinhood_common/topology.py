@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .contract import ConfigError, Contract, read_yaml
+from .contract import ConfigError, Contract, read_config_file, read_yaml
 from .split import fill_rest
 
 SCHEMA = "topology.schema.yaml"
@@ -277,10 +277,8 @@ def load(path: str | Path) -> Topology:
     """Read and validate a topology file; TopologyError names the file and field."""
     p = Path(path)
     try:
-        text = p.read_text()
+        return parse(read_config_file(p)).resolve_files(p.parent)
     except OSError as e:
         raise TopologyError(f"topology: cannot read {p}: {e.strerror}") from None
-    try:
-        return parse(text).resolve_files(p.parent)
     except ConfigError as e:
         raise TopologyError(f"topology {p}: {e}") from None

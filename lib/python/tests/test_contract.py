@@ -89,3 +89,39 @@ def test_error_names_path_and_message() -> None:
         Contract.packaged().read("topology.schema.yaml#/$defs/limits", {"workers": 0}, path="limits")
     assert e.value.path == "limits.workers"
     assert e.value.message == "0 is out of range [1, 1000000]"
+
+
+GENERATED = json.loads((CASES / "generated.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", GENERATED, ids=lambda c: c["name"])
+def test_generated_cases_are_refused_within_bounds(case: dict, tmp_path: Path) -> None:
+    """The files too large to commit (tests/config/generated.json): refused with exactly
+    their error, from text and from a file whose reading stops at the bound, in a bounded
+    amount of memory (measured with tracemalloc, printed with -s)."""
+    import time
+    import tracemalloc
+
+    from robinhood_common import experiment, topology
+
+    text = case["head"] + case["repeat"] * case["times"] + case["tail"]
+    path = tmp_path / f"{case['name']}.yaml"
+    path.write_text(text)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(ConfigError) as e:
+            read_yaml(text, case["kind"])
+        assert str(e.value) == case["expect"]
+        loader = topology.load if case["kind"] == "topology" else experiment.load
+        with pytest.raises(ValueError) as e:
+            loader(path)
+        assert str(e.value).endswith(": " + case["expect"]), e.value
+        took = time.perf_counter() - t0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    print(f"{case['name']}: {len(text)} bytes refused twice in {took:.2f} s, peak {peak / 2**20:.1f} MiB")
+    # The defect this holds off grew past 6 GB; counting the nodes of a few megabytes
+    # of YAML from the parser's events builds nothing.
+    assert peak < 256 * 2**20, f"{peak / 2**20:.0f} MiB to refuse it"
