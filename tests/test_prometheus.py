@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -260,3 +261,76 @@ def test_the_documented_curl_line_reads_every_page(stack: Stack) -> None:
     old = line.replace("operator.bearer", "operator.token").replace(DOC_CURL_TARGET, stack.addr["rbc"])
     r = subprocess.run(["bash", "-c", old], cwd=stack.dir, capture_output=True, timeout=30)
     assert r.returncode == 22 and b"401" in r.stderr, (r.returncode, r.stderr)
+
+
+def metric(page: bytes, name: str) -> float:
+    m = re.search(rb"^" + re.escape(name.encode()) + rb" ([0-9.e+]+)$", page, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_rotating_every_token_under_load(stack: Stack) -> None:
+    """docs/security.md's rotation, with every component running and a replay sending
+    requests throughout: new tokens added to the servers' file and SIGHUP to every
+    server (the controller among them: it stays up), the callers' own files rewritten
+    (each re-reads its own within a second), the old tokens removed and SIGHUP again. The
+    old tokens are then refused everywhere, the new ones accepted, the controller still
+    reads the RBC with its new token, and no request of the replay was refused. Runs
+    last in this module: it changes the stack's tokens."""
+    procs = {name: p for p, name in ((p, p.args[0].rsplit("/", 1)[-1]) for p, _ in stack.procs.procs)}
+    ctl = next(p for p, _ in stack.procs.procs if "robinhood_controller.cli" in p.args)
+    servers = [procs["rbcserver"], procs["backend"], procs["appserver"], ctl]
+    trace = stack.dir / "rotation-trace.jsonl"
+    trace.write_text("".join(json.dumps({"t": i, "d": [{"ratings": {"S": [100], "U": [f"r{i % 11}"], "C": [1]}}]})
+                             + "\n" for i in range(50)))
+    replay = stack.procs.start([go_binary("tracegen"), "replay", "--topology", stack.topology, "--trace", trace,
+                                "--out", stack.dir / "rotation-replay", "--rate", "50", "--loop",
+                                "--duration", "14s"], name="rotation-replay")
+    tokens_file = stack.secrets / "tokens"
+    old = {line.split()[0]: line.split()[1] for line in tokens_file.read_text().splitlines()
+           if line.strip() and not line.startswith("#")}
+    new = {name: f"rotated-{name}-" + "x" * 24 + str(i) for i, name in enumerate(old)}
+    old_prom = old["prometheus"]
+    time.sleep(3)
+    # 1. Both tokens for every caller; SIGHUP every server.
+    tokens_file.write_text("".join(f"{n} {old[n]}\n{n} {new[n]}\n" for n in old))
+    for p in servers:
+        p.send_signal(signal.SIGHUP)
+    time.sleep(1)
+    # 2. The callers' own files.
+    for n, tok in new.items():
+        (stack.secrets / f"{n}.token").write_text(f"{n} {tok}\n")
+        (stack.secrets / f"{n}.bearer").write_text(tok + "\n")
+    time.sleep(2.5)
+    # 3. The old tokens out; SIGHUP again.
+    tokens_file.write_text("".join(f"{n} {new[n]}\n" for n in new))
+    for p in servers:
+        p.send_signal(signal.SIGHUP)
+    time.sleep(1)
+
+    assert ctl.poll() is None, f"the controller exited with {ctl.returncode} on SIGHUP\n{stack.logs()}"
+    assert "event=reloaded signal=SIGHUP reread=tokens,tls,rbc_token,rbc_tls" in stack.procs.log(ctl)
+
+    def status(addr: str, token: str) -> int:
+        req = urllib.request.Request(f"https://{addr}/metrics", headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(req, context=stack.ssl_context(), timeout=5) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    for key in ("rbc", "backend", "appserver", "controller"):
+        assert status(stack.addr[key], old_prom) == 401, f"{key} still takes the revoked token"
+        assert status(stack.addr[key], new["prometheus"]) == 200, f"{key} refuses the new token"
+    # The controller keeps reading the RBC server with its new token: ticks go on and no
+    # RBC call is refused from here on.
+    page = stack.get(stack.addr["controller"], "/metrics", caller="prometheus")
+    ticks, refused = metric(page, "controller_ticks_total"), metric(page, 'controller_errors_total{kind="rbc_error"}')
+    wait_for("the controller's ticks to go on", lambda: metric(
+        stack.get(stack.addr["controller"], "/metrics", caller="prometheus"), "controller_ticks_total") >= ticks + 3,
+        stack, timeout=10)
+    page = stack.get(stack.addr["controller"], "/metrics", caller="prometheus")
+    assert metric(page, 'controller_errors_total{kind="rbc_error"}') == refused, "RBC calls refused after rotation"
+    # The replay's requests: none refused by the app server while the tokens turned over.
+    assert replay.wait(timeout=30) == 0, stack.procs.log(replay)
+    summary = json.loads((stack.dir / "rotation-replay" / "summary.json").read_text())
+    assert summary["sent"] > 300 and not any(summary["errors"].values()) and summary["answered"] == summary["sent"], summary

@@ -316,6 +316,22 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
     metrics = Metrics(cfg.app_server, cfg.policy, [p.name for p in cfg.partitions])
     timeline = TimelineWriter(ns.timeline) if ns.timeline else None
     ctl: Controller | None = None
+
+    def reload_credentials() -> None:
+        """SIGHUP (docs/security.md, "Rotation"): the servers' token file and the TLS
+        files of /metrics, and the controller's own token file and TLS files for the RBC
+        server, re-read; a file that does not read keeps the previous one."""
+        done = metrics.reload()
+        if ctl is not None and ctl.rbc is not None:
+            done += [f"rbc_{x}" for x in ctl.rbc.reload()]
+        log.info("event=reloaded signal=SIGHUP reread=%s", ",".join(done) or "-")
+
+    def on_hup(_signum: int, _frame: object) -> None:
+        # The reading happens on a thread of its own: the handler runs on the main
+        # thread between two bytecodes, maybe inside a lock the reading needs.
+        threading.Thread(target=reload_credentials, name="sighup", daemon=True).start()
+
+    signal.signal(signal.SIGHUP, on_hup)
     try:
         if s.metrics:
             try:

@@ -3,13 +3,14 @@ the Prometheus tests depend on them)."""
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
-from robinhood_common.auth import AuthError, Tokens, is_loopback, server_ssl_context
+from robinhood_common.auth import AuthError, TokensFile, is_loopback, server_ssl_context
 from robinhood_common.topology import TLS
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,9 @@ class Metrics:
             self.pages_moved.labels(p)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._verifier: TokensFile | None = None
+        self._tls: TLS | None = None
+        self._ctx: ssl.SSLContext | None = None
 
     def serve(self, addr: str, *, tokens: str | None = None, tls: TLS | None = None,
               insecure: bool = False) -> int:
@@ -95,7 +99,8 @@ class Metrics:
             raise AuthError(f"controller.metrics {addr}: not a loopback address and no auth block in the "
                             "topology: give the topology an auth block (docs/security.md) or --insecure to "
                             "serve it unauthenticated")
-        verifier = Tokens.load(tokens) if tokens else None
+        verifier = TokensFile(tokens) if tokens else None
+        self._verifier = verifier
         metrics_app = make_wsgi_app(self.registry)
 
         def app(environ: dict[str, Any], start_response: Any) -> Any:
@@ -112,10 +117,28 @@ class Metrics:
         if tls is not None:
             ctx = server_ssl_context(tls.cert, tls.key, tls.ca if tls.client_auth else None)
             server.socket = ctx.wrap_socket(server.socket, server_side=True)
+            self._tls, self._ctx = tls, ctx
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
         self._thread.start()
         return int(server.server_port)
+
+    def reload(self) -> list[str]:
+        """Re-read the servers' token file and the certificate, key and client CA the
+        /metrics server presents and checks (SIGHUP); what was re-read. A file that does
+        not read keeps the previous one (logged)."""
+        done = []
+        if self._verifier is not None and self._verifier.reload():
+            done.append("tokens")
+        if self._ctx is not None and self._tls is not None:
+            try:
+                self._ctx.load_cert_chain(self._tls.cert, self._tls.key)
+                if self._tls.client_auth:
+                    self._ctx.load_verify_locations(self._tls.ca)
+                done.append("tls")
+            except (OSError, ssl.SSLError) as e:
+                log.warning("event=error kind=tls_files msg=%r (the previous certificate stays)", str(e))
+        return done
 
     def close(self) -> None:
         """Stop the /metrics server, if any, and wait for its thread."""

@@ -3,6 +3,7 @@ app servers report (`RBCService/GetStats`: both in one call; `GetRBC` for server
 without statistics)."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -10,9 +11,11 @@ from typing import Any
 
 import grpc
 from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
-from robinhood_common.auth import Credential, read_pem
+from robinhood_common.auth import AuthError, Credential, read_pem
 from robinhood_common.contract import Contract
 from robinhood_common.topology import TLS
+
+log = logging.getLogger(__name__)
 
 # Reconnect quickly after the RBC server comes back: gRPC's default backoff grows to
 # two minutes, longer than many ticks.
@@ -133,15 +136,39 @@ class RBCClient:
         self.app_server = app_server
         self.has_stats = True
         self._cred = Credential(token_file) if token_file else None
+        self._tls = tls
+        self._channel, self._stub = self._connect()
+
+    def _connect(self) -> tuple[grpc.Channel, rbc_pb2_grpc.RBCServiceStub]:
+        """A channel to the server with the TLS files as they are now."""
+        tls = self._tls
         if tls is not None:
             creds = grpc.ssl_channel_credentials(
                 root_certificates=read_pem(tls.ca, "tls.ca"),
                 private_key=read_pem(tls.key, "tls.key") if tls.client_auth else None,
                 certificate_chain=read_pem(tls.cert, "tls.cert") if tls.client_auth else None)
-            self._channel = grpc.secure_channel(addr, creds, options=_CHANNEL_OPTIONS)
+            channel = grpc.secure_channel(self.addr, creds, options=_CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
-        self._stub = rbc_pb2_grpc.RBCServiceStub(self._channel)
+            channel = grpc.insecure_channel(self.addr, options=_CHANNEL_OPTIONS)
+        return channel, rbc_pb2_grpc.RBCServiceStub(channel)
+
+    def reload(self) -> list[str]:
+        """Re-read the caller's token file and, with TLS, the CA, certificate and key
+        (SIGHUP): a new channel for the next call. What was re-read; a file that does
+        not read keeps the previous one (logged)."""
+        done = []
+        if self._cred is not None and self._cred.reload():
+            done.append("token")
+        if self._tls is not None:
+            try:
+                channel, stub = self._connect()
+            except AuthError as e:
+                log.warning("event=error kind=tls_files msg=%r (the previous channel stays)", str(e))
+            else:
+                old, self._channel, self._stub = self._channel, channel, stub
+                old.close()
+                done.append("tls")
+        return done
 
     def _md(self) -> tuple[tuple[str, str], ...] | None:
         return self._cred.metadata() if self._cred else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import logging
 import os
 import re
 import ssl
@@ -16,6 +17,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger("robinhood_common.auth")
 
 MIN_TOKEN_LEN = 16
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -99,6 +102,56 @@ class Tokens:
         return self.verify(value[7:].strip())
 
 
+def _stamp(path: str) -> tuple[float, int, int] | None:
+    """A file's (mtime, size, inode), None when it cannot be read: what changes when a
+    file is rewritten or replaced."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime, st.st_size, st.st_ino
+
+
+class TokensFile:
+    """A server's token file, verified like :class:`Tokens`, re-read on :meth:`reload`
+    (SIGHUP) and when the file changes (checked at most once a second), as the Go
+    servers do. A file that no longer reads keeps the previous tokens, and is logged."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._tokens = Tokens.load(path)
+        self._stamp = _stamp(path)
+        self._checked = time.monotonic()
+        self._lock = threading.Lock()
+
+    def reload(self) -> bool:
+        """Re-read the file now; False (logged) when it does not read."""
+        stamp = _stamp(self.path)
+        try:
+            tokens = Tokens.load(self.path)
+        except AuthError as e:
+            log.warning("event=error kind=token_file msg=%r (the previous tokens stay)", str(e))
+            return False
+        with self._lock:
+            self._tokens, self._stamp = tokens, stamp
+        return True
+
+    def _maybe_reload(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked < 1.0:
+                return
+            self._checked = now
+            changed = _stamp(self.path) != self._stamp
+        if changed:
+            self.reload()
+
+    def check_header(self, value: str | None) -> str | None:
+        """The caller of an ``Authorization: Bearer TOKEN`` value, or None."""
+        self._maybe_reload()
+        return self._tokens.check_header(value)
+
+
 def load_credential(path: str) -> Entry:
     """A caller's own token file: exactly one line."""
     e = parse_tokens(path, _read(path))
@@ -118,12 +171,21 @@ class Credential:
         self._checked = time.monotonic()
         self._lock = threading.Lock()
 
-    def _stat(self) -> tuple[float, int] | None:
+    def _stat(self) -> tuple[float, int, int] | None:
+        return _stamp(self.path)
+
+    def reload(self) -> bool:
+        """Re-read the file now (SIGHUP); False (logged) when it does not read, and the
+        previous token stays."""
+        stamp = self._stat()
         try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_mtime, st.st_size
+            entry = load_credential(self.path)
+        except AuthError as e:
+            log.warning("event=error kind=token_file msg=%r (the previous token stays)", str(e))
+            return False
+        with self._lock:
+            self._entry, self._stamp = entry, stamp
+        return True
 
     @property
     def name(self) -> str:
