@@ -161,6 +161,12 @@ func (t *traceService) Export(ctx context.Context, req *collectortrace.ExportTra
 	if name, ok := auth.Caller(ctx); ok {
 		app = name
 	}
+	if t.s.cfg.Reporters != nil && !t.s.cfg.OTLPCallers[app] {
+		t.s.m.batchesRejected.WithLabelValues(ReasonReporter).Inc()
+		t.s.m.recordsRejected.WithLabelValues(ReasonReporter).Add(float64(len(recs)))
+		t.s.log.Warn("OTLP export rejected", "caller", app, "reason", ReasonReporter)
+		return nil, status.Errorf(codes.PermissionDenied, "caller %q may not export traces: only --otlp-callers may", app)
+	}
 	if lim := int(t.s.cfg.MaxBatchFraction * float64(t.s.cfg.RingSize)); len(recs) > lim {
 		return nil, t.s.refuse(app, len(recs), ReasonShare, fmt.Errorf("an export of %d requests is more than %g of the ring (%d records; --max-batch-fraction)", len(recs), t.s.cfg.MaxBatchFraction, lim))
 	}

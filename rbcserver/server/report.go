@@ -26,6 +26,7 @@ const (
 	ReasonBadStats       = "bad_stats"            // a backend_stats entry is invalid
 	ReasonShare          = "share"                // one reporter's records beyond its share of the window or the ring
 	ReasonCaller         = "caller_mismatch"      // app_server_id is not the authenticated caller's name
+	ReasonReporter       = "unknown_reporter"     // app_server_id is no app server of the topology (or OTLP's caller not allowed)
 )
 
 // Trailer keys of a Report stream that ends in an error: the records it
@@ -166,6 +167,14 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 		if batches == 0 && app == "" {
 			app = r.req.GetAppServerId()
 			s.log.Debug("report stream opened", "app_server_id", app)
+		}
+		if id := r.req.GetAppServerId(); s.cfg.Reporters != nil && !s.cfg.Reporters[id] {
+			n := len(r.req.GetLatencyUs())
+			s.m.batchesRejected.WithLabelValues(ReasonReporter).Inc()
+			s.m.recordsRejected.WithLabelValues(ReasonReporter).Add(float64(n))
+			s.log.Warn("report batch rejected", "app_server_id", id, "caller", caller, "reason", ReasonReporter)
+			return status.Errorf(codes.PermissionDenied, "app_server_id %q is not an app server of the topology: only "+
+				"its app servers' records are taken (--topology)", id)
 		}
 		if authed && r.req.GetAppServerId() != caller {
 			// A token speaks for one app server: its records count

@@ -61,9 +61,18 @@ type Config struct {
 	// (--max-backends).
 	MaxBackends int
 	// MaxAppShare bounds one app server's records in the window to this
-	// many times its fair share (the window's records over the app servers
-	// reporting in it); 0 turns the bound off (--max-app-share).
+	// many times the mean of the other app servers reporting in it (with two
+	// reporters and the default 4, 80% of the window at most); 0 turns the
+	// bound off (--max-app-share).
 	MaxAppShare float64
+	// Reporters, when set, are the only names records are taken from: a
+	// Report's app_server_id (the topology's app servers, with --topology)
+	// and OTLP's caller (see OTLPCallers). Empty takes any name.
+	Reporters map[string]bool
+	// OTLPCallers are the names whose OTLP exports are taken when Reporters
+	// is set: the caller of a token, or "otlp" without authentication
+	// (--otlp-callers).
+	OTLPCallers map[string]bool
 	// MaxBatchFraction bounds one batch to this fraction of the ring
 	// (--max-batch-fraction).
 	MaxBatchFraction float64

@@ -728,6 +728,28 @@ func grep(text, prefix string) string {
 // share, or with a batch over MaxBatchFraction of the ring, its stream ends
 // with ResourceExhausted, nothing of the batch is stored, and the refusal is
 // counted per app server; the others go on.
+// With two reporters the bound still bounds: one may hold 2 × the other's
+// records, two thirds of the window (a share of a "fair share" that counts
+// the reporter itself would allow 100%).
+func TestTwoReportersAreBoundedToo(t *testing.T) {
+	h := start(t, func(c *Config) { c.RingSize, c.MaxAppShare = 1000, 2 })
+	h.clock.Advance(10 * time.Second)
+	lat, be := make([]uint32, 20), make([]uint32, 20)
+	if _, err := h.report(t, batch("honest", lat, be)); err != nil {
+		t.Fatal(err)
+	}
+	lat, be = make([]uint32, 40), make([]uint32, 40)
+	if _, err := h.report(t, batch("evil", lat, be)); err != nil {
+		t.Fatalf("2 × the other's records: %v", err)
+	}
+	if _, err := h.report(t, batch("evil", lat[:1], be[:1])); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("one more record: %v", err)
+	}
+	if got := h.getRBC(t, &robinhoodv1.GetRBCRequest{}).GetWindowRequests(); got != 60 {
+		t.Fatalf("window %d, want 60: evil holds at most two thirds", got)
+	}
+}
+
 func TestOneReporterCannotFillTheWindow(t *testing.T) {
 	h := start(t, func(c *Config) { c.RingSize, c.MaxAppShare = 1000, 2 })
 	h.clock.Advance(10 * time.Second)
@@ -744,16 +766,16 @@ func TestOneReporterCannotFillTheWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// 60 records from 3 app servers. "evil", a fourth, may hold at most
-	// 2 × (the window's records) / 4: its first 30 (2 × 90/4 = 45) pass, 31 more
-	// (61 of 121, above 2 × 121/4 = 60.5) do not.
+	// 60 records from 3 app servers. "evil", a fourth, may hold at most 2 ×
+	// the mean of the others' (2 × 60/3 = 40): its first 30 pass, 31 more
+	// (61) do not.
 	lat, be := ones(30, 7)
 	if _, err := h.report(t, batch("evil", lat, be)); err != nil {
 		t.Fatalf("30 records within the share: %v", err)
 	}
 	lat, be = ones(31, 7)
 	_, err := h.report(t, batch("evil", lat, be))
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `app server "evil" would hold 61 of the window's 121 records, more than 2 × its fair share`) {
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `app server "evil" would hold 61 of the window's records, more than 2 × the mean of the 3 other app servers' (60 records): 40 at most`) {
 		t.Fatalf("beyond the share: %v", err)
 	}
 	if got := h.getRBC(t, &robinhoodv1.GetRBCRequest{}).GetWindowRequests(); got != 90 {

@@ -9,9 +9,11 @@ import (
 // share"): the RBC is a vote of the app servers' slowest requests, so no app
 // server may fill the window alone. shares tracks, per app server, the
 // records it added to the window; a batch that would take an app server
-// beyond MaxShare times its fair share (the window's records over the app
-// servers reporting in it) is refused whole, as is a batch larger than
-// MaxBatchFraction of the ring.
+// beyond MaxShare times the mean of the other app servers reporting in the
+// window is refused whole, as is a batch larger than MaxBatchFraction of the
+// ring. Measured against the others (not a fair share that includes the
+// reporter itself), the bound holds with two reporters too: with MaxShare 4
+// one of two holds 80% of the window at most.
 type shares struct {
 	mu     sync.Mutex
 	window int64 // ns, the RBC window
@@ -61,11 +63,12 @@ func (s *shares) admit(app string, n int, now int64, maxShare float64) error {
 		active++ // a newcomer counts among the app servers it shares with
 	}
 	if maxShare > 0 && active > 1 {
-		after := float64(mine + n)
-		limit := maxShare * float64(records+n) / float64(active)
-		if after > limit {
-			return fmt.Errorf("app server %q would hold %d of the window's %d records, more than %g × its fair share "+
-				"(1/%d of them): %d at most (--max-app-share)", app, mine+n, records+n, maxShare, active, int(limit))
+		others := records - mine
+		limit := maxShare * float64(others) / float64(active-1)
+		if after := float64(mine + n); after > limit {
+			return fmt.Errorf("app server %q would hold %d of the window's records, more than %g × the mean of the "+
+				"%d other app servers' (%d records): %d at most (--max-app-share)",
+				app, mine+n, maxShare, active-1, others, int(limit))
 		}
 	}
 	if a == nil {

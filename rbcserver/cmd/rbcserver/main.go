@@ -72,12 +72,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	highPct := fs.Float64("high-pct", def.HighPct, "default upper percentile of the RBC band, in (0, 100] (rbc_server.high_pct)")
 	statsRetention := fs.String("stats-retention", def.StatsRetention.String(), "how long per-backend statistics are kept: the longest GetStats window (rbc_server.stats_retention)")
 	fs.IntVar(&o.cfg.MaxBackends, "max-backends", o.cfg.MaxBackends, "backend ids must be below this")
-	fs.Float64Var(&o.cfg.MaxAppShare, "max-app-share", o.cfg.MaxAppShare, "no app server may hold more than this many times its fair share of the window's records (0: no bound)")
+	fs.Float64Var(&o.cfg.MaxAppShare, "max-app-share", o.cfg.MaxAppShare, "no app server may hold more than this many times the mean of the other app servers' records in the window (0: no bound)")
 	fs.Float64Var(&o.cfg.MaxBatchFraction, "max-batch-fraction", o.cfg.MaxBatchFraction, "no batch may hold more than this fraction of the ring")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take before connections are closed")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	o.sec.Register(fs)
 	otlpRequest := fs.String("otlp-request", "server", "OTLP traces: which server spans are requests: server (every server span, with or without a parent), root (root spans only) or service:NAME (every server span of service NAME) (docs/opentelemetry.md)")
+	otlpCallers := fs.String("otlp-callers", "otlp", "with --topology, the callers whose OTLP exports are taken, comma-separated: a token's caller, or otlp without tokens (Report batches are taken from the topology's app servers only)")
 	otlpAttrs := fs.String("otlp-backend-attrs", "peer.service,server.address", "OTLP traces: the attributes of a client span naming its backend, tried in order; names map to ids through --topology's backends (a decimal value is an id)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -102,6 +103,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("topology %s: %w", *topoPath, err)
 		}
 		o.sec = o.sec.FromTopology(t, set)
+		o.cfg.Reporters, o.cfg.OTLPCallers = map[string]bool{}, map[string]bool{}
+		for _, a := range t.AppServers {
+			o.cfg.Reporters[a.ID] = true
+		}
+		for _, c := range strings.Split(*otlpCallers, ",") {
+			if c = strings.TrimSpace(c); c != "" {
+				o.cfg.OTLPCallers[c] = true
+			}
+		}
 		o.cfg.OTLP.Backends = map[string]uint32{}
 		for _, b := range t.Backends {
 			o.cfg.OTLP.Backends[b.Name] = b.ID

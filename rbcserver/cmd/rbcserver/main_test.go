@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -28,6 +30,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
@@ -354,5 +357,72 @@ func TestBinaryAcceptsGzip(t *testing.T) {
 	}
 	if _, body := httpGet(t, s.httpURL+"/metrics"); !strings.Contains(body, `rbcserver_otlp_spans_total{outcome="request"} 1`) {
 		t.Fatal("the trace's request was not counted")
+	}
+}
+
+// TestAnAuthenticatedStrangerMovesNothing: with a topology whose only app
+// server is app0, a caller with a valid token that is not an app server of
+// the topology (app1: its own token, its own app_server_id) has every record
+// refused, so it cannot steer any cache; app0's are taken. OTLP exports are
+// taken from --otlp-callers only.
+func TestAnAuthenticatedStrangerMovesNothing(t *testing.T) {
+	bin := testutil.Binary(t, pkg)
+	dir := t.TempDir()
+	secrets := filepath.Join(dir, "secrets")
+	if err := auth.WriteDev(secrets, nil, []string{"app0", "app1", "collector"}); err != nil {
+		t.Fatal(err)
+	}
+	g, h := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	topo := filepath.Join(dir, "topology.yaml")
+	body := fmt.Sprintf(`rbc_server: {grpc: %q, http: %q, window: 1h}
+backends: [{id: 0, name: a, type: kv, replicas: [{grpc: "127.0.0.1:1"}]}]
+app_servers: [{id: app0, http: "127.0.0.1:1", cache_mode: none}]
+auth: {tokens: secrets/tokens, token: "secrets/{id}.token"}
+`, g, h)
+	if err := os.WriteFile(topo, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Start(t, bin, "--topology", topo)
+	testutil.WaitTCP(t, g)
+	dial := func(caller string) *grpc.ClientConn {
+		c, err := auth.NewClient(auth.ClientOptions{TokenFile: filepath.Join(secrets, caller+auth.DevTokenSuffix)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(g, c.DialOptions()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	client := func(caller string) robinhoodv1.RBCServiceClient { return robinhoodv1.NewRBCServiceClient(dial(caller)) }
+	lat, be := slices.Repeat([]uint32{900_000}, 1500), slices.Repeat([]uint32{0}, 1500)
+	_, err := report(t, client("app1"), &robinhoodv1.ReportRequest{AppServerId: "app1", LatencyUs: lat, BlockingBackend: be})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"app1" is not an app server of the topology`) {
+		t.Fatalf("app1's records: %v, want PermissionDenied", err)
+	}
+	if resp, err := report(t, client("app0"), &robinhoodv1.ReportRequest{AppServerId: "app0", LatencyUs: lat[:10], BlockingBackend: be[:10]}); err != nil || resp.GetAcceptedRecords() != 10 {
+		t.Fatalf("app0's records: %v, %v", resp, err)
+	}
+	// An OTLP export from a caller that is not in --otlp-callers (default otlp).
+	span := func(id, parent byte, kind tracepb.Span_SpanKind, backend string) *tracepb.Span {
+		sp := &tracepb.Span{TraceId: bytes.Repeat([]byte{3}, 16), SpanId: bytes.Repeat([]byte{id}, 8), Kind: kind,
+			StartTimeUnixNano: 1, EndTimeUnixNano: 900_000_000}
+		if parent != 0 {
+			sp.ParentSpanId = bytes.Repeat([]byte{parent}, 8)
+			sp.Attributes = []*commonpb.KeyValue{{Key: "peer.service",
+				Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: backend}}}}
+		}
+		return sp
+	}
+	export := &collectortrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{{
+		Spans: []*tracepb.Span{span(2, 1, tracepb.Span_SPAN_KIND_CLIENT, "a"), span(1, 0, tracepb.Span_SPAN_KIND_SERVER, "")}}}}}}
+	if _, err := collectortrace.NewTraceServiceClient(dial("collector")).Export(ctxT(t), export); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("an export from the caller collector: %v, want PermissionDenied", err)
+	}
+	got, err := client("app0").GetRBC(ctxT(t), &robinhoodv1.GetRBCRequest{})
+	if err != nil || got.GetWindowRequests() != 10 {
+		t.Fatalf("the window: %v, %v; want app0's 10 records only", got, err)
 	}
 }
