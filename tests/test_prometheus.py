@@ -263,6 +263,22 @@ def test_the_documented_curl_line_reads_every_page(stack: Stack) -> None:
     assert r.returncode == 22 and b"401" in r.stderr, (r.returncode, r.stderr)
 
 
+def test_probes_without_a_client_certificate_read_healthz_only(stack: Stack) -> None:
+    """Under mutual TLS a Kubernetes kubelet's HTTPS probe presents no client certificate:
+    /healthz answers it on every component; every other path still needs a certificate
+    (403), whatever token comes with it."""
+    ctx = ssl.create_default_context(cafile=str(stack.secrets / "ca.pem"))  # verifies the server, no client cert
+    token = (stack.secrets / "prometheus.bearer").read_text().strip()
+    for key in ("rbc", "backend", "appserver", "controller"):
+        with urllib.request.urlopen(f"https://{stack.addr[key]}/healthz", context=ctx, timeout=5) as r:
+            assert r.status == 200, key
+        req = urllib.request.Request(f"https://{stack.addr[key]}/metrics", headers={"Authorization": f"Bearer {token}"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, context=ctx, timeout=5)
+        assert e.value.code == 403, (key, e.value.code)
+        assert stack.get(stack.addr[key], "/metrics", caller="prometheus")  # with the certificate: served
+
+
 def metric(page: bytes, name: str) -> float:
     m = re.search(rb"^" + re.escape(name.encode()) + rb" ([0-9.e+]+)$", page, re.M)
     return float(m.group(1)) if m else 0.0

@@ -32,10 +32,17 @@ ERROR_KINDS = (
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """No access log line per scrape."""
+    """No access log line per scrape; the environ says whether the client presented a
+    verified certificate (mutual TLS)."""
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
+
+    def get_environ(self) -> dict[str, Any]:
+        env = super().get_environ()
+        getpeercert = getattr(self.connection, "getpeercert", None)
+        env["robinhood.client_cert"] = bool(getpeercert()) if getpeercert is not None else False
+        return env
 
 
 class Metrics:
@@ -102,11 +109,18 @@ class Metrics:
         verifier = TokensFile(tokens) if tokens else None
         self._verifier = verifier
         metrics_app = make_wsgi_app(self.registry)
+        mtls = tls is not None and tls.client_auth
 
         def app(environ: dict[str, Any], start_response: Any) -> Any:
             if environ.get("PATH_INFO") == "/healthz":
                 start_response("200 OK", [("Content-Type", "text/plain")])
                 return [b"ok\n"]
+            if mtls and not environ.get("robinhood.client_cert"):
+                # The listener asks for a certificate without requiring one, so that a
+                # Kubernetes probe (which presents none) reads /healthz; every other path
+                # needs one, as on the Go servers.
+                start_response("403 Forbidden", [("Content-Type", "text/plain")])
+                return [b"a client certificate is required (mutual TLS): only /healthz answers without one\n"]
             if verifier is not None and verifier.check_header(environ.get("HTTP_AUTHORIZATION")) is None:
                 start_response("401 Unauthorized", [("Content-Type", "text/plain"),
                                                     ("WWW-Authenticate", 'Bearer realm="robinhood"')])
@@ -115,7 +129,7 @@ class Metrics:
 
         server = make_server(h or "0.0.0.0", int(port), app, ThreadingWSGIServer, handler_class=_QuietHandler)
         if tls is not None:
-            ctx = server_ssl_context(tls.cert, tls.key, tls.ca if tls.client_auth else None)
+            ctx = server_ssl_context(tls.cert, tls.key, tls.ca if tls.client_auth else None, required=False)
             server.socket = ctx.wrap_socket(server.socket, server_side=True)
             self._tls, self._ctx = tls, ctx
         self._server = server

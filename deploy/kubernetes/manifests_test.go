@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
@@ -251,6 +252,25 @@ func TestManifests(t *testing.T) {
 			if strings.HasPrefix(c.Image, "robinhood/") && c.ImagePullPolicy != corev1.PullIfNotPresent && c.ImagePullPolicy != corev1.PullNever {
 				t.Errorf("%s/%s: image %s has imagePullPolicy %q: a locally built image needs IfNotPresent or Never",
 					d.Name, c.Name, c.Image, c.ImagePullPolicy)
+			}
+		}
+	}
+
+	// The credentials volume is read through fsGroup (mode 0440): the
+	// project's containers that mount it accept group-readable secrets
+	// explicitly (docs/security.md, "Files").
+	for _, d := range m.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			mounts := false
+			for _, v := range c.VolumeMounts {
+				mounts = mounts || v.Name == "credentials"
+			}
+			allowed := false
+			for _, e := range c.Env {
+				allowed = allowed || (e.Name == auth.AllowSharedEnv && e.Value == "1")
+			}
+			if strings.HasPrefix(c.Image, "robinhood/") && mounts && !allowed {
+				t.Errorf("%s/%s reads the group-readable credentials volume without %s=1", d.Name, c.Name, auth.AllowSharedEnv)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -320,4 +321,38 @@ func TestRotation(t *testing.T) {
 		t.Fatal("a broken token file reloaded")
 	}
 	check(true)
+}
+
+// A token file or TLS key its group or others may read is refused, as ssh
+// refuses such a private key; AllowSharedEnv=1 accepts it (logged).
+func TestASecretOthersCanReadIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteDev(dir, nil, []string{"app0"}); err != nil {
+		t.Fatal(err)
+	}
+	tokens, key := filepath.Join(dir, DevTokens), filepath.Join(dir, DevKey)
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604} {
+		for _, f := range []string{tokens, key} {
+			if err := os.Chmod(f, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := fmt.Sprintf("is readable by group or others (mode %04o): run chmod 600", mode)
+		if _, err := LoadTokens(tokens); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("tokens at %04o: %v", mode, err)
+		}
+		if _, err := LoadCredential(filepath.Join(dir, "app0"+DevTokenSuffix)); err != nil {
+			t.Errorf("the caller's own file, still 0600: %v", err)
+		}
+		if _, err := loadKeyPair(filepath.Join(dir, DevCert), key); err == nil || !strings.Contains(err.Error(), "TLS key: "+key+" "+want[:len("is readable")]) {
+			t.Errorf("key at %04o: %v", mode, err)
+		}
+	}
+	t.Setenv(AllowSharedEnv, "1")
+	if _, err := LoadTokens(tokens); err != nil {
+		t.Errorf("with %s=1: %v", AllowSharedEnv, err)
+	}
+	if _, err := loadKeyPair(filepath.Join(dir, DevCert), key); err != nil {
+		t.Errorf("key with %s=1: %v", AllowSharedEnv, err)
+	}
 }

@@ -300,11 +300,15 @@ func (g *Guard) GRPCOptions() []grpc.ServerOption {
 // OpenPaths are the HTTP paths anyone may read: liveness and readiness.
 var OpenPaths = []string{"/healthz"}
 
-// HTTP wraps h: with authentication on, every path but OpenPaths needs a
-// valid bearer token (401 with a WWW-Authenticate header otherwise), and
-// the caller's name is in the request context.
+// HTTP wraps h: every path but OpenPaths needs, with mutual TLS, a verified
+// client certificate (403 otherwise: the HTTP listener asks for one without
+// requiring it, so that a Kubernetes probe, which presents none, reads
+// /healthz) and, with authentication on, a valid bearer token (401 with a
+// WWW-Authenticate header otherwise); the caller's name is in the request
+// context.
 func (g *Guard) HTTP(h http.Handler) http.Handler {
-	if !g.AuthOn() {
+	mtls := g.TLSOn() && g.tls.cfg.ClientAuth == tls.RequireAndVerifyClientCert
+	if !g.AuthOn() && !mtls {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -313,6 +317,15 @@ func (g *Guard) HTTP(h http.Handler) http.Handler {
 				h.ServeHTTP(w, r)
 				return
 			}
+		}
+		if mtls && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+			http.Error(w, "a client certificate is required (mutual TLS): only /healthz answers without one",
+				http.StatusForbidden)
+			return
+		}
+		if !g.AuthOn() {
+			h.ServeHTTP(w, r)
+			return
 		}
 		name, err := g.authenticate(r.Header.Values("Authorization"))
 		if err != nil {
@@ -331,5 +344,10 @@ func (g *Guard) Listener(l net.Listener) net.Listener {
 	}
 	cfg := g.tls.cfg.Clone()
 	cfg.NextProtos = []string{"h2", "http/1.1"}
+	if cfg.ClientAuth == tls.RequireAndVerifyClientCert {
+		// Verified when given; HTTP (Guard.HTTP) requires it on every path but
+		// /healthz, which a kubelet probes without a certificate.
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+	}
 	return tls.NewListener(l, cfg)
 }

@@ -25,6 +25,9 @@ func certPool(what, path string) (*x509.CertPool, error) {
 // loadKeyPair reads a certificate chain and its key; the error names both
 // files.
 func loadKeyPair(certFile, keyFile string) (*tls.Certificate, error) {
+	if err := CheckSecretFile(keyFile); err != nil {
+		return nil, fmt.Errorf("TLS key: %w", err)
+	}
 	c, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("TLS certificate %s with key %s: %v", certFile, keyFile, err)

@@ -91,6 +91,9 @@ func NewTokens(entries []Entry) *Tokens {
 
 // LoadTokens reads a server's token file.
 func LoadTokens(path string) (*Tokens, error) {
+	if err := CheckSecretFile(path); err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %v", err)
@@ -124,6 +127,9 @@ func (t *Tokens) Len() int {
 // LoadCredential reads a caller's own token file: exactly one "name token"
 // line.
 func LoadCredential(path string) (Entry, error) {
+	if err := CheckSecretFile(path); err != nil {
+		return Entry{}, fmt.Errorf("token file: %w", err)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Entry{}, fmt.Errorf("token file: %v", err)

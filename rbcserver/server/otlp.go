@@ -170,7 +170,7 @@ func (t *traceService) Export(ctx context.Context, req *collectortrace.ExportTra
 	if lim := int(t.s.cfg.MaxBatchFraction * float64(t.s.cfg.RingSize)); len(recs) > lim {
 		return nil, t.s.refuse(app, len(recs), ReasonShare, fmt.Errorf("an export of %d requests is more than %g of the ring (%d records; --max-batch-fraction)", len(recs), t.s.cfg.MaxBatchFraction, lim))
 	}
-	if err := t.s.shares.admit(app, len(recs), at, t.s.cfg.MaxAppShare); err != nil {
+	if err := t.s.shares.admit(app, len(recs), at, t.s.cfg.MaxAppShare, t.s.shareFloor()); err != nil {
 		return nil, t.s.refuse(app, len(recs), ReasonShare, err)
 	}
 	lat := make([]uint32, len(recs))

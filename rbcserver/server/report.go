@@ -217,7 +217,7 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 				return s.refuse(r.req.GetAppServerId(), n, ReasonShare, fmt.Errorf("a batch of %d records is more than %g of the ring (%d records; --max-batch-fraction)",
 					n, s.cfg.MaxBatchFraction, lim))
 			}
-			if err := s.shares.admit(r.req.GetAppServerId(), n, at, s.cfg.MaxAppShare); err != nil {
+			if err := s.shares.admit(r.req.GetAppServerId(), n, at, s.cfg.MaxAppShare, s.shareFloor()); err != nil {
 				return s.refuse(r.req.GetAppServerId(), n, ReasonShare, err)
 			}
 		}
@@ -235,6 +235,10 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 		s.m.addIngested(len(lat))
 	}
 }
+
+// shareFloor is how many records an app server may always hold in the
+// window, whatever the others hold: 1% of the ring.
+func (s *Server) shareFloor() int { return s.cfg.RingSize / 100 }
 
 // refuse ends a stream whose batch would give one reporter too much of the
 // window: ResourceExhausted, counted per app server.

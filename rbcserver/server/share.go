@@ -13,7 +13,9 @@ import (
 // window is refused whole, as is a batch larger than MaxBatchFraction of the
 // ring. Measured against the others (not a fair share that includes the
 // reporter itself), the bound holds with two reporters too: with MaxShare 4
-// one of two holds 80% of the window at most.
+// one of two holds 80% of the window at most. Below floor records (1% of
+// the ring) an app server is never refused: a window of a few requests,
+// unevenly spread, says nothing about forging.
 type shares struct {
 	mu     sync.Mutex
 	window int64 // ns, the RBC window
@@ -51,7 +53,7 @@ func (s *shares) prune(now int64) (records, active int) {
 
 // admit decides whether app may add n records at now, and records them when
 // it may. maxShare ≤ 0 admits everything.
-func (s *shares) admit(app string, n int, now int64, maxShare float64) error {
+func (s *shares) admit(app string, n int, now int64, maxShare float64, floor int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	records, active := s.prune(now)
@@ -64,7 +66,7 @@ func (s *shares) admit(app string, n int, now int64, maxShare float64) error {
 	}
 	if maxShare > 0 && active > 1 {
 		others := records - mine
-		limit := maxShare * float64(others) / float64(active-1)
+		limit := max(maxShare*float64(others)/float64(active-1), float64(floor))
 		if after := float64(mine + n); after > limit {
 			return fmt.Errorf("app server %q would hold %d of the window's records, more than %g × the mean of the "+
 				"%d other app servers' (%d records): %d at most (--max-app-share)",

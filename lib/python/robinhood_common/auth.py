@@ -72,7 +72,38 @@ def _go_quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+#: The environment variable that lets a secret (a token file, a TLS key) be readable by
+#: its group or by others: "1" accepts such a file with a warning (the Go twin:
+#: lib/auth.AllowSharedEnv; docs/security.md, "Files").
+ALLOW_SHARED_ENV = "ROBINHOOD_ALLOW_SHARED_SECRETS"
+_warned: set[str] = set()
+
+
+def check_secret_file(path: str) -> None:
+    """AuthError when a secret file is readable by its group or others, unless
+    ALLOW_SHARED_ENV is "1" (then it is logged once). A file that cannot be stat'ed is
+    left to the reader, which names the problem."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o077 == 0:
+        return
+    if os.environ.get(ALLOW_SHARED_ENV) == "1":
+        if path not in _warned:
+            _warned.add(path)
+            log.warning("event=shared_secret file=%s mode=%04o msg=%r", path, mode,
+                        f"readable by group or others; accepted because {ALLOW_SHARED_ENV}=1")
+        return
+    raise AuthError(f"{path} is readable by group or others (mode {mode:04o}): run chmod 600 {path} (or set "
+                    f"{ALLOW_SHARED_ENV}=1 where a platform shares it through a group on purpose, with a warning)")
+
+
 def _read(path: str) -> str:
+    try:
+        check_secret_file(path)
+    except AuthError as e:
+        raise AuthError(f"token file: {e}") from None
     try:
         return Path(path).read_text()
     except OSError as e:
@@ -221,22 +252,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def server_ssl_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
+def server_ssl_context(cert: str, key: str, client_ca: str | None, *, required: bool = True) -> ssl.SSLContext:
     """TLS for a Python listener (TLS 1.2+); client certificates signed by client_ca
-    are required when it is given."""
+    are required when it is given (or, with required=False, verified when given: an
+    HTTP server then refuses the paths that need one itself, so that probes without a
+    certificate can read /healthz)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        check_secret_file(key)
+    except AuthError as e:
+        raise AuthError(f"TLS key: {e}") from None
     try:
         ctx.load_cert_chain(cert, key)
         if client_ca:
             ctx.load_verify_locations(client_ca)
-            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
     except (OSError, ssl.SSLError) as e:
         raise AuthError(f"TLS certificate {cert} with key {key}: {e}") from None
     return ctx
 
 
 def read_pem(path: str, what: str) -> bytes:
+    """A PEM file's bytes; a key (what ends in "key") is a secret (check_secret_file)."""
+    if what.endswith("key"):
+        check_secret_file(path)
     try:
         return Path(path).read_bytes()
     except OSError as e:

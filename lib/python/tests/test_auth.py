@@ -46,6 +46,7 @@ def test_loopback() -> None:
 def test_credential_rotation(tmp_path: Path) -> None:
     f = tmp_path / "app0.token"
     f.write_text("app0 oldoldoldoldoldoldold\n")
+    f.chmod(0o600)
     c = Credential(str(f))
     assert c.token() == "oldoldoldoldoldoldold"
     f.write_text("app0 newnewnewnewnewnewnewnew\n")
@@ -57,3 +58,28 @@ def test_credential_rotation(tmp_path: Path) -> None:
     c._checked -= 2
     assert c.token() == "newnewnewnewnewnewnewnew"
     assert c.metadata() == (("authorization", "Bearer newnewnewnewnewnewnewnew"),)
+
+
+def test_a_secret_others_can_read_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A token file (or a TLS key) readable by group or others is refused, as ssh refuses
+    such a private key; ROBINHOOD_ALLOW_SHARED_SECRETS=1 accepts it with a warning."""
+    from robinhood_common.auth import ALLOW_SHARED_ENV, Tokens, check_secret_file, load_credential
+
+    f = tmp_path / "tokens"
+    f.write_text("app0 abcdefghijklmnopqrstuvwxyz\n")
+    for mode in (0o644, 0o640, 0o604):
+        f.chmod(mode)
+        with pytest.raises(AuthError, match=rf"token file: .*tokens is readable by group or others "
+                                            rf"\(mode {mode:04o}\): run chmod 600"):
+            Tokens.load(str(f))
+        with pytest.raises(AuthError, match="readable by group or others"):
+            load_credential(str(f))
+    f.chmod(0o600)
+    assert Tokens.load(str(f)).verify("abcdefghijklmnopqrstuvwxyz") == "app0"
+    f.chmod(0o640)
+    monkeypatch.setenv(ALLOW_SHARED_ENV, "1")
+    with caplog.at_level("WARNING"):
+        assert Tokens.load(str(f)).verify("abcdefghijklmnopqrstuvwxyz") == "app0"
+        check_secret_file(str(f))
+    assert sum("readable by group or others" in r.getMessage() for r in caplog.records) == 1  # once a file
