@@ -374,6 +374,11 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
                 if taken_over(was):
                     log.info("event=left partition=%s took_over=%s msg=%r", name, was,
                              "left as the controller set it; run with --restore-settings to put it back at exit")
+        if timeline is not None:
+            timeline.close()
+            if timeline.lost:
+                log.error("event=timeline_incomplete path=%s lost=%d (exit 1)", timeline.path, timeline.lost)
+                return EXIT_FAIL
         return EXIT_OK
     finally:
         if ctl is not None:

@@ -6,6 +6,7 @@ server both use it, so their timelines have one schema."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from .plan import MIB
 
 if TYPE_CHECKING:
     from .rbc import RBCSnapshot
+
+log = logging.getLogger("robinhood_controller")
 
 
 @dataclass(frozen=True)
@@ -94,20 +97,40 @@ def tick_record(
 
 
 class TimelineWriter:
-    """Appends one JSON object per tick and flushes it, so a reader sees whole lines."""
+    """Appends one JSON object per tick and flushes it, so a reader sees whole lines. A
+    line that cannot be written (a full disk) is counted in ``lost`` and logged (once
+    when it starts, once when writing works again), never raised: the timeline is a
+    record of the control loop, which goes on without it."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._fh: IO[str] = open(self.path, "a", encoding="utf-8")
+        self.lost = 0
+        self._failing = False
 
     def write(self, record: dict[str, Any]) -> None:
         """Write one record as a line."""
-        self._fh.write(json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n")
-        self._fh.flush()
+        try:
+            self._fh.write(json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n")
+            self._fh.flush()
+        except OSError as e:
+            self.lost += 1
+            if not self._failing:
+                self._failing = True
+                log.error("event=error kind=timeline path=%s msg=%r (the control loop goes on; lines are lost "
+                          "until writing works again)", self.path, e.strerror or str(e))
+            return
+        if self._failing:
+            self._failing = False
+            log.warning("event=timeline_resumed path=%s lost=%d", self.path, self.lost)
 
     def close(self) -> None:
-        """Close the file."""
-        self._fh.close()
+        """Close the file; what could not be written is logged, not raised."""
+        try:
+            self._fh.close()
+        except OSError as e:
+            self.lost += 1
+            log.error("event=error kind=timeline path=%s msg=%r (closing it)", self.path, e.strerror or str(e))
 
 
 def read_timeline(path: str | Path) -> list[dict[str, Any]]:

@@ -267,3 +267,14 @@ def test_plan_says_what_run_takes_over_and_run_says_what_it_left(procs, tmp_path
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("event=restored partition=") == 2 and "event=left" not in r.stderr
     assert all(int(stats(a, "settings")["slab_automove"]) == 1 for a in addrs.values())
+
+
+def test_a_timeline_on_a_full_disk_costs_the_timeline_only(procs, tmp_path: Path) -> None:
+    # /dev/full answers every write with ENOSPC, as a full disk does.
+    addrs = {"a": procs.memcached(32)[1]}
+    topo = _write(tmp_path, addrs, controller="{policy: static, min_partition_mb: 16, interval: 100ms}")
+    r = _run("run", "--topology", topo, "--app-server", "app0", "--max-ticks", "3", "--timeline", "/dev/full")
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("event=tick ") == 3 and "event=tick_error" not in r.stderr  # the loop went on
+    assert r.stderr.count("event=error kind=timeline path=/dev/full msg='No space left on device' (the control") == 1
+    assert r.returncode == 1 and "event=timeline_incomplete path=/dev/full" in r.stderr
