@@ -275,3 +275,14 @@ func TestFitsAgreesWithMemcached(t *testing.T) {
 		}
 	}
 }
+
+// A partition whose host name does not resolve fails its operations with
+// kind "resolve" (counted as such, and warned about at start).
+func TestAnUnresolvableHostIsKindResolve(t *testing.T) {
+	c := NewClient("no-such-host.invalid:11211", Options{Timeout: 2 * time.Second})
+	defer c.Close()
+	err := c.GetMulti(context.Background(), []string{"k"}, make([][]byte, 1))
+	if err == nil || ErrorKind(err) != "resolve" {
+		t.Fatalf("GetMulti on an unresolvable host: %v (kind %q), want kind resolve", err, ErrorKind(err))
+	}
+}

@@ -61,9 +61,12 @@ func ErrorKind(err error) string {
 	var ke *KeyError
 	var re redis.Error
 	var ne net.Error
+	var dns *net.DNSError
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &dns):
+		return "resolve"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
 		errors.Is(err, redis.ErrPoolTimeout), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"

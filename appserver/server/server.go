@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -237,6 +238,7 @@ func New(cfg Config) (_ *Server, err error) {
 			}
 			be.cache = c
 			s.clients = append(s.clients, c)
+			s.warnUnresolvable(tb.Name, app.Partitions[tb.Name].Endpoint())
 			s.m.reg.MustRegister(
 				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_cache_breaker_openings_total", ConstLabels: lbl,
 					Help: "Times the circuit breaker in front of the backend's cache partition (memcached or Redis) opened (three operations in a row unanswered)."},
@@ -317,6 +319,23 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s.registerFuncMetrics()
 	return s, nil
+}
+
+// warnUnresolvable logs, at start, a cache partition whose host name does
+// not resolve: the app server starts anyway (the name may resolve later; its
+// requests go to the backend meanwhile), and every failed lookup after is
+// counted in appserver_cache_errors_total{kind="resolve"}.
+func (s *Server) warnUnresolvable(partition, addr string) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || net.ParseIP(host) != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := net.DefaultResolver.LookupHost(ctx, host); err != nil {
+		s.log.Warn("cache partition host does not resolve; its requests go to the backend until it does",
+			"partition", partition, "addr", addr, "err", err)
+	}
 }
 
 // appIndex is the position of app server id in the topology, for error
