@@ -50,6 +50,7 @@ class MemcachedPartition:
         host, _, port = addr.rpartition(":")
         self.name = name
         self.addr = addr
+        self.timeout = timeout
         self._client = Client(
             (host.strip("[]") or "127.0.0.1", int(port)),
             connect_timeout=timeout,
@@ -69,12 +70,29 @@ class MemcachedPartition:
             return fn(*args)
         except (OSError, socket.timeout, MemcacheUnexpectedCloseError) as e:
             self.close()
+            if isinstance(e, (socket.timeout, TimeoutError)) and (junk := self._not_memcached()) is not None:
+                raise ProtocolError(f"partition {self.name} ({self.addr}): {what}: the peer answers bytes that are "
+                                    f"not memcached's protocol ({junk!r} to `version`): is it a memcached?") from None
             why = str(e) or ("connection closed by the server" if isinstance(e, MemcacheUnexpectedCloseError)
                              else type(e).__name__)
             raise Unreachable(f"partition {self.name} ({self.addr}): {what}: {why}") from None
         except MemcacheError as e:
             self.close()
             raise ProtocolError(f"partition {self.name} ({self.addr}): {what}: {e}") from None
+
+    def _not_memcached(self) -> bytes | None:
+        """After a timeout: the first bytes a fresh connection's `version` gets back when
+        they are not memcached's answer (a peer speaking something else, or garbage);
+        None when it answers `VERSION …` or nothing (a slow or hung memcached)."""
+        host, _, port = self.addr.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=self.timeout) as s:
+                s.settimeout(self.timeout)
+                s.sendall(b"version\r\n")
+                got = s.recv(64)
+        except (OSError, ValueError):
+            return None
+        return got[:32] if got and not got.startswith(b"VERSION ") else None
 
     def _raw(self, cmd: str) -> str:
         return _text(self._call(cmd, self._client.raw_command, cmd))

@@ -162,3 +162,61 @@ def test_an_unreachable_partition_is_left_alone_and_counted_in_the_budget(procs,
     assert limit_mb(a) == 32
     assert out.deferred_mb == {"a": 16}
     assert "gone" not in out.limits_mb
+
+
+def _peer(answer: bytes | None):
+    """A TCP peer on loopback that answers every read with ``answer`` (None: never
+    answers, a hung memcached); returns its address and a stop function."""
+    import os
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        srv.settimeout(0.2)
+        conns = []
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            conns.append(c)
+
+            def talk(c: socket.socket = c) -> None:
+                try:
+                    while not stop.is_set() and c.recv(4096):
+                        if answer is not None:
+                            c.sendall(answer or os.urandom(64))
+                except OSError:
+                    pass
+            threading.Thread(target=talk, daemon=True).start()
+        for c in conns:
+            c.close()
+        srv.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def done() -> None:
+        stop.set()
+        t.join(timeout=2)
+    return f"127.0.0.1:{srv.getsockname()[1]}", done
+
+
+def test_a_peer_answering_garbage_is_a_protocol_error_not_a_timeout() -> None:
+    from robinhood_controller.partition import ProtocolError
+
+    addr, done = _peer(b"")  # random bytes, never a memcached line
+    try:
+        with pytest.raises(ProtocolError, match=r"stats: the peer answers bytes that are not memcached's protocol"):
+            MemcachedPartition("a", addr, timeout=0.5).read()
+    finally:
+        done()
+    addr, done = _peer(None)  # a hung peer: still a timeout, the partition unreachable
+    try:
+        with pytest.raises(Unreachable, match="timed out"):
+            MemcachedPartition("a", addr, timeout=0.5).read()
+    finally:
+        done()
