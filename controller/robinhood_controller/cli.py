@@ -178,29 +178,37 @@ def cmd_status(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
             "limit_bytes": st.limit_bytes if st else None,
             "used_bytes": st.item_bytes if st else None,
             "malloced_bytes": st.malloced_bytes if st else None,
+            "floor_bytes": st.floor_bytes if st else None,
             "items": st.items if st else None,
             "evictions": st.evictions if st else None,
             "hit_ratio": st.hit_ratio if st else None,
             "error": err or None,
         })
+    # The floor matters where the controller sets limits, not for a shared cache.
+    notes = floor_notes(rows, cfg.settings.min_partition_mb) if cfg.cache_mode == "partitioned" else []
     if as_json:
         out.write(json.dumps({"app_server": cfg.app_server, "cache_mode": cfg.cache_mode,
-                              "budget_bytes": cfg.budget_bytes, "partitions": rows}, indent=1) + "\n")
+                              "budget_bytes": cfg.budget_bytes, "partitions": rows,
+                              "notes": notes}, indent=1) + "\n")
         return EXIT_FAIL if failed else EXIT_OK
     out.write(f"app server {cfg.app_server}: cache_mode {cfg.cache_mode}, budget {cfg.budget_mb} MB\n")
-    table = [["partition", "addr", "limit_mb", "used_mb", "malloced_mb", "items", "evictions", "hit_ratio"]]
+    table = [["partition", "addr", "limit_mb", "used_mb", "malloced_mb", "floor_mb", "items", "evictions",
+              "hit_ratio"]]
     for r in rows:
         if r["error"]:
-            table.append([r["partition"], r["addr"], "unreachable", "-", "-", "-", "-", "-"])
+            table.append([r["partition"], r["addr"], "unreachable", "-", "-", "-", "-", "-", "-"])
             continue
         hr = "-" if r["hit_ratio"] is None else f"{r['hit_ratio']:.3f}"
         table.append([r["partition"], r["addr"], _mb(r["limit_bytes"]), _mb(r["used_bytes"]),
-                      _mb(r["malloced_bytes"]), str(r["items"]), str(r["evictions"]), hr])
+                      _mb(r["malloced_bytes"]), _mb(r["floor_bytes"]), str(r["items"]), str(r["evictions"]), hr])
     ok = [r for r in rows if not r["error"]]
     table.append(["total", "", _mb(sum(r["limit_bytes"] for r in ok)), _mb(sum(r["used_bytes"] for r in ok)),
-                  _mb(sum(r["malloced_bytes"] for r in ok)), str(sum(r["items"] for r in ok)),
+                  _mb(sum(r["malloced_bytes"] for r in ok)), _mb(sum(r["floor_bytes"] for r in ok)),
+                  str(sum(r["items"] for r in ok)),
                   str(sum(r["evictions"] for r in ok)), ""])
     _table(table, out)
+    for note in notes:
+        out.write(f"note: {note}\n")
     for r in rows:
         if r["error"]:
             out.write(f"error: {r['error']}\n")
@@ -217,6 +225,7 @@ def plan_rows(ctl: Controller, r: TickReport) -> list[dict[str, Any]]:
             "partition": n,
             "limit_bytes": st.limit_bytes if st else None,
             "malloced_bytes": st.malloced_bytes if st else None,
+            "floor_bytes": st.floor_bytes if st else None,
             "used_bytes": r.used.get(n),
             "rbc": r.rbc.counts.get(n, 0) if r.rbc else None,
             "eligible": r.eligible.get(n),
@@ -225,6 +234,22 @@ def plan_rows(ctl: Controller, r: TickReport) -> list[dict[str, Any]]:
             "planned_limit_bytes": r.limits_planned[n] * MIB if r.limits_planned else None,
         })
     return rows
+
+
+def floor_notes(rows: list[dict[str, Any]], min_partition_mb: int) -> list[str]:
+    """Why shrinks of a partition would be stuck: memcached keeps one page in every
+    slab class in use, so a partition cannot go below that many MB; a min_partition_mb
+    under it lets the plan ask for less (docs/controller.md, "Stuck shrinks")."""
+    notes = []
+    for r in rows:
+        floor = r.get("floor_bytes")
+        if floor and floor > min_partition_mb * MIB:
+            notes.append(
+                f"partition {r['partition']} holds pages in {floor // MIB} slab classes and memcached keeps one "
+                f"1 MB page in each, so it cannot shrink below {floor // MIB} MB; min_partition_mb is "
+                f"{min_partition_mb}: a smaller limit leaves its shrink stuck (shrink_stuck); "
+                f"raise min_partition_mb to at least {floor // MIB}")
+    return notes
 
 
 def taken_over(setting: str) -> str | None:
@@ -263,7 +288,8 @@ def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
                               "policy_params": cfg.policy_params.model_dump(),
                               "budget_bytes": cfg.budget_bytes, "rbc_error": r.rbc_error,
                               "window_requests": r.rbc.window_requests if r.rbc else None,
-                              "notes": r.notes, "partitions": rows,
+                              "notes": r.notes + floor_notes(rows, cfg.settings.min_partition_mb),
+                              "partitions": rows,
                               "run_takes_over": {n: s for n, s in sorted(ctl.took_over.items()) if taken_over(s)}},
                              indent=1) + "\n")
         return EXIT_OK
@@ -277,20 +303,21 @@ def cmd_plan(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
                   f"{r.rbc.band_requests} in the P{r.rbc.low_pct:g}-P{r.rbc.high_pct:g} band\n")
     else:
         out.write(f"RBC: unavailable ({r.rbc_error}); the plan keeps the current allocation\n")
-    for note in r.notes:
+    for note in r.notes + floor_notes(rows, s.min_partition_mb):
         out.write(f"note: {note}\n")
     for name, setting in sorted(ctl.took_over.items()):
         if (what := taken_over(setting)) is not None:
             out.write(f"note: on {name}, run {what}; it stays so after run exits unless run has --restore-settings\n")
-    table = [["partition", "limit_mb", "malloced_mb", "used_mb", "rbc", "eligible", "target_mb",
+    table = [["partition", "limit_mb", "malloced_mb", "floor_mb", "used_mb", "rbc", "eligible", "target_mb",
               "planned_mb", "change_mb"]]
     for row in rows:
         if row["limit_bytes"] is None:
-            table.append([row["partition"], "unreachable"] + ["-"] * 7)
+            table.append([row["partition"], "unreachable"] + ["-"] * 8)
             continue
         planned = row["planned_limit_bytes"]
         change = "-" if planned is None else f"{(planned - row['limit_bytes']) / MIB:+.0f}"
-        table.append([row["partition"], _mb(row["limit_bytes"]), _mb(row["malloced_bytes"]), _mb(row["used_bytes"]),
+        table.append([row["partition"], _mb(row["limit_bytes"]), _mb(row["malloced_bytes"]),
+                      _mb(row["floor_bytes"]), _mb(row["used_bytes"]),
                       "-" if row["rbc"] is None else str(row["rbc"]),
                       "-" if row["eligible"] is None else ("yes" if row["eligible"] else "no"),
                       "-" if row["target_bytes"] is None else f"{row['target_bytes'] / MIB:.2f}",

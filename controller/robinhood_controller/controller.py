@@ -111,6 +111,8 @@ class Controller:
         """Per partition, the setting attach took over, as it was ("slab_automove=1")."""
         self._last: dict[str, PartitionStats] = {}
         self._shrink_since: dict[str, float] = {}
+        self._stuck: set[str] = set()
+        """Partitions whose shrink is stuck: counted and warned about once per episode."""
         if metrics is not None:
             metrics.budget.set(cfg.budget_bytes)
 
@@ -290,7 +292,11 @@ class Controller:
 
     def _account(self, outcome: Outcome, started: float) -> None:
         for name, kind, msg in outcome.errors:
+            if kind == "shrink_stuck" and name in self._stuck:
+                log.debug("event=still_stuck partition=%s msg=%r", name, msg)
+                continue
             self._error(kind, name, msg)
+        self._stuck = set(outcome.stuck)
         for name in outcome.pending:
             self._shrink_since.setdefault(name, started)
         for name, secs in outcome.shrink_seconds.items():

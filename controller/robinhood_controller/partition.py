@@ -13,6 +13,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol
 
+PAGE_BYTES = 1 << 20
+"""memcached's slab page (its default, -I 1m): the unit pages are moved in."""
+
 STORES = ("memcached", "redis")
 
 
@@ -71,6 +74,13 @@ class PartitionStats:
     """A memcached page move is in progress (slab_reassign_running); Redis: False."""
     pages: dict[int, int] = field(default_factory=dict)
     """memcached's total_pages per slab class; Redis: empty."""
+
+    @property
+    def floor_bytes(self) -> int:
+        """The least memory the partition can be shrunk to now: memcached keeps one
+        page (1 MB) in every slab class that holds pages, so it never gives that back
+        (docs/controller.md, "Stuck shrinks"); Redis: 0."""
+        return sum(1 for n in self.pages.values() if n > 0) * PAGE_BYTES
 
     @property
     def hit_ratio(self) -> float | None:

@@ -245,12 +245,14 @@ def reconcile(
                 continue
         malloced[name] = _within(s.t, max(s.malloced, 0), limit[name])
         if s.stuck and malloced[name] > limit[name]:
+            classes = sum(1 for n in s.pages.values() if n > 0)
             out.stuck.append(name)
             out.errors.append((
                 name, "shrink_stuck",
                 f"partition {name}: total_malloced {malloced[name] // MIB} MB stays above its limit "
-                f"{limit[name] // MIB} MB: every slab class is down to the page memcached keeps for it "
-                "(raise min_partition_mb)",
+                f"{limit[name] // MIB} MB: memcached keeps one page in each of the {classes} slab classes "
+                f"in use and every other page is gone, so the workload needs a floor of {classes} MB "
+                f"(raise min_partition_mb to at least {classes})",
             ))
         elif malloced[name] > limit[name]:
             out.pending[name] = malloced[name] - limit[name]

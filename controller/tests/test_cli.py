@@ -102,10 +102,12 @@ def test_plan_prints_current_and_planned_and_changes_nothing(procs, gobin, free_
     rows = {ln.split()[0]: ln.split() for ln in lines[header + 2:header + 5]}
     # ratings is blamed and gets the pool of 3 × 1.6 MB: targets 35.2 / 30.4 / 30.4 MB; the
     # leftover MB goes to the largest remainder (catalog and recs tie at .4, catalog sorts first).
-    assert rows["ratings"][4] != "0" and rows["catalog"][4] == "0"
-    assert rows["ratings"][6] == "35.20" and rows["catalog"][6] == "30.40"
-    assert [rows[n][7] for n in ("catalog", "ratings", "recs")] == ["31.0", "35.0", "30.0"]
-    assert [rows[n][8] for n in ("catalog", "ratings", "recs")] == ["-1", "+3", "-2"]
+    assert rows["ratings"][5] != "0" and rows["catalog"][5] == "0"
+    assert rows["ratings"][7] == "35.20" and rows["catalog"][7] == "30.40"
+    assert [rows[n][8] for n in ("catalog", "ratings", "recs")] == ["31.0", "35.0", "30.0"]
+    assert [rows[n][9] for n in ("catalog", "ratings", "recs")] == ["-1", "+3", "-2"]
+    assert all(float(rows[n][3]) <= 16 for n in rows)  # fill() uses few sizes: the floor is a few MB
+    assert "slab classes" not in out
     assert "nothing was changed" in out
 
     assert main(["plan", "--topology", str(topo), "--app-server", "app0", "--json"]) == 0
@@ -125,12 +127,13 @@ def test_status_table_and_json(procs, tmp_path: Path, capsys: pytest.CaptureFixt
     topo = _write(tmp_path, addrs, budget=32)
     assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].split() == ["partition", "addr", "limit_mb", "used_mb", "malloced_mb", "items", "evictions",
-                                "hit_ratio"]
+    assert lines[1].split() == ["partition", "addr", "limit_mb", "used_mb", "malloced_mb", "floor_mb", "items",
+                                "evictions", "hit_ratio"]
     a = lines[3].split()
     st = stats(addrs["a"])
     ratio = int(st["get_hits"]) / (int(st["get_hits"]) + int(st["get_misses"]))  # type: ignore[call-overload]
-    assert a[0] == "a" and a[2] == "16.0" and int(a[5]) > 0 and int(a[6]) > 0 and a[7] == f"{ratio:.3f}"
+    assert a[0] == "a" and a[2] == "16.0" and int(a[6]) > 0 and int(a[7]) > 0 and a[8] == f"{ratio:.3f}"
+    assert 1 <= float(a[5]) <= 16
     assert lines[-1].split()[:2] == ["total", "32.0"]
     assert main(["status", "--topology", str(topo), "--app-server", "app0", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -278,3 +281,28 @@ def test_a_timeline_on_a_full_disk_costs_the_timeline_only(procs, tmp_path: Path
     assert r.stderr.count("event=tick ") == 3 and "event=tick_error" not in r.stderr  # the loop went on
     assert r.stderr.count("event=error kind=timeline path=/dev/full msg='No space left on device' (the control") == 1
     assert r.returncode == 1 and "event=timeline_incomplete path=/dev/full" in r.stderr
+
+
+def test_plan_and_status_say_what_floor_the_workload_needs(procs, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    _, a = procs.memcached(32)
+    c = mcdata.client(a)
+    for i in range(25):  # items of 25 sizes: a page in each of ~22 slab classes, which memcached keeps
+        c.set(f"s{i}", b"z" * int(100 * 1.25**i), noreply=False)
+    n = sum(1 for k in stats(a, "slabs") if k.endswith(":total_pages"))  # classes in use (some sizes share one)
+    assert n >= 20
+    topo = _write(tmp_path, {"a": a}, controller="{min_partition_mb: 8, interval: 1m}")
+    for cmd in ("plan", "status"):
+        assert main([cmd, "--topology", str(topo), "--app-server", "app0"]) == 0
+        out = capsys.readouterr().out
+        assert (f"note: partition a holds pages in {n} slab classes and memcached keeps one 1 MB page in each, "
+                f"so it cannot shrink below {n} MB; min_partition_mb is 8") in out, out
+        assert f"raise min_partition_mb to at least {n}" in out
+        assert main([cmd, "--topology", str(topo), "--app-server", "app0", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["partitions"][0]["floor_bytes"] == n << 20
+        assert any(f"cannot shrink below {n} MB" in note for note in doc["notes"])
+    # With a floor at or above what the workload needs, nothing is said.
+    topo = _write(tmp_path, {"a": a}, controller=f"{{min_partition_mb: {n}, interval: 1m}}")
+    assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 0
+    assert "slab classes" not in capsys.readouterr().out

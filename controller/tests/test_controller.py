@@ -237,3 +237,29 @@ def test_memcached_automove_turned_on_behind_the_controller_is_turned_off(procs)
         assert metrics.registry.get_sample_value("controller_errors_total", {"kind": "automove_on"}) == 1
     finally:
         ctl.close()
+
+
+def test_a_stuck_shrink_is_counted_once_per_episode(procs) -> None:
+    # b holds one page in each of about 22 slab classes; the static plan gives it 8 MB, which
+    # memcached cannot reach: the shrink is stuck on every tick, counted once.
+    addrs = {n: procs.memcached(32)[1] for n in "ab"}
+    c = client(addrs["b"])
+    for i in range(25):
+        c.set(f"s{i}", b"z" * int(100 * 1.25**i), noreply=False)
+    text = _topology(addrs, 64, "", "{policy: static, min_partition_mb: 8, interval: 1m, shrink_budget: 200ms}",
+                     initial={"a": 56})
+    m = Metrics("app0", "static", ["a", "b"])
+    ctl = _controller(text, metrics=m)
+    try:
+        ctl.start()
+        for _ in range(3):
+            r = ctl.tick()
+            assert r.outcome is not None and r.outcome.stuck == ["b"]
+        assert m.registry.get_sample_value("controller_errors_total", {"kind": "shrink_stuck"}) == 1
+        msg = next(msg for n, k, msg in r.outcome.errors if k == "shrink_stuck")
+        n = sum(1 for k in stats(addrs["b"], "slabs") if k.endswith(":total_pages"))
+        assert n >= 20 and f"needs a floor of {n} MB (raise min_partition_mb to at least {n})" in msg
+        # a is held back by what b could not give up: the budget is never exceeded.
+        assert limit_mb(addrs["a"]) * MIB + malloced(addrs["b"]) <= 64 * MIB
+    finally:
+        ctl.close()
