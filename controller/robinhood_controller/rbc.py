@@ -4,6 +4,7 @@ without statistics)."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -166,7 +167,11 @@ class RBCClient:
                 log.warning("event=error kind=tls_files msg=%r (the previous channel stays)", str(e))
             else:
                 old, self._channel, self._stub = self._channel, channel, stub
-                old.close()
+                # A call in flight on the old channel may finish: close it once the
+                # longest call could have ended.
+                closer = threading.Timer(self.timeout + 1.0, old.close)
+                closer.daemon = True
+                closer.start()
                 done.append("tls")
         return done
 
