@@ -15,6 +15,7 @@ import re
 import ssl
 import threading
 import time
+from typing import Generic, TypeVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,44 +144,65 @@ def _stamp(path: str) -> tuple[float, int, int] | None:
     return st.st_mtime, st.st_size, st.st_ino
 
 
-class TokensFile:
-    """A server's token file, verified like :class:`Tokens`, re-read on :meth:`reload`
-    (SIGHUP) and when the file changes (checked at most once a second), as the Go
-    servers do. A file that no longer reads keeps the previous tokens, and is logged."""
+T = TypeVar("T")
+
+
+class _WatchedFile(Generic[T]):
+    """A file's parsed contents, re-read on :meth:`reload` (SIGHUP) and when the file
+    changes (checked at most once a second), as the Go readers do. A file that no
+    longer reads keeps the previous contents, and is logged."""
+
+    what = "file"
+    """What the file holds, for the log line."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._tokens = Tokens.load(path)
+        self._value = self._load(path)
         self._stamp = _stamp(path)
         self._checked = time.monotonic()
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _load(path: str) -> T:
+        raise NotImplementedError
 
     def reload(self) -> bool:
         """Re-read the file now; False (logged) when it does not read."""
         stamp = _stamp(self.path)
         try:
-            tokens = Tokens.load(self.path)
+            value = self._load(self.path)
         except AuthError as e:
-            log.warning("event=error kind=token_file msg=%r (the previous tokens stay)", str(e))
+            log.warning("event=error kind=token_file msg=%r (the previous %s stays)", str(e), self.what)
+            with self._lock:
+                self._stamp = stamp  # logged once per change of the file, not every second
             return False
         with self._lock:
-            self._tokens, self._stamp = tokens, stamp
+            self._value, self._stamp = value, stamp
         return True
 
-    def _maybe_reload(self) -> None:
+    def current(self) -> T:
+        """The contents, re-read first when the file changed."""
         now = time.monotonic()
         with self._lock:
-            if now - self._checked < 1.0:
-                return
-            self._checked = now
-            changed = _stamp(self.path) != self._stamp
+            changed = False
+            if now - self._checked >= 1.0:
+                self._checked = now
+                stamp = _stamp(self.path)
+                changed = stamp is not None and stamp != self._stamp
         if changed:
             self.reload()
+        return self._value
+
+
+class TokensFile(_WatchedFile[Tokens]):
+    """A server's token file, verified like :class:`Tokens`, kept current."""
+
+    what = "tokens"
+    _load = staticmethod(Tokens.load)
 
     def check_header(self, value: str | None) -> str | None:
         """The caller of an ``Authorization: Bearer TOKEN`` value, or None."""
-        self._maybe_reload()
-        return self._tokens.check_header(value)
+        return self.current().check_header(value)
 
 
 def load_credential(path: str) -> Entry:
@@ -191,49 +213,19 @@ def load_credential(path: str) -> Entry:
     return e[0]
 
 
-class Credential:
-    """A caller's token, re-read when its file changes (checked at most once a second),
-    so that a rotated token is picked up without a restart."""
+class Credential(_WatchedFile[Entry]):
+    """A caller's token, kept current, so that a rotated token is picked up without a
+    restart."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._entry = load_credential(path)
-        self._stamp = self._stat()
-        self._checked = time.monotonic()
-        self._lock = threading.Lock()
-
-    def _stat(self) -> tuple[float, int, int] | None:
-        return _stamp(self.path)
-
-    def reload(self) -> bool:
-        """Re-read the file now (SIGHUP); False (logged) when it does not read, and the
-        previous token stays."""
-        stamp = self._stat()
-        try:
-            entry = load_credential(self.path)
-        except AuthError as e:
-            log.warning("event=error kind=token_file msg=%r (the previous token stays)", str(e))
-            return False
-        with self._lock:
-            self._entry, self._stamp = entry, stamp
-        return True
+    what = "token"
+    _load = staticmethod(load_credential)
 
     @property
     def name(self) -> str:
-        return self._entry.name
+        return self._value.name
 
     def token(self) -> str:
-        with self._lock:
-            now = time.monotonic()
-            if now - self._checked >= 1.0:
-                self._checked = now
-                stamp = self._stat()
-                if stamp is not None and stamp != self._stamp:
-                    try:
-                        self._entry, self._stamp = load_credential(self.path), stamp
-                    except AuthError:
-                        pass  # keep the last good token
-            return self._entry.token
+        return self.current().token
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """gRPC call metadata carrying the token."""
