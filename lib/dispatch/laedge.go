@@ -1,0 +1,119 @@
+package dispatch
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+func init() {
+	for _, v := range []struct {
+		name, summary string
+		cc            bool
+	}{
+		{"laedge", "work-conserving hedging (LÆDGE): batches wait in the app server for an idle replica; a replica left idle hedges the oldest running batch, non-hedged work first", false},
+		{"laedge-cc", "laedge with cleanup cancellation: when a copy answers, the other is cancelled", true},
+	} {
+		cc := v.cc
+		Register(v.name, Factory{
+			Summary: v.summary,
+			Params:  func() any { b := budgetOf(1); return &b },
+			New: func(params any, m *Machine, env Env) (Policy, error) {
+				if err := params.(*BudgetParams).apply(m); err != nil {
+					return nil, err
+				}
+				return &laedge{m: m, rng: rng(env), cc: cc}, nil
+			},
+		})
+	}
+}
+
+// laedge is LÆDGE (Primorac et al., "When to Hedge in Interactive
+// Services", §4, Algorithm 1) for one backend's replicas: a batch goes to
+// two idle replicas when two are idle (the second copy a duplicate), to the
+// idle one when one is, and otherwise waits in the app server's queue; a
+// replica that becomes idle takes the oldest waiting batch or, when none
+// waits, a copy of the oldest running batch that has one copy only. So a
+// replica starts a duplicate only when no batch waits for it. Duplicates go
+// at low priority, so that at a backend shared with other app servers they
+// also yield to unduplicated work. laedge-cc adds cleanup cancellation: the
+// other copy is cancelled when one answers. "Idle" is as far as this app
+// server knows (docs/dispatch.md).
+type laedge struct {
+	m       *Machine
+	rng     *rand.Rand
+	cc      bool
+	queue   fifo
+	running []*Batch // sent and unanswered, oldest first (answered ones dropped lazily)
+}
+
+func (p *laedge) Arrive(now time.Duration, b *Batch) {
+	if p.queue.Len() > 0 {
+		p.queue.Push(b)
+		return
+	}
+	r := p.m.PickIdle(p.rng, nil)
+	if r < 0 {
+		p.queue.Push(b)
+		return
+	}
+	p.start(now, b, r)
+	if s := p.m.PickIdle(p.rng, b); s >= 0 && p.m.TryExtra(now) {
+		p.m.Send(now, b, s, Low, true)
+	}
+}
+
+func (p *laedge) start(now time.Duration, b *Batch, r int) {
+	p.m.Send(now, b, r, Normal, false)
+	p.running = append(p.running, b)
+}
+
+func (p *laedge) Done(now time.Duration, b *Batch, c int, st Status) {
+	if p.m.Settle(now, b, c, st, func(b *Batch) int { return p.m.PickLeast(p.rng, b, 0) }) && p.cc {
+		p.m.CancelOthers(b, c)
+	}
+	p.fill(now, b.Copies[c].Replica)
+}
+
+// fill gives replica r work if it is idle: the oldest waiting batch, or a
+// duplicate of the oldest running batch that was never duplicated
+// (Algorithm 1, lines 16–21).
+func (p *laedge) fill(now time.Duration, r int) {
+	if !p.m.Usable(r) || p.m.InFlight(r) > 0 {
+		return
+	}
+	if b := p.queue.Next(); b != nil {
+		p.start(now, b, r)
+		return
+	}
+	p.compact()
+	for _, b := range p.running {
+		if b.Answered || len(b.Copies) != 1 || !b.Copies[0].Open || b.On(r) {
+			continue
+		}
+		if p.m.TryExtra(now) {
+			p.m.Send(now, b, r, Low, true)
+		}
+		return
+	}
+}
+
+// compact drops answered batches from running.
+func (p *laedge) compact() {
+	k := 0
+	for _, b := range p.running {
+		if !b.Answered {
+			p.running[k] = b
+			k++
+		}
+	}
+	clear(p.running[k:])
+	p.running = p.running[:k]
+}
+
+func (p *laedge) Timer(time.Duration, *Batch) {}
+
+func (p *laedge) Rotation(now time.Duration, r int, in bool) {
+	if in {
+		p.fill(now, r)
+	}
+}
