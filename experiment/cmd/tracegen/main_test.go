@@ -153,9 +153,20 @@ func TestReplayCommandWithMetrics(t *testing.T) {
 			"--loop", "--slo", "1m", "--slo-step", "500ms", "--slo-window", "1s", "--warmup", "0s", "--metrics", metrics)
 		done <- res{c, o, e}
 	}()
+	want := []string{"replay_requests_sent_total", "replay_responses_total", "replay_request_seconds_bucket", "replay_window_p99_seconds", "replay_late_sends_total"}
+	hasAll := func(s string) bool {
+		for _, m := range want {
+			if !strings.Contains(s, m) {
+				return false
+			}
+		}
+		return true
+	}
+	// Scrape until every series has appeared (a response series appears with
+	// the first answer, which may come after the first send is counted).
 	var scraped string
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && !strings.Contains(scraped, "replay_requests_sent_total") {
+	for time.Now().Before(deadline) && !hasAll(scraped) {
 		if resp, err := http.Get("http://" + metrics + "/metrics"); err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -167,7 +178,7 @@ func TestReplayCommandWithMetrics(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("replay: %d %s", r.code, r.stderr)
 	}
-	for _, m := range []string{"replay_requests_sent_total", "replay_responses_total", "replay_request_seconds_bucket", "replay_window_p99_seconds", "replay_late_sends_total"} {
+	for _, m := range want {
 		if !strings.Contains(scraped, m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
