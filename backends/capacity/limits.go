@@ -24,6 +24,9 @@ const (
 	FieldExtraLatencyMs = config.FieldExtraLatencyMs
 	FieldHiccupProb     = config.FieldHiccupProb
 	FieldHiccupMs       = config.FieldHiccupMs
+	FieldCostMs         = config.FieldCostMs
+	FieldStallProb      = config.FieldStallProb
+	FieldStallMs        = config.FieldStallMs
 	FieldQueueLimit     = config.FieldQueueLimit
 )
 
@@ -66,6 +69,9 @@ type Patch struct {
 	ExtraLatencyMs *float64
 	HiccupProb     *float64
 	HiccupMs       *float64
+	CostMs         *float64
+	StallProb      *float64
+	StallMs        *float64
 	QueueLimit     *int
 }
 
@@ -85,6 +91,15 @@ func (p Patch) Apply(l Limits) Limits {
 	}
 	if p.HiccupMs != nil {
 		l.HiccupMs = *p.HiccupMs
+	}
+	if p.CostMs != nil {
+		l.CostMs = *p.CostMs
+	}
+	if p.StallProb != nil {
+		l.StallProb = *p.StallProb
+	}
+	if p.StallMs != nil {
+		l.StallMs = *p.StallMs
 	}
 	if p.QueueLimit != nil {
 		l.QueueLimit = *p.QueueLimit
@@ -161,6 +176,12 @@ func ParsePatch(body []byte) (Patch, error) {
 			p.HiccupProb = &l.HiccupProb
 		case FieldHiccupMs:
 			p.HiccupMs = &l.HiccupMs
+		case FieldCostMs:
+			p.CostMs = &l.CostMs
+		case FieldStallProb:
+			p.StallProb = &l.StallProb
+		case FieldStallMs:
+			p.StallMs = &l.StallMs
 		}
 	}
 	return p, nil

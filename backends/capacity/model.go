@@ -1,10 +1,16 @@
 // Package capacity is the capacity model of a backend service (docs/backends.md): a
-// FIFO queue in front of a worker limit and a token bucket, plus injected
-// latency. Every query is one operation. An operation joins the queue, is
-// admitted when (a) fewer than Workers operations are in service and (b) the
-// token bucket grants a token (Rate tokens per second, a small burst; Rate 0
-// means unlimited), then runs its real data path plus ExtraLatencyMs plus,
-// with probability HiccupProb, HiccupMs, all while holding its worker.
+// FIFO queue per priority class in front of a worker limit and a token
+// bucket, plus injected latency. Every query is one operation. An operation
+// joins its class's queue, is admitted when (a) fewer than Workers
+// operations are in service, (b) the token bucket grants a token (Rate
+// tokens per second, a small burst; Rate 0 means unlimited), (c) no Normal
+// operation waits, if it is Low, and (d) the replica is not stalled; then it
+// runs its real data path plus ExtraLatencyMs plus its inherent cost (mean
+// CostMs, drawn from the operation's key so every copy of a query costs the
+// same) plus, with probability HiccupProb, HiccupMs, all while holding its
+// worker. With probability StallProb an admission stalls the whole replica
+// for StallMs: nothing is admitted, and every operation in service finishes
+// StallMs later.
 //
 // Because work beyond capacity waits in the queue, latency rises as offered
 // load nears capacity, as it does in a resource-limited server. Limits change
@@ -75,8 +81,13 @@ var (
 
 // Stats is a snapshot of the model's state.
 type Stats struct {
-	// QueueLength is the number of operations waiting for admission.
+	// QueueLength is the number of operations waiting for admission, of
+	// every priority.
 	QueueLength int
+	// LowQueued is how many of them are Low.
+	LowQueued int
+	// Stalls counts the whole-replica stalls since the start.
+	Stalls uint64
 	// InService is the number of admitted operations not yet released.
 	InService int
 }
@@ -89,9 +100,12 @@ type Model struct {
 	lim       Limits
 	burst     float64
 	tokens    float64
-	refilled  time.Time // when tokens was last brought up to date
-	queue     list.List // of *Ticket, oldest first
+	refilled  time.Time                // when tokens was last brought up to date
+	queue     [numPriorities]list.List // of *Ticket, oldest first, by priority
+	queued    int                      // in every queue
 	inService int
+	serving   []*Ticket // admitted, not released (a stall extends them)
+	stalled   time.Time // no admission before
 	closed    bool
 	rng       *rand.Rand
 	timer     Timer     // pending refill wake-up, nil if none
@@ -100,6 +114,27 @@ type Model struct {
 	// tokenBound is set while queued work waits for tokens alone (a worker
 	// is free); refills then credit every token owed since (refillLocked).
 	tokenBound bool
+	stalls     uint64
+}
+
+// Priority is an operation's class: a Low operation is admitted only when
+// no Normal one waits.
+type Priority uint8
+
+// The priority classes.
+const (
+	Normal Priority = iota
+	Low
+	numPriorities
+)
+
+// Op describes one operation to Join.
+type Op struct {
+	Priority Priority
+	// Key identifies the query: with CostMs > 0 its inherent cost is drawn
+	// from it (CostOf), so the copies of one query on any replica cost the
+	// same. 0: the cost is drawn per execution from the model's generator.
+	Key uint64
 }
 
 // New returns a model with limits l. seed drives the hiccup draws, so a run
@@ -131,7 +166,7 @@ func (m *Model) Limits() Limits {
 func (m *Model) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Stats{QueueLength: m.queue.Len(), InService: m.inService}
+	return Stats{QueueLength: m.queued, LowQueued: m.queue[Low].Len(), InService: m.inService, Stalls: m.stalls}
 }
 
 // Update applies p atomically and returns the limits before and after. An
@@ -168,12 +203,16 @@ func (m *Model) Close() {
 	defer m.mu.Unlock()
 	m.closed = true
 	m.stopTimerLocked()
-	for e := m.queue.Front(); e != nil; e = m.queue.Front() {
-		t := m.queue.Remove(e).(*Ticket)
-		t.state = stateFailed
-		t.err = ErrClosed
-		close(t.ready)
+	for p := range m.queue {
+		q := &m.queue[p]
+		for e := q.Front(); e != nil; e = q.Front() {
+			t := q.Remove(e).(*Ticket)
+			t.state = stateFailed
+			t.err = ErrClosed
+			close(t.ready)
+		}
 	}
+	m.queued = 0
 }
 
 type ticketState uint8
@@ -198,6 +237,10 @@ type Ticket struct {
 	admitted time.Time
 	delay    time.Duration
 	hiccup   bool
+	prio     Priority
+	key      uint64
+	slot     int           // index in m.serving while admitted
+	ext      time.Duration // stall time owed while in service, not yet taken
 }
 
 // Join puts n operations at the tail of the queue, in order, and returns
@@ -205,22 +248,34 @@ type Ticket struct {
 // batch is rejected whole with ErrQueueFull when the queue already holds
 // QueueLimit or more operations (QueueLimit > 0), and with ErrClosed after
 // Close. Every returned ticket must be passed to Wait.
-func (m *Model) Join(n int) ([]*Ticket, error) {
+func (m *Model) Join(n int) ([]*Ticket, error) { return m.join(n, nil) }
+
+// JoinOps is Join for operations with a priority and a key each.
+func (m *Model) JoinOps(ops []Op) ([]*Ticket, error) { return m.join(len(ops), ops) }
+
+func (m *Model) join(n int, ops []Op) ([]*Ticket, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, ErrClosed
 	}
-	if q := m.lim.QueueLimit; q > 0 && m.queue.Len() >= q {
-		return nil, fmt.Errorf("%w: %d operations waiting, queue_limit is %d", ErrQueueFull, m.queue.Len(), q)
+	if q := m.lim.QueueLimit; q > 0 && m.queued >= q {
+		return nil, fmt.Errorf("%w: %d operations waiting, queue_limit is %d", ErrQueueFull, m.queued, q)
 	}
 	now := m.clock.Now()
 	ts := make([]*Ticket, n)
 	for i := range ts {
 		t := &Ticket{m: m, ready: make(chan struct{}), joined: now}
-		t.elem = m.queue.PushBack(t)
+		if ops != nil {
+			if ops[i].Priority >= numPriorities {
+				panic(fmt.Sprintf("capacity: priority %d", ops[i].Priority))
+			}
+			t.prio, t.key = ops[i].Priority, ops[i].Key
+		}
+		t.elem = m.queue[t.prio].PushBack(t)
 		ts[i] = t
 	}
+	m.queued += n
 	m.dispatchLocked(now)
 	return ts, nil
 }
@@ -253,14 +308,11 @@ func (t *Ticket) Wait(ctx context.Context) error {
 	defer m.mu.Unlock()
 	switch t.state {
 	case stateQueued:
-		m.queue.Remove(t.elem)
-		t.state = stateFailed
-		t.err = ctx.Err()
-		close(t.ready)
+		m.dequeueLocked(t, ctx.Err())
 		// The head may have changed; admit whatever now can be.
 		m.dispatchLocked(m.clock.Now())
 	case stateAdmitted:
-		m.inService--
+		m.unserveLocked(t)
 		if m.lim.Rate > 0 {
 			m.tokens = math.Min(m.burst, m.tokens+1)
 		}
@@ -270,6 +322,58 @@ func (t *Ticket) Wait(ctx context.Context) error {
 	}
 	return t.err
 }
+
+// ErrPurged is the error of an operation taken out of the queue by Purge.
+var ErrPurged = errors.New("capacity: purged")
+
+// Purge takes a queued operation out of the queue unserved (its Wait
+// returns ErrPurged) and reports whether it did; an operation already
+// admitted, released or failed is left alone (stopping a running query is
+// its caller's: it cancels the Serve's context).
+func (t *Ticket) Purge() bool {
+	m := t.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t.state != stateQueued {
+		return false
+	}
+	m.dequeueLocked(t, ErrPurged)
+	m.dispatchLocked(m.clock.Now())
+	return true
+}
+
+func (m *Model) dequeueLocked(t *Ticket, err error) {
+	m.queue[t.prio].Remove(t.elem)
+	m.queued--
+	t.state = stateFailed
+	t.err = err
+	close(t.ready)
+}
+
+// unserveLocked takes an admitted ticket out of service.
+func (m *Model) unserveLocked(t *Ticket) {
+	m.inService--
+	last := len(m.serving) - 1
+	m.serving[t.slot] = m.serving[last]
+	m.serving[t.slot].slot = t.slot
+	m.serving[last] = nil
+	m.serving = m.serving[:last]
+}
+
+// TakeStall returns the stall time the operation owes since it was admitted
+// or last asked (a whole-replica stall began while it was in service) and
+// clears it: its holder serves that much longer. Serve does it itself.
+func (t *Ticket) TakeStall() time.Duration {
+	m := t.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := t.ext
+	t.ext = 0
+	return d
+}
+
+// Priority is the operation's class.
+func (t *Ticket) Priority() Priority { return t.prio }
 
 // Queued returns how long the operation waited for admission (valid after
 // Wait returned nil).
@@ -310,6 +414,13 @@ func (t *Ticket) Serve(ctx context.Context, work func(context.Context) error) (t
 	if err == nil && t.delay > 0 {
 		err = m.sleep(ctx, t.delay)
 	}
+	for err == nil {
+		ext := t.TakeStall()
+		if ext == 0 {
+			break
+		}
+		err = m.sleep(ctx, ext)
+	}
 	return m.clock.Now().Sub(start), err
 }
 
@@ -324,7 +435,7 @@ func (m *Model) release(t *Ticket) {
 		panic("capacity: release of a ticket that is not in service")
 	}
 	t.state = stateDone
-	m.inService--
+	m.unserveLocked(t)
 	m.dispatchLocked(m.clock.Now())
 }
 
@@ -360,14 +471,19 @@ func (m *Model) refillLocked(now time.Time) {
 // whole token has earned it.
 const tokenSlack = 1e-9
 
-// dispatchLocked admits operations from the head of the queue while a worker
-// and a token are available, and schedules a wake-up when only a token is
-// missing. Releases, cancellations, joins and limit changes call it.
+// dispatchLocked admits operations from the head of the queues (Normal
+// first) while a worker and a token are available, and schedules a wake-up
+// when only a token is missing or the replica is stalled. Releases,
+// cancellations, joins and limit changes call it.
 func (m *Model) dispatchLocked(now time.Time) {
 	if m.lim.Rate > 0 {
 		m.refillLocked(now)
 	}
-	for m.queue.Len() > 0 && m.inService < m.lim.Workers {
+	for m.queued > 0 && m.inService < m.lim.Workers {
+		if now.Before(m.stalled) {
+			m.armTimerLocked(now, m.stalled.Sub(now))
+			break
+		}
 		if m.lim.Rate > 0 {
 			if m.tokens < 1-tokenSlack {
 				m.tokenBound = true
@@ -376,15 +492,32 @@ func (m *Model) dispatchLocked(now time.Time) {
 			}
 			m.tokens = math.Max(0, m.tokens-1)
 		}
-		t := m.queue.Remove(m.queue.Front()).(*Ticket)
+		q := &m.queue[Normal]
+		if q.Len() == 0 {
+			q = &m.queue[Low]
+		}
+		t := q.Remove(q.Front()).(*Ticket)
+		m.queued--
 		t.state = stateAdmitted
 		t.admitted = now
 		t.delay = time.Duration(m.lim.ExtraLatencyMs * float64(time.Millisecond))
+		if m.lim.CostMs > 0 {
+			if t.key != 0 {
+				t.delay += CostOf(m.lim.CostMs, t.key)
+			} else {
+				t.delay += expMs(m.lim.CostMs, m.rng.Float64())
+			}
+		}
 		if m.lim.HiccupProb > 0 && m.rng.Float64() < m.lim.HiccupProb {
 			t.hiccup = true
 			t.delay += time.Duration(m.lim.HiccupMs * float64(time.Millisecond))
 		}
 		m.inService++
+		t.slot = len(m.serving)
+		m.serving = append(m.serving, t)
+		if m.lim.StallProb > 0 && m.rng.Float64() < m.lim.StallProb {
+			m.stallLocked(now)
+		}
 		close(t.ready)
 	}
 	// The queue is empty or the workers are all busy: tokens are not what
@@ -423,4 +556,45 @@ func (m *Model) stopTimerLocked() {
 		m.timer = nil
 	}
 	m.timerGen++
+}
+
+// stallLocked stalls the whole replica for StallMs from now: no admission
+// before its end, and every operation in service owes that much more time
+// (TakeStall). A stall within a stall extends it to the later end, and the
+// operations in service by the overlap only.
+func (m *Model) stallLocked(now time.Time) {
+	m.stalls++
+	d := time.Duration(m.lim.StallMs * float64(time.Millisecond))
+	end := now.Add(d)
+	if !end.After(m.stalled) {
+		return
+	}
+	add := d
+	if m.stalled.After(now) {
+		add = end.Sub(m.stalled)
+	}
+	m.stalled = end
+	for _, t := range m.serving {
+		t.ext += add
+	}
+}
+
+// CostOf is the inherent cost of the query with key under a mean cost of
+// meanMs: exponential, drawn from a hash of key alone, so every replica and
+// every copy of the query agree.
+func CostOf(meanMs float64, key uint64) time.Duration {
+	return expMs(meanMs, float64(mix64(key)>>11)/(1<<53))
+}
+
+// expMs is the exponential draw of mean meanMs for a uniform u in [0, 1).
+func expMs(meanMs float64, u float64) time.Duration {
+	return time.Duration(-meanMs * math.Log1p(-u) * float64(time.Millisecond))
+}
+
+// mix64 is splitmix64's finalizer: a bijective hash of x.
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }

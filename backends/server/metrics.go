@@ -14,7 +14,12 @@ type metrics struct {
 	served, cancelled, rejected, errors, hiccups prometheus.Counter
 	refused                                      prometheus.Counter
 	querySeconds, queueSeconds, serviceSeconds   prometheus.Histogram
+	servedBy                                     [2]prometheus.Counter // by capacity.Priority
+	purged                                       *prometheus.CounterVec
 }
+
+// priorityNames are the priority label's values, by capacity.Priority.
+var priorityNames = [2]string{"normal", "low"}
 
 func newMetrics(reg prometheus.Registerer, name string, model *capacity.Model) (*metrics, error) {
 	labels := prometheus.Labels{"backend": name}
@@ -35,7 +40,34 @@ func newMetrics(reg prometheus.Registerer, name string, model *capacity.Model) (
 		queueSeconds:   hist("backend_queue_seconds", "Time a served query waited for a worker and a token."),
 		serviceSeconds: hist("backend_service_seconds", "Time a served query held its worker: data path plus injected latency."),
 	}
-	cs := []prometheus.Collector{m.served, m.cancelled, m.rejected, m.errors, m.hiccups, m.refused, m.querySeconds, m.queueSeconds, m.serviceSeconds,
+	byPrio := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backend_queries_served_by_priority_total",
+		Help: "Queries served, by priority class (low: duplicates of laedge and das, admitted only when no normal query waits).", ConstLabels: labels},
+		[]string{"priority"})
+	for p, n := range priorityNames {
+		m.servedBy[p] = byPrio.WithLabelValues(n)
+	}
+	m.purged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "backend_queries_purged_total",
+		Help: "Queries of purged batches (Purge): taken out of the queue (state=queued) or stopped while running (state=running).", ConstLabels: labels},
+		[]string{"state"})
+	m.purged.WithLabelValues("queued")
+	m.purged.WithLabelValues("running")
+	queuedBy := func(p int) func() float64 {
+		return func() float64 {
+			st := model.Stats()
+			if p == 1 {
+				return float64(st.LowQueued)
+			}
+			return float64(st.QueueLength - st.LowQueued)
+		}
+	}
+	cs := []prometheus.Collector{byPrio, m.purged,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "backend_stalls_total", Help: "Whole-replica stalls (limits stall_prob, stall_ms).", ConstLabels: labels},
+			func() float64 { return float64(model.Stats().Stalls) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_queue_length_by_priority", Help: "Queries waiting for admission, by priority class.",
+			ConstLabels: prometheus.Labels{"backend": name, "priority": "normal"}}, queuedBy(0)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_queue_length_by_priority", Help: "Queries waiting for admission, by priority class.",
+			ConstLabels: prometheus.Labels{"backend": name, "priority": "low"}}, queuedBy(1)),
+		m.served, m.cancelled, m.rejected, m.errors, m.hiccups, m.refused, m.querySeconds, m.queueSeconds, m.serviceSeconds,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_queue_length", Help: "Queries waiting for admission.", ConstLabels: labels},
 			func() float64 { return float64(model.Stats().QueueLength) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_in_service", Help: "Queries admitted and not yet done (≤ workers, except right after workers is lowered).", ConstLabels: labels},

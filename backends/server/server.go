@@ -102,6 +102,17 @@ type Server struct {
 	maxBatch  int64
 	// freeing is set while a return of memory to the OS is pending.
 	freeing atomic.Bool
+
+	batchMu sync.Mutex
+	batches map[uint64][]*batch // by batch_id, the Gets that may be purged
+}
+
+// batch is one Get in progress that named a batch_id.
+type batch struct {
+	tickets []*capacity.Ticket
+	done    []atomic.Bool // query i finished serving (or failed)
+	cancel  context.CancelFunc
+	purged  atomic.Bool
 }
 
 // New returns a server for o.
@@ -122,7 +133,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: MaxBatchBytes %d is not in (0, %d]", o.MaxBatchBytes, MaxResponseBytes)
 	}
 	s := &Server{name: o.Name, typ: o.Type, store: o.Store, model: o.Model, reg: o.Registry, log: o.Logger,
-		maxBatch: o.MaxBatchBytes}
+		maxBatch: o.MaxBatchBytes, batches: map[uint64][]*batch{}}
 	m, err := newMetrics(o.Registry, o.Name, o.Model)
 	if err != nil {
 		return nil, err
@@ -156,7 +167,7 @@ func (s *Server) UpdateLimits(p capacity.Patch, source string) (capacity.Limits,
 	if diff := old.Diff(cur); len(diff) > 0 {
 		s.log.Info("limits changed", "source", source, "changes", strings.Join(diff, " "),
 			"workers", cur.Workers, "rate", cur.Rate, "extra_latency_ms", cur.ExtraLatencyMs,
-			"hiccup_prob", cur.HiccupProb, "hiccup_ms", cur.HiccupMs, "queue_limit", cur.QueueLimit)
+			"hiccup_prob", cur.HiccupProb, "hiccup_ms", cur.HiccupMs, "cost_ms", cur.CostMs, "stall_prob", cur.StallProb, "stall_ms", cur.StallMs, "queue_limit", cur.QueueLimit)
 	}
 	return cur, nil
 }
@@ -177,7 +188,15 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 	if n == 0 {
 		return &robinhoodv1.GetResponse{}, nil
 	}
-	tickets, err := s.model.Join(n)
+	prio := capacity.Normal
+	if req.Priority == robinhoodv1.Priority_PRIORITY_LOW {
+		prio = capacity.Low
+	}
+	ops := make([]capacity.Op, n)
+	for i, k := range req.Keys {
+		ops[i] = capacity.Op{Priority: prio, Key: KeyHash(k)}
+	}
+	tickets, err := s.model.JoinOps(ops)
 	if err != nil {
 		s.m.rejected.Add(float64(n))
 		if errors.Is(err, capacity.ErrQueueFull) {
@@ -189,6 +208,12 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var bt *batch
+	if req.BatchId != 0 {
+		bt = &batch{tickets: tickets, done: make([]atomic.Bool, n), cancel: cancel}
+		s.hold(req.BatchId, bt)
+		defer s.drop(req.BatchId, bt)
+	}
 	values := make([][]byte, n)
 	var (
 		queued, service atomic.Int64
@@ -197,6 +222,9 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 	)
 	one := func(i int) {
 		v, q, svc, err := s.serveOne(ctx, tickets[i], req.Keys[i], int(req.Sizes[i]))
+		if bt != nil {
+			bt.done[i].Store(true)
+		}
 		queued.Add(int64(q))
 		service.Add(int64(svc))
 		if err != nil {
@@ -217,6 +245,9 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 		wg.Wait()
 	}
 	if firstErr != nil {
+		if bt != nil && bt.purged.Load() {
+			return nil, status.Errorf(codes.Canceled, "backend %s: batch %d purged", s.name, req.BatchId)
+		}
 		if perr := parent.Err(); perr != nil {
 			return nil, status.FromContextError(perr).Err()
 		}
@@ -231,13 +262,85 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 	}, nil
 }
 
+// Purge drops the named batches' queued queries and stops their running
+// ones (a running query's injected delay ends at once, its data path when it
+// next checks its context: docs/backends.md).
+func (s *Server) Purge(_ context.Context, req *robinhoodv1.PurgeRequest) (*robinhoodv1.PurgeResponse, error) {
+	if len(req.BatchIds) > MaxBatchKeys {
+		return nil, status.Errorf(codes.InvalidArgument, "purge of %d batches exceeds the limit of %d", len(req.BatchIds), MaxBatchKeys)
+	}
+	var resp robinhoodv1.PurgeResponse
+	for _, id := range req.BatchIds {
+		s.batchMu.Lock()
+		held := append([]*batch(nil), s.batches[id]...)
+		s.batchMu.Unlock()
+		for _, bt := range held {
+			if bt.purged.Swap(true) {
+				continue
+			}
+			for i, tk := range bt.tickets {
+				switch {
+				case tk.Purge():
+					resp.Dequeued++
+				case !bt.done[i].Load():
+					if _, admitted := tk.Settled(); admitted {
+						resp.Stopped++
+					}
+				}
+			}
+			bt.cancel()
+		}
+	}
+	s.m.purged.WithLabelValues("queued").Add(float64(resp.Dequeued))
+	s.m.purged.WithLabelValues("running").Add(float64(resp.Stopped))
+	return &resp, nil
+}
+
+func (s *Server) hold(id uint64, bt *batch) {
+	s.batchMu.Lock()
+	s.batches[id] = append(s.batches[id], bt)
+	s.batchMu.Unlock()
+}
+
+func (s *Server) drop(id uint64, bt *batch) {
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	list := s.batches[id]
+	for i, b := range list {
+		if b == bt {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(s.batches, id)
+	} else {
+		s.batches[id] = list
+	}
+}
+
+// KeyHash is the key of a query for the capacity model's inherent cost
+// (capacity.Op.Key): FNV-1a of the key, never 0, so every replica draws the
+// same cost for the same key.
+func KeyHash(key string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
 // serveOne waits for t's admission, runs the data path and the injected
 // delay, and records the query's metrics.
 func (s *Server) serveOne(ctx context.Context, t *capacity.Ticket, key string, size int) (v []byte, queued, service time.Duration, err error) {
 	if err := t.Wait(ctx); err != nil {
 		if errors.Is(err, capacity.ErrClosed) {
 			s.m.rejected.Inc() // still queued when shutdown gave up on it
-		} else {
+		} else if !errors.Is(err, capacity.ErrPurged) {
 			s.m.cancelled.Inc()
 		}
 		return nil, 0, 0, err
@@ -261,6 +364,7 @@ func (s *Server) serveOne(ctx context.Context, t *capacity.Ticket, key string, s
 		return nil, queued, service, fmt.Errorf("data path returned %d bytes, want %d", len(v), size)
 	}
 	s.m.served.Inc()
+	s.m.servedBy[t.Priority()].Inc()
 	if t.Hiccup() {
 		s.m.hiccups.Inc()
 	}

@@ -22,6 +22,16 @@ type Limits struct {
 	HiccupProb float64 `json:"hiccup_prob"`
 	// HiccupMs is the length of a hiccup.
 	HiccupMs float64 `json:"hiccup_ms"`
+	// CostMs is the mean inherent cost P of a query (exponential), drawn
+	// from the query's key: every copy of a query costs the same on any
+	// replica. 0 means none.
+	CostMs float64 `json:"cost_ms"`
+	// StallProb is the probability that admitting an operation stalls the
+	// whole replica for StallMs (no admission, every operation in service
+	// finishes StallMs later).
+	StallProb float64 `json:"stall_prob"`
+	// StallMs is the length of a whole-replica stall.
+	StallMs float64 `json:"stall_ms"`
 	// QueueLimit bounds the waiting operations: a batch arriving while the
 	// queue holds QueueLimit or more operations is rejected. 0 means unbounded.
 	QueueLimit int `json:"queue_limit"`
@@ -37,11 +47,14 @@ const (
 	FieldExtraLatencyMs = "extra_latency_ms"
 	FieldHiccupProb     = "hiccup_prob"
 	FieldHiccupMs       = "hiccup_ms"
+	FieldCostMs         = "cost_ms"
+	FieldStallProb      = "stall_prob"
+	FieldStallMs        = "stall_ms"
 	FieldQueueLimit     = "queue_limit"
 )
 
 // LimitFields lists every limit field name.
-var LimitFields = []string{FieldWorkers, FieldRate, FieldExtraLatencyMs, FieldHiccupProb, FieldHiccupMs, FieldQueueLimit}
+var LimitFields = []string{FieldWorkers, FieldRate, FieldExtraLatencyMs, FieldHiccupProb, FieldHiccupMs, FieldCostMs, FieldStallProb, FieldStallMs, FieldQueueLimit}
 
 // DefaultLimits are the schema's defaults.
 func DefaultLimits() Limits {
@@ -73,7 +86,8 @@ func (l Limits) Validate() error {
 func (l Limits) Doc() map[string]any {
 	return map[string]any{
 		FieldWorkers: int64(l.Workers), FieldRate: l.Rate, FieldExtraLatencyMs: l.ExtraLatencyMs,
-		FieldHiccupProb: l.HiccupProb, FieldHiccupMs: l.HiccupMs, FieldQueueLimit: int64(l.QueueLimit),
+		FieldHiccupProb: l.HiccupProb, FieldHiccupMs: l.HiccupMs, FieldCostMs: l.CostMs, FieldStallProb: l.StallProb, FieldStallMs: l.StallMs,
+		FieldQueueLimit: int64(l.QueueLimit),
 	}
 }
 
@@ -91,6 +105,12 @@ func (l Limits) Get(field string) (float64, bool) {
 		return l.HiccupProb, true
 	case FieldHiccupMs:
 		return l.HiccupMs, true
+	case FieldCostMs:
+		return l.CostMs, true
+	case FieldStallProb:
+		return l.StallProb, true
+	case FieldStallMs:
+		return l.StallMs, true
 	case FieldQueueLimit:
 		return float64(l.QueueLimit), true
 	}

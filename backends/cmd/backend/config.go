@@ -70,6 +70,9 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 	extra := fs.Float64("extra-latency-ms", def.ExtraLatencyMs, "initial extra service time per query, ms (limits.extra_latency_ms)")
 	hprob := fs.Float64("hiccup-prob", def.HiccupProb, "initial probability that a query hiccups (limits.hiccup_prob)")
 	hms := fs.Float64("hiccup-ms", def.HiccupMs, "initial length of a hiccup, ms (limits.hiccup_ms)")
+	cost := fs.Float64("cost-ms", def.CostMs, "initial mean inherent cost of a query, ms, drawn from its key: the same for every copy on any replica, 0 = none (limits.cost_ms)")
+	sprob := fs.Float64("stall-prob", def.StallProb, "initial probability that admitting a query stalls the whole replica (limits.stall_prob)")
+	sms := fs.Float64("stall-ms", def.StallMs, "initial length of a whole-replica stall, ms (limits.stall_ms)")
 	qlimit := fs.Int("queue-limit", def.QueueLimit, "initial queue bound: batches arriving while this many queries wait are rejected, 0 = unbounded (limits.queue_limit)")
 	seed := fs.Uint64("seed", 1, "seed of the hiccup draws (seed)")
 	redis := fs.String("redis", "", "kv: keep values in this Redis (host:port) instead of in memory (kv.redis)")
@@ -169,6 +172,9 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 		{"extra-latency-ms", "extra_latency_ms", *extra, func() map[string]any { return limits }, ".limits"},
 		{"hiccup-prob", "hiccup_prob", *hprob, func() map[string]any { return limits }, ".limits"},
 		{"hiccup-ms", "hiccup_ms", *hms, func() map[string]any { return limits }, ".limits"},
+		{"cost-ms", "cost_ms", *cost, func() map[string]any { return limits }, ".limits"},
+		{"stall-prob", "stall_prob", *sprob, func() map[string]any { return limits }, ".limits"},
+		{"stall-ms", "stall_ms", *sms, func() map[string]any { return limits }, ".limits"},
 		{"queue-limit", "queue_limit", int64(*qlimit), func() map[string]any { return limits }, ".limits"},
 		{"redis", "redis", *redis, func() map[string]any { return opts("kv") }, ".kv"},
 		{"max-bytes", "max_bytes", *maxBytes, func() map[string]any { return opts("kv") }, ".kv"},

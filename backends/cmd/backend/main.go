@@ -169,7 +169,7 @@ func serve(ctx context.Context, cfg settings, guard *auth.Guard, log *slog.Logge
 	l := cfg.Limits
 	log.Info("backend ready", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"workers", l.Workers, "rate", l.Rate, "extra_latency_ms", l.ExtraLatencyMs,
-		"hiccup_prob", l.HiccupProb, "hiccup_ms", l.HiccupMs, "queue_limit", l.QueueLimit,
+		"hiccup_prob", l.HiccupProb, "hiccup_ms", l.HiccupMs, "cost_ms", l.CostMs, "stall_prob", l.StallProb, "stall_ms", l.StallMs, "queue_limit", l.QueueLimit,
 		"seed", cfg.Seed, "options", options(cfg), "security", guard.Describe())
 
 	var runErr error

@@ -50,6 +50,9 @@ class Limits(_Model):
     extra_latency_ms: float
     hiccup_prob: float
     hiccup_ms: float
+    cost_ms: float
+    stall_prob: float
+    stall_ms: float
     queue_limit: int
 
 

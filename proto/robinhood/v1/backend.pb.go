@@ -24,12 +24,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Priority is a batch's class in the backend's queue: a LOW query is admitted
+// only when no NORMAL one waits (docs/dispatch.md: duplicates of laedge and
+// das are LOW).
+type Priority int32
+
+const (
+	Priority_PRIORITY_NORMAL Priority = 0
+	Priority_PRIORITY_LOW    Priority = 1
+)
+
+// Enum value maps for Priority.
+var (
+	Priority_name = map[int32]string{
+		0: "PRIORITY_NORMAL",
+		1: "PRIORITY_LOW",
+	}
+	Priority_value = map[string]int32{
+		"PRIORITY_NORMAL": 0,
+		"PRIORITY_LOW":    1,
+	}
+)
+
+func (x Priority) Enum() *Priority {
+	p := new(Priority)
+	*p = x
+	return p
+}
+
+func (x Priority) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Priority) Descriptor() protoreflect.EnumDescriptor {
+	return file_robinhood_v1_backend_proto_enumTypes[0].Descriptor()
+}
+
+func (Priority) Type() protoreflect.EnumType {
+	return &file_robinhood_v1_backend_proto_enumTypes[0]
+}
+
+func (x Priority) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Priority.Descriptor instead.
+func (Priority) EnumDescriptor() ([]byte, []int) {
+	return file_robinhood_v1_backend_proto_rawDescGZIP(), []int{0}
+}
+
 // GetRequest is a batch of queries. keys[i] is requested with size sizes[i]
 // (bytes).
 type GetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
-	Sizes         []uint32               `protobuf:"varint,2,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Sizes []uint32               `protobuf:"varint,2,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
+	// The batch's priority class; absent (a client that predates it) is NORMAL.
+	Priority Priority `protobuf:"varint,3,opt,name=priority,proto3,enum=robinhood.v1.Priority" json:"priority,omitempty"`
+	// Names the batch for Purge; the copies of one batch sent to different
+	// replicas share it. 0: the batch cannot be purged (it still ends when the
+	// caller cancels the call).
+	BatchId       uint64 `protobuf:"varint,4,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -78,6 +133,117 @@ func (x *GetRequest) GetSizes() []uint32 {
 	return nil
 }
 
+func (x *GetRequest) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_NORMAL
+}
+
+func (x *GetRequest) GetBatchId() uint64 {
+	if x != nil {
+		return x.BatchId
+	}
+	return 0
+}
+
+type PurgeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchIds      []uint64               `protobuf:"varint,1,rep,packed,name=batch_ids,json=batchIds,proto3" json:"batch_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeRequest) Reset() {
+	*x = PurgeRequest{}
+	mi := &file_robinhood_v1_backend_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeRequest) ProtoMessage() {}
+
+func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_robinhood_v1_backend_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
+func (*PurgeRequest) Descriptor() ([]byte, []int) {
+	return file_robinhood_v1_backend_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PurgeRequest) GetBatchIds() []uint64 {
+	if x != nil {
+		return x.BatchIds
+	}
+	return nil
+}
+
+type PurgeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queries dropped from the queue, and running queries stopped.
+	Dequeued      uint32 `protobuf:"varint,1,opt,name=dequeued,proto3" json:"dequeued,omitempty"`
+	Stopped       uint32 `protobuf:"varint,2,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeResponse) Reset() {
+	*x = PurgeResponse{}
+	mi := &file_robinhood_v1_backend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeResponse) ProtoMessage() {}
+
+func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_robinhood_v1_backend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
+func (*PurgeResponse) Descriptor() ([]byte, []int) {
+	return file_robinhood_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PurgeResponse) GetDequeued() uint32 {
+	if x != nil {
+		return x.Dequeued
+	}
+	return 0
+}
+
+func (x *PurgeResponse) GetStopped() uint32 {
+	if x != nil {
+		return x.Stopped
+	}
+	return 0
+}
+
 // GetResponse carries values[i] for keys[i]. Value bytes are a deterministic
 // function of (backend name, key, size): docs/backends.md.
 type GetResponse struct {
@@ -93,7 +259,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_robinhood_v1_backend_proto_msgTypes[1]
+	mi := &file_robinhood_v1_backend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -105,7 +271,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_robinhood_v1_backend_proto_msgTypes[1]
+	mi := &file_robinhood_v1_backend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -118,7 +284,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_robinhood_v1_backend_proto_rawDescGZIP(), []int{1}
+	return file_robinhood_v1_backend_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetResponse) GetValues() [][]byte {
@@ -146,18 +312,29 @@ var File_robinhood_v1_backend_proto protoreflect.FileDescriptor
 
 const file_robinhood_v1_backend_proto_rawDesc = "" +
 	"\n" +
-	"\x1arobinhood/v1/backend.proto\x12\frobinhood.v1\"6\n" +
+	"\x1arobinhood/v1/backend.proto\x12\frobinhood.v1\"\x85\x01\n" +
 	"\n" +
 	"GetRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x14\n" +
-	"\x05sizes\x18\x02 \x03(\rR\x05sizes\"_\n" +
+	"\x05sizes\x18\x02 \x03(\rR\x05sizes\x122\n" +
+	"\bpriority\x18\x03 \x01(\x0e2\x16.robinhood.v1.PriorityR\bpriority\x12\x19\n" +
+	"\bbatch_id\x18\x04 \x01(\x04R\abatchId\"+\n" +
+	"\fPurgeRequest\x12\x1b\n" +
+	"\tbatch_ids\x18\x01 \x03(\x04R\bbatchIds\"E\n" +
+	"\rPurgeResponse\x12\x1a\n" +
+	"\bdequeued\x18\x01 \x01(\rR\bdequeued\x12\x18\n" +
+	"\astopped\x18\x02 \x01(\rR\astopped\"_\n" +
 	"\vGetResponse\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\fR\x06values\x12\x19\n" +
 	"\bqueue_us\x18\x02 \x01(\x04R\aqueueUs\x12\x1d\n" +
 	"\n" +
-	"service_us\x18\x03 \x01(\x04R\tserviceUs2L\n" +
+	"service_us\x18\x03 \x01(\x04R\tserviceUs*1\n" +
+	"\bPriority\x12\x13\n" +
+	"\x0fPRIORITY_NORMAL\x10\x00\x12\x10\n" +
+	"\fPRIORITY_LOW\x10\x012\x8e\x01\n" +
 	"\x0eBackendService\x12:\n" +
-	"\x03Get\x12\x18.robinhood.v1.GetRequest\x1a\x19.robinhood.v1.GetResponseBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3"
+	"\x03Get\x12\x18.robinhood.v1.GetRequest\x1a\x19.robinhood.v1.GetResponse\x12@\n" +
+	"\x05Purge\x12\x1a.robinhood.v1.PurgeRequest\x1a\x1b.robinhood.v1.PurgeResponseBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3"
 
 var (
 	file_robinhood_v1_backend_proto_rawDescOnce sync.Once
@@ -171,19 +348,26 @@ func file_robinhood_v1_backend_proto_rawDescGZIP() []byte {
 	return file_robinhood_v1_backend_proto_rawDescData
 }
 
-var file_robinhood_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_robinhood_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_robinhood_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_robinhood_v1_backend_proto_goTypes = []any{
-	(*GetRequest)(nil),  // 0: robinhood.v1.GetRequest
-	(*GetResponse)(nil), // 1: robinhood.v1.GetResponse
+	(Priority)(0),         // 0: robinhood.v1.Priority
+	(*GetRequest)(nil),    // 1: robinhood.v1.GetRequest
+	(*PurgeRequest)(nil),  // 2: robinhood.v1.PurgeRequest
+	(*PurgeResponse)(nil), // 3: robinhood.v1.PurgeResponse
+	(*GetResponse)(nil),   // 4: robinhood.v1.GetResponse
 }
 var file_robinhood_v1_backend_proto_depIdxs = []int32{
-	0, // 0: robinhood.v1.BackendService.Get:input_type -> robinhood.v1.GetRequest
-	1, // 1: robinhood.v1.BackendService.Get:output_type -> robinhood.v1.GetResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0, // 0: robinhood.v1.GetRequest.priority:type_name -> robinhood.v1.Priority
+	1, // 1: robinhood.v1.BackendService.Get:input_type -> robinhood.v1.GetRequest
+	2, // 2: robinhood.v1.BackendService.Purge:input_type -> robinhood.v1.PurgeRequest
+	4, // 3: robinhood.v1.BackendService.Get:output_type -> robinhood.v1.GetResponse
+	3, // 4: robinhood.v1.BackendService.Purge:output_type -> robinhood.v1.PurgeResponse
+	3, // [3:5] is the sub-list for method output_type
+	1, // [1:3] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_robinhood_v1_backend_proto_init() }
@@ -196,13 +380,14 @@ func file_robinhood_v1_backend_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_robinhood_v1_backend_proto_rawDesc), len(file_robinhood_v1_backend_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      1,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_robinhood_v1_backend_proto_goTypes,
 		DependencyIndexes: file_robinhood_v1_backend_proto_depIdxs,
+		EnumInfos:         file_robinhood_v1_backend_proto_enumTypes,
 		MessageInfos:      file_robinhood_v1_backend_proto_msgTypes,
 	}.Build()
 	File_robinhood_v1_backend_proto = out.File

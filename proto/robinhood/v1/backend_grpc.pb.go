@@ -22,7 +22,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BackendService_Get_FullMethodName = "/robinhood.v1.BackendService/Get"
+	BackendService_Get_FullMethodName   = "/robinhood.v1.BackendService/Get"
+	BackendService_Purge_FullMethodName = "/robinhood.v1.BackendService/Purge"
 )
 
 // BackendServiceClient is the client API for BackendService service.
@@ -35,6 +36,11 @@ type BackendServiceClient interface {
 	// Get returns one value per key. Every key is one query (one operation of
 	// the backend's capacity model).
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
+	// Purge drops the queries of the named batches that are still queued, and
+	// stops those running where the backend type can (docs/backends.md,
+	// "Priorities and purge"). A batch's Get then answers CANCELLED. Purging a
+	// batch the backend does not hold (finished, never seen) is not an error.
+	Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error)
 }
 
 type backendServiceClient struct {
@@ -55,6 +61,16 @@ func (c *backendServiceClient) Get(ctx context.Context, in *GetRequest, opts ...
 	return out, nil
 }
 
+func (c *backendServiceClient) Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeResponse)
+	err := c.cc.Invoke(ctx, BackendService_Purge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServiceServer is the server API for BackendService service.
 // All implementations must embed UnimplementedBackendServiceServer
 // for forward compatibility.
@@ -65,6 +81,11 @@ type BackendServiceServer interface {
 	// Get returns one value per key. Every key is one query (one operation of
 	// the backend's capacity model).
 	Get(context.Context, *GetRequest) (*GetResponse, error)
+	// Purge drops the queries of the named batches that are still queued, and
+	// stops those running where the backend type can (docs/backends.md,
+	// "Priorities and purge"). A batch's Get then answers CANCELLED. Purging a
+	// batch the backend does not hold (finished, never seen) is not an error.
+	Purge(context.Context, *PurgeRequest) (*PurgeResponse, error)
 	mustEmbedUnimplementedBackendServiceServer()
 }
 
@@ -77,6 +98,9 @@ type UnimplementedBackendServiceServer struct{}
 
 func (UnimplementedBackendServiceServer) Get(context.Context, *GetRequest) (*GetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedBackendServiceServer) Purge(context.Context, *PurgeRequest) (*PurgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Purge not implemented")
 }
 func (UnimplementedBackendServiceServer) mustEmbedUnimplementedBackendServiceServer() {}
 func (UnimplementedBackendServiceServer) testEmbeddedByValue()                        {}
@@ -117,6 +141,24 @@ func _BackendService_Get_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BackendService_Purge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServiceServer).Purge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BackendService_Purge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServiceServer).Purge(ctx, req.(*PurgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BackendService_ServiceDesc is the grpc.ServiceDesc for BackendService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -127,6 +169,10 @@ var BackendService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Get",
 			Handler:    _BackendService_Get_Handler,
+		},
+		{
+			MethodName: "Purge",
+			Handler:    _BackendService_Purge_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1arobinhood/v1/backend.proto\x12\x0crobinhood.v1\")\n\nGetRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\r\n\x05sizes\x18\x02 \x03(\r\"C\n\x0bGetResponse\x12\x0e\n\x06values\x18\x01 \x03(\x0c\x12\x10\n\x08queue_us\x18\x02 \x01(\x04\x12\x12\n\nservice_us\x18\x03 \x01(\x04\x32L\n\x0e\x42\x61\x63kendService\x12:\n\x03Get\x12\x18.robinhood.v1.GetRequest\x1a\x19.robinhood.v1.GetResponseBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1arobinhood/v1/backend.proto\x12\x0crobinhood.v1\"e\n\nGetRequest\x12\x0c\n\x04keys\x18\x01 \x03(\t\x12\r\n\x05sizes\x18\x02 \x03(\r\x12(\n\x08priority\x18\x03 \x01(\x0e\x32\x16.robinhood.v1.Priority\x12\x10\n\x08\x62\x61tch_id\x18\x04 \x01(\x04\"!\n\x0cPurgeRequest\x12\x11\n\tbatch_ids\x18\x01 \x03(\x04\"2\n\rPurgeResponse\x12\x10\n\x08\x64\x65queued\x18\x01 \x01(\r\x12\x0f\n\x07stopped\x18\x02 \x01(\r\"C\n\x0bGetResponse\x12\x0e\n\x06values\x18\x01 \x03(\x0c\x12\x10\n\x08queue_us\x18\x02 \x01(\x04\x12\x12\n\nservice_us\x18\x03 \x01(\x04*1\n\x08Priority\x12\x13\n\x0fPRIORITY_NORMAL\x10\x00\x12\x10\n\x0cPRIORITY_LOW\x10\x01\x32\x8e\x01\n\x0e\x42\x61\x63kendService\x12:\n\x03Get\x12\x18.robinhood.v1.GetRequest\x1a\x19.robinhood.v1.GetResponse\x12@\n\x05Purge\x12\x1a.robinhood.v1.PurgeRequest\x1a\x1b.robinhood.v1.PurgeResponseBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,10 +32,16 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'robinhood.v1.backend_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1'
+  _globals['_PRIORITY']._serialized_start=303
+  _globals['_PRIORITY']._serialized_end=352
   _globals['_GETREQUEST']._serialized_start=44
-  _globals['_GETREQUEST']._serialized_end=85
-  _globals['_GETRESPONSE']._serialized_start=87
-  _globals['_GETRESPONSE']._serialized_end=154
-  _globals['_BACKENDSERVICE']._serialized_start=156
-  _globals['_BACKENDSERVICE']._serialized_end=232
+  _globals['_GETREQUEST']._serialized_end=145
+  _globals['_PURGEREQUEST']._serialized_start=147
+  _globals['_PURGEREQUEST']._serialized_end=180
+  _globals['_PURGERESPONSE']._serialized_start=182
+  _globals['_PURGERESPONSE']._serialized_end=232
+  _globals['_GETRESPONSE']._serialized_start=234
+  _globals['_GETRESPONSE']._serialized_end=301
+  _globals['_BACKENDSERVICE']._serialized_start=355
+  _globals['_BACKENDSERVICE']._serialized_end=497
 # @@protoc_insertion_point(module_scope)

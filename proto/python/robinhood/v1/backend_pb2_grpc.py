@@ -41,6 +41,11 @@ class BackendServiceStub:
                 request_serializer=robinhood_dot_v1_dot_backend__pb2.GetRequest.SerializeToString,
                 response_deserializer=robinhood_dot_v1_dot_backend__pb2.GetResponse.FromString,
                 _registered_method=True)
+        self.Purge = channel.unary_unary(
+                '/robinhood.v1.BackendService/Purge',
+                request_serializer=robinhood_dot_v1_dot_backend__pb2.PurgeRequest.SerializeToString,
+                response_deserializer=robinhood_dot_v1_dot_backend__pb2.PurgeResponse.FromString,
+                _registered_method=True)
 
 
 class BackendServiceServicer:
@@ -56,6 +61,16 @@ class BackendServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Purge(self, request, context):
+        """Purge drops the queries of the named batches that are still queued, and
+        stops those running where the backend type can (docs/backends.md,
+        "Priorities and purge"). A batch's Get then answers CANCELLED. Purging a
+        batch the backend does not hold (finished, never seen) is not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BackendServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -63,6 +78,11 @@ def add_BackendServiceServicer_to_server(servicer, server):
                     servicer.Get,
                     request_deserializer=robinhood_dot_v1_dot_backend__pb2.GetRequest.FromString,
                     response_serializer=robinhood_dot_v1_dot_backend__pb2.GetResponse.SerializeToString,
+            ),
+            'Purge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Purge,
+                    request_deserializer=robinhood_dot_v1_dot_backend__pb2.PurgeRequest.FromString,
+                    response_serializer=robinhood_dot_v1_dot_backend__pb2.PurgeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -94,6 +114,33 @@ class BackendService:
             '/robinhood.v1.BackendService/Get',
             robinhood_dot_v1_dot_backend__pb2.GetRequest.SerializeToString,
             robinhood_dot_v1_dot_backend__pb2.GetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Purge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/robinhood.v1.BackendService/Purge',
+            robinhood_dot_v1_dot_backend__pb2.PurgeRequest.SerializeToString,
+            robinhood_dot_v1_dot_backend__pb2.PurgeResponse.FromString,
             options,
             channel_credentials,
             insecure,
