@@ -1,16 +1,13 @@
 package dispatch
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/robinhoodcache/robinhood/lib/config"
+	libdispatch "github.com/robinhoodcache/robinhood/lib/dispatch"
 )
 
 // Factory is a dispatch policy as registered: what it does, its
@@ -19,14 +16,8 @@ type Factory struct {
 	// Summary is one line on what the policy does (listed by
 	// --list-dispatch-policies).
 	Summary string
-	// Params returns a pointer to a new parameter struct holding the
-	// defaults; nil when the policy takes no parameters. Fields are named
-	// by their json tags and documented by their doc tags; a struct with a
-	// Validate() error method is validated after decoding.
-	Params func() any
-	// New builds the Dispatcher of one backend's replicas from validated
-	// parameters (the pointer Params returned, filled in; nil without
-	// Params).
+	// New builds the Dispatcher of one backend's replicas from the
+	// parameters lib/dispatch decoded (dispatch.Params).
 	New func(params any, rs *Replicas) (Dispatcher, error)
 }
 
@@ -41,11 +32,6 @@ var (
 func Register(name string, f Factory) {
 	if name == "" || f.New == nil {
 		panic("dispatch.Register: a policy needs a name and a New function")
-	}
-	if f.Params != nil {
-		if p := f.Params(); reflect.TypeOf(p).Kind() != reflect.Pointer || reflect.TypeOf(p).Elem().Kind() != reflect.Struct {
-			panic(fmt.Sprintf("dispatch.Register(%q): Params must return a pointer to a struct", name))
-		}
 	}
 	regMu.Lock()
 	defer regMu.Unlock()
@@ -77,46 +63,14 @@ func lookup(name string) (Factory, error) {
 	return f, nil
 }
 
-// Params decodes and validates a policy's parameters (the topology's
-// dispatch block without "policy"); errors name the field. It returns the
-// filled parameter struct (nil for a policy without parameters).
+// Params decodes and validates a policy's parameters with lib/dispatch's
+// decoding (dispatch.Params); the policy must also be one the app server
+// runs (registered here).
 func Params(spec config.Dispatch) (any, error) {
-	f, err := lookup(spec.Policy)
-	if err != nil {
+	if _, err := lookup(spec.Policy); err != nil {
 		return nil, err
 	}
-	if f.Params == nil {
-		for _, k := range sortedKeys(spec.Params) {
-			return nil, fmt.Errorf("%s: unknown parameter (policy %s takes none)", k, spec.Policy)
-		}
-		return nil, nil
-	}
-	p := f.Params()
-	fields := paramFields(reflect.TypeOf(p).Elem())
-	for _, k := range sortedKeys(spec.Params) {
-		if _, ok := fields[k]; !ok {
-			return nil, fmt.Errorf("%s: unknown parameter of policy %s (known: %s)", k, spec.Policy, strings.Join(fieldNames(reflect.TypeOf(p).Elem()), ", "))
-		}
-	}
-	b, err := json.Marshal(spec.Params)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(p); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, fmt.Errorf("%s: %s is not %s", te.Field, config.FormatValue(spec.Params[te.Field]), kindName(te.Type))
-		}
-		return nil, err
-	}
-	if v, ok := p.(interface{ Validate() error }); ok {
-		if err := v.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
+	return libdispatch.Params(spec)
 }
 
 // Build returns the Dispatcher of spec's policy over rs, with its
@@ -130,106 +84,14 @@ func Build(spec config.Dispatch, rs *Replicas) (Dispatcher, error) {
 	return f.New(p, rs)
 }
 
-// Param describes one parameter of a policy.
-type Param struct {
-	Name    string `json:"name"`
-	Type    string `json:"type"`
-	Default any    `json:"default"`
-	Doc     string `json:"doc,omitempty"`
-}
-
-// Description describes a registered policy.
-type Description struct {
-	Name    string  `json:"name"`
-	Summary string  `json:"summary"`
-	Params  []Param `json:"params"`
-}
-
-// Describe lists every registered policy with its parameters and defaults.
-func Describe() []Description {
-	var out []Description
-	for _, n := range Names() {
-		f, _ := lookup(n)
-		d := Description{Name: n, Summary: f.Summary, Params: []Param{}}
-		if f.Params != nil {
-			v := reflect.ValueOf(f.Params()).Elem()
-			t := v.Type()
-			for i := range t.NumField() {
-				sf := t.Field(i)
-				name := jsonName(sf)
-				if name == "" {
-					continue
-				}
-				d.Params = append(d.Params, Param{Name: name, Type: kindName(sf.Type), Default: v.Field(i).Interface(), Doc: sf.Tag.Get("doc")})
-			}
-		}
-		out = append(out, d)
-	}
-	return out
-}
-
-func jsonName(sf reflect.StructField) string {
-	if !sf.IsExported() {
-		return ""
-	}
-	tag, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-	if tag == "-" {
-		return ""
-	}
-	if tag == "" {
-		return sf.Name
-	}
-	return tag
-}
-
-func paramFields(t reflect.Type) map[string]bool {
-	out := map[string]bool{}
-	for _, n := range fieldNames(t) {
-		out[n] = true
-	}
-	return out
-}
-
-func fieldNames(t reflect.Type) []string {
-	var out []string
-	for i := range t.NumField() {
-		if n := jsonName(t.Field(i)); n != "" {
-			out = append(out, n)
+// Describe lists the policies the app server runs, as lib/dispatch
+// describes them (parameters, defaults, summaries).
+func Describe() []libdispatch.Description {
+	var out []libdispatch.Description
+	for _, d := range libdispatch.Describe() {
+		if _, err := lookup(d.Name); err == nil {
+			out = append(out, d)
 		}
 	}
-	return out
-}
-
-func kindName(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		if t.String() == "time.Duration" {
-			return "a duration in nanoseconds"
-		}
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.String:
-		return "a string"
-	case reflect.Slice:
-		return "a list"
-	case reflect.Map, reflect.Struct:
-		if t == reflect.TypeOf(config.Duration(0)) {
-			return "a duration"
-		}
-		return "a mapping"
-	}
-	return t.String()
-}
-
-func sortedKeys(m map[string]any) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
