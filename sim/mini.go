@@ -149,7 +149,7 @@ func (s *Sim) newMiniature() (*miniature, error) {
 		k.rate = k.perApp * k.mass * float64(len(ranks)) / float64(g.Keys(bi))
 		streamW = append(streamW, k.rate)
 		m.streamRate += k.rate
-		f := &fluid{lim: s.cfg.Topology.Backends[s.topoIndex(be)].Limits, replicas: len(be.replicas)}
+		f := &fluid{lim: s.cfg.Topology.Backends[s.topoIndex(be)].Limits, replicas: len(be.fleet.reps)}
 		m.fluids = append(m.fluids, f)
 	}
 	m.stream = synth.NewAlias(streamW)

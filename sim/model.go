@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -18,78 +17,20 @@ import (
 // (appserver/server: DefaultShadowBytes).
 const DefaultShadowBytes = 4 << 20
 
-// cancelled is the context the simulator hands to capacity.Ticket.Wait to
-// take an operation out of its queue (a caller that gave up).
-var cancelled = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
-
 // backend is one backend service: its replicas' capacity models.
 type backend struct {
-	id       uint32
-	name     string
-	typ      string
-	replicas []*replica
-	service  Cost
-	extra    time.Duration // compute's matrix product per query
+	id      uint32
+	name    string
+	typ     string
+	fleet   *fleet
+	service Cost
+	extra   time.Duration // compute's matrix product per query
 	// hits and misses count the cache lookups of its queries (every app
 	// server).
 	hits, misses uint64
 	// keys interns the backend's keys for every app server's caches and
 	// shadow models (keys.go).
 	keys *keyIDs
-}
-
-// replica is one backend process: the capacity model on the simulated clock
-// and the operations waiting for admission, in queue order.
-type replica struct {
-	model   *capacity.Model
-	pending []*op
-	head    int
-}
-
-// op is one query of a backend call.
-type op struct {
-	ticket  *capacity.Ticket
-	call    *call
-	size    int64
-	release *Event
-	gone    bool // taken out by a timeout
-}
-
-func (r *replica) add(ops []*op) {
-	if r.head > 0 && r.head*2 >= len(r.pending) {
-		n := copy(r.pending, r.pending[r.head:])
-		clear(r.pending[n:])
-		r.pending = r.pending[:n]
-		r.head = 0
-	}
-	r.pending = append(r.pending, ops...)
-}
-
-// drain starts the service of every operation the model admitted since the
-// last look; the model admits in queue order, so only the head is checked.
-func (s *Sim) drain(b *backend, r *replica) {
-	for r.head < len(r.pending) {
-		o := r.pending[r.head]
-		settled, admitted := o.ticket.Settled()
-		if !settled {
-			return
-		}
-		r.pending[r.head] = nil
-		r.head++
-		if !admitted || o.gone {
-			continue
-		}
-		d := b.service.Of(o.size) + b.extra + o.ticket.Delay()
-		o.release = s.eng.After(d, func() {
-			o.ticket.Release()
-			s.opDone(o)
-			s.drain(b, r)
-		})
-	}
 }
 
 // partition is one memcached instance of an app server and what the app
@@ -117,6 +58,8 @@ type app struct {
 	reqTimeout time.Duration
 	beTimeout  time.Duration
 	controlled bool
+	// drivers are the app server's dispatch policy, by backend id.
+	drivers []*driver
 }
 
 // cacheOf is the memcached instance holding b's values: its partition, the
@@ -151,8 +94,7 @@ type call struct {
 	lookup  time.Duration // the multi-get's round trip
 	missed  []int         // query indexes fetched from the backend
 	ids     []int32       // the queries' key ids (keys.go), by query index
-	ops     []*op
-	left    int
+	job     *job
 	bytes   int64
 	timeout *Event
 	done    time.Duration
@@ -255,82 +197,55 @@ func cacheKeyLen(a *app, b *backend, key string) int {
 	return len(key)
 }
 
-// sendCall joins the misses to one replica's queue, with the call's
-// deadline (the backend timeout, within the request's).
+// sendCall hands the misses to the app server's dispatch policy for the
+// backend, with the call's deadline (the backend timeout, within the
+// request's).
 func (s *Sim) sendCall(c *call) {
 	b := c.b
-	ri := 0
-	if len(b.replicas) > 1 {
-		ri = s.rng.IntN(len(b.replicas))
+	j := &job{sizes: make([]int64, len(c.missed)), owner: c, answer: s.answerCall}
+	keyed := b.fleet.reps[0].model.Limits().CostMs > 0
+	if keyed {
+		j.keys = make([]uint64, len(c.missed))
 	}
-	r := b.replicas[ri]
-	for _, i := range c.missed {
+	for q, i := range c.missed {
 		c.bytes += c.q.Sizes[i]
+		j.sizes[q] = c.q.Sizes[i]
+		if keyed {
+			j.keys[q] = uint64(b.id)<<32 | uint64(uint32(c.keyID(i))) + 1
+		}
 	}
 	s.backendQueries += uint64(len(c.missed))
-	tickets, err := r.model.Join(len(c.missed))
-	if err != nil { // queue full: the backend refuses the call at once
-		c.failed = true
-		c.done = s.eng.Now() + c.lookup + s.cal.RPC.Of(0)
-		s.callDone(c)
-		return
-	}
-	c.ops = make([]*op, len(tickets))
-	for j, t := range tickets {
-		c.ops[j] = &op{ticket: t, call: c, size: c.q.Sizes[c.missed[j]]}
-	}
-	c.left = len(c.ops)
-	r.add(c.ops)
+	c.job = j
 	deadline := min(c.start+c.r.app.beTimeout, c.r.send+c.r.app.reqTimeout)
-	c.timeout = s.eng.At(deadline, func() { s.expire(c, r) })
-	s.drain(b, r)
+	c.timeout = s.eng.At(deadline, func() { s.expire(c) })
+	c.r.app.drivers[b.id].start(j)
 }
 
-// expire ends a call at its deadline: queued operations leave the queue,
-// operations in service give their worker back (the backend sees the
-// caller cancel).
-func (s *Sim) expire(c *call, r *replica) {
-	for _, o := range c.ops {
-		if o.gone {
-			continue
-		}
-		if o.release != nil {
-			if o.release.Cancel() {
-				o.ticket.Release()
-				o.gone = true
-			}
-			continue
-		}
-		o.gone = true
-		// Taking an earlier operation out of the queue may have admitted
-		// this one already (not yet drained): it gives its worker back at
-		// once. Otherwise it leaves the queue (Wait on a cancelled context
-		// of a queued ticket always takes the cancellation branch).
-		if settled, admitted := o.ticket.Settled(); settled {
-			if admitted {
-				o.ticket.Release()
-			}
-			continue
-		}
-		_ = o.ticket.Wait(cancelled)
-	}
-	c.failed = true
-	c.done = s.eng.Now()
-	s.timeouts++
-	s.callDone(c)
-	s.drain(c.b, r)
-}
-
-// opDone is one query served; the last one completes the call.
-func (s *Sim) opDone(o *op) {
-	o.gone = true
-	c := o.call
-	c.left--
-	if c.left > 0 || c.failed {
+// answered is a call's batch answered by its dispatch policy: with a copy's
+// result, or failed (every copy failed or was refused).
+func (s *Sim) answered(j *job, _ *copyRun, ok bool) {
+	c := j.owner.(*call)
+	if c.failed { // expired already
 		return
 	}
 	c.timeout.Cancel()
-	c.done = s.eng.Now() + c.lookup + s.cal.RPC.Of(c.bytes)
+	if !ok {
+		c.failed = true
+		c.done = s.eng.Now() + c.lookup + s.cal.RPC.Of(0)
+	} else {
+		c.done = s.eng.Now() + c.lookup + s.cal.RPC.Of(c.bytes)
+	}
+	s.callDone(c)
+}
+
+// expire ends a call at its deadline: its copies' queued queries leave the
+// queue and those in service give their worker back (the backend sees the
+// caller cancel).
+func (s *Sim) expire(c *call) {
+	c.failed = true
+	c.done = s.eng.Now()
+	s.timeouts++
+	c.r.app.drivers[c.b.id].giveUp(c.job)
 	s.callDone(c)
 }
 
@@ -414,6 +329,7 @@ func (s *Sim) newBackend(b config.Backend) (*backend, error) {
 		}
 		be.extra = time.Duration(s.cal.ComputePerCellUs * float64(n*n*n) * float64(time.Microsecond))
 	}
+	be.fleet = &fleet{eng: s.eng, serve: func(size int64) time.Duration { return be.service.Of(size) + be.extra }}
 	lim := b.Limits
 	lim.Rate *= s.cfg.Sample // a miniature's backends see its share of the load
 	for i := range b.Replicas {
@@ -424,8 +340,8 @@ func (s *Sim) newBackend(b config.Backend) (*backend, error) {
 			return nil, fmt.Errorf("backend %s: %w", b.Name, err)
 		}
 		r.model = m
-		clk.After = func() { s.drain(be, r) }
-		be.replicas = append(be.replicas, r)
+		clk.After = func() { be.fleet.drain(r) }
+		be.fleet.reps = append(be.fleet.reps, r)
 	}
 	return be, nil
 }

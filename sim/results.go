@@ -29,6 +29,20 @@ type Result struct {
 	Timeouts        uint64             `json:"backend_timeouts"`
 	ControllerTicks int                `json:"controller_ticks"`
 	Calibration     Calibration        `json:"calibration"`
+	// Dispatch sums the dispatch policies' counters over every app server,
+	// by backend.
+	Dispatch map[string]DispatchCounters `json:"dispatch"`
+}
+
+// DispatchCounters are the dispatch totals of one backend.
+type DispatchCounters struct {
+	Batches   uint64 `json:"batches"`
+	Copies    uint64 `json:"copies"`
+	Extra     uint64 `json:"extra"`
+	Retries   uint64 `json:"retries"`
+	Cancelled uint64 `json:"cancelled"`
+	Denied    uint64 `json:"denied"`
+	WonLater  uint64 `json:"won_later"`
 }
 
 func (s *Sim) writeSummary(src *traceFeed) error {
@@ -91,6 +105,24 @@ func (s *Sim) result(wall time.Duration) *Result {
 	if s.hits+s.misses > 0 {
 		v := float64(s.hits) / float64(s.hits+s.misses)
 		r.OverallHitRatio = &v
+	}
+	r.Dispatch = map[string]DispatchCounters{}
+	for _, a := range s.simulated() {
+		for _, b := range s.backends {
+			d := a.drivers[b.id]
+			if d == nil {
+				continue
+			}
+			c, m := r.Dispatch[b.name], d.m.Counters
+			c.Batches += m.Batches
+			c.Copies += m.Copies
+			c.Extra += m.Extra
+			c.Retries += m.Retries
+			c.Cancelled += m.Cancelled
+			c.Denied += m.Denied
+			c.WonLater += m.WonLater
+			r.Dispatch[b.name] = c
+		}
 	}
 	return r
 }

@@ -26,12 +26,14 @@ import (
 
 // Sim is one simulated run.
 type Sim struct {
-	cfg    Config
-	cal    Calibration
-	eng    *Engine
-	epoch  time.Time
-	rng    *rand.Rand // replicas
-	appRng *rand.Rand // which app server gets a request (the replayer's rule)
+	cfg   Config
+	cal   Calibration
+	eng   *Engine
+	epoch time.Time
+	rng   *rand.Rand // replicas
+	// answerCall is s.answered, bound once (a job's answer).
+	answerCall func(*job, *copyRun, bool)
+	appRng     *rand.Rand // which app server gets a request (the replayer's rule)
 
 	backends []*backend
 	byName   map[string]*backend
@@ -95,9 +97,9 @@ func Run(cfg Config) (*Result, error) {
 	}
 	t := cfg.Topology
 	s := &Sim{cfg: cfg, cal: cal, eng: &Engine{}, epoch: cfg.Epoch, byName: map[string]*backend{}, byID: map[uint32]*backend{},
-		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x7265706c696361)), // "replica"
-		appRng: rand.New(rand.NewPCG(cfg.Seed, 0x61707073)),       // "apps", as the replayer
+		appRng: rand.New(rand.NewPCG(cfg.Seed, 0x61707073)), // "apps", as the replayer
 		status: map[string]int64{}, lastHM: map[*partition][2]uint64{}}
+	s.answerCall = s.answered
 	var err error
 	if s.rec, err = slo.NewRecorder(cfg.SLO.Step); err != nil {
 		return nil, err
@@ -235,8 +237,8 @@ func (s *Sim) buildApps(maxID uint32) error {
 		a := &app{id: as.ID, idx: i, mode: as.CacheMode, budget: int64(as.CacheBudgetMB) << 20,
 			parts: make([]*partition, maxID+1), stats: make([]*partition, maxID+1),
 			reqTimeout: time.Duration(as.RequestTimeout), beTimeout: time.Duration(as.BackendTimeout)}
-		if as.Dispatch.Policy != "" && as.Dispatch.Policy != "random" {
-			return fmt.Errorf("app_servers[%d].dispatch.policy: %q: the simulator runs the random dispatch policy only (docs/simulator.md)", i, as.Dispatch.Policy)
+		if err := s.buildDrivers(a, i, as.Dispatch); err != nil {
+			return err
 		}
 		shadowBytes := s.cfg.ShadowBytes
 		if shadowBytes <= 0 {
@@ -341,6 +343,12 @@ func (s *Sim) scheduleScenario() error {
 				p.HiccupProb = &v
 			case capacity.FieldHiccupMs:
 				p.HiccupMs = &v
+			case capacity.FieldCostMs:
+				p.CostMs = &v
+			case capacity.FieldStallProb:
+				p.StallProb = &v
+			case capacity.FieldStallMs:
+				p.StallMs = &v
 			default:
 				return fmt.Errorf("scenario: line %d: unknown field %s", c.Line, f.Field)
 			}
@@ -352,11 +360,11 @@ func (s *Sim) scheduleScenario() error {
 				}
 				return
 			}
-			for _, r := range b.replicas {
+			for _, r := range b.fleet.reps {
 				if _, _, err := r.model.Update(p); err != nil && s.err == nil {
 					s.err = fmt.Errorf("scenario: line %d on %s: %w", c.Line, b.name, err)
 				}
-				s.drain(b, r)
+				b.fleet.drain(r)
 			}
 		})
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/lib/dispatch"
+
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
@@ -195,10 +197,10 @@ func TestBadInputIsNamed(t *testing.T) {
 	if _, err := os.Stat(cfg.OutDir); !os.IsNotExist(err) {
 		t.Fatal("a run that cannot start must not write its folder")
 	}
-	cfg = simConfig(t, dir, strings.Replace(sharedTopology, "cache_mode: none,", "cache_mode: none, dispatch: {policy: hedge},", 1), "")
+	cfg = simConfig(t, dir, strings.Replace(sharedTopology, "cache_mode: none,", "cache_mode: none, dispatch: {policy: hedge, budget: -1},", 1), "")
 	cfg.OutDir = filepath.Join(dir, "out2")
-	if _, err := Run(cfg); err == nil || !strings.Contains(err.Error(), "app_servers[1].dispatch.policy") {
-		t.Fatalf("an unsupported dispatch policy should be refused by name: %v", err)
+	if _, err := Run(cfg); err == nil || !strings.Contains(err.Error(), "app_servers[1].dispatch") || !strings.Contains(err.Error(), "budget") {
+		t.Fatalf("a bad dispatch parameter should be refused by name: %v", err)
 	}
 }
 
@@ -246,5 +248,49 @@ func TestProgressLine(t *testing.T) {
 	}
 	if got := progressLine(time.Hour, 4*time.Hour, time.Hour, 0); !strings.HasSuffix(got, "about 3h0m0s left") {
 		t.Fatalf("%q: a long remainder is rounded to the minute", got)
+	}
+}
+
+// The simulator runs every registered dispatch policy (the same code as the
+// app server): every request is answered, and the duplicating policies
+// send more copies than batches.
+func TestEveryDispatchPolicyRuns(t *testing.T) {
+	for _, name := range dispatch.Names() {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			topo := strings.ReplaceAll(sharedTopology, "request_timeout: 2s}", "request_timeout: 2s, dispatch: {policy: "+name+"}}")
+			cfg := simConfigN(t, dir, topo, "", 1500, 5)
+			cfg.OutDir = filepath.Join(dir, "out")
+			res, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum, _ := readSummary(t, cfg.OutDir)
+			if sum.Sent != 1500 || sum.OK != sum.Sent {
+				t.Fatalf("sent %d, ok %d, errors %v", sum.Sent, sum.OK, sum.Errors)
+			}
+			// Backend b has two replicas: a duplicating policy sends extra
+			// copies there, the others exactly one per batch.
+			c := res.Dispatch["b"]
+			if c.Batches == 0 || c.Copies != c.Batches+c.Extra+c.Retries {
+				t.Fatalf("dispatch counters %+v do not add up", c)
+			}
+			// A policy without a budget sends no duplicate; one with a
+			// budget stays within it (plus the window's first batches).
+			def, _ := dispatch.Defaults(name)
+			budget := 0.0
+			if bp, ok := def.(interface{ Budgeted() *dispatch.BudgetParams }); ok {
+				budget = bp.Budgeted().Budget
+			}
+			if float64(c.Extra) > budget*float64(c.Batches)+2 {
+				t.Fatalf("%s sent %d extra copies for %d batches, budget %g", name, c.Extra, c.Batches, budget)
+			}
+			if budget >= 1 && c.Extra == 0 {
+				t.Fatalf("%s, budget %g, sent no extra copy", name, budget)
+			}
+			if one := res.Dispatch["a"]; one.Extra != 0 || one.Copies != one.Batches {
+				t.Fatalf("a single replica got extra copies: %+v", one)
+			}
+		})
 	}
 }

@@ -135,6 +135,16 @@ type Op struct {
 	// from it (CostOf), so the copies of one query on any replica cost the
 	// same. 0: the cost is drawn per execution from the model's generator.
 	Key uint64
+	// CostGiven: the caller drew the operation's inherent cost (a
+	// simulator with another cost distribution); Cost replaces the CostMs
+	// draw.
+	CostGiven bool
+	Cost      time.Duration
+	// HiccupGiven: the caller drew whether the operation hiccups (a
+	// simulator that must know the draws ahead, as the idealized hedge);
+	// Hiccup replaces the HiccupProb draw.
+	HiccupGiven bool
+	Hiccup      bool
 }
 
 // New returns a model with limits l. seed drives the hiccup draws, so a run
@@ -239,6 +249,7 @@ type Ticket struct {
 	hiccup   bool
 	prio     Priority
 	key      uint64
+	given    *Op // the caller's draws (Op.Given), nil otherwise
 	slot     int           // index in m.serving while admitted
 	ext      time.Duration // stall time owed while in service, not yet taken
 }
@@ -271,6 +282,10 @@ func (m *Model) join(n int, ops []Op) ([]*Ticket, error) {
 				panic(fmt.Sprintf("capacity: priority %d", ops[i].Priority))
 			}
 			t.prio, t.key = ops[i].Priority, ops[i].Key
+			if ops[i].CostGiven || ops[i].HiccupGiven {
+				op := ops[i]
+				t.given = &op
+			}
 		}
 		t.elem = m.queue[t.prio].PushBack(t)
 		ts[i] = t
@@ -501,14 +516,22 @@ func (m *Model) dispatchLocked(now time.Time) {
 		t.state = stateAdmitted
 		t.admitted = now
 		t.delay = time.Duration(m.lim.ExtraLatencyMs * float64(time.Millisecond))
-		if m.lim.CostMs > 0 {
-			if t.key != 0 {
-				t.delay += CostOf(m.lim.CostMs, t.key)
-			} else {
-				t.delay += expMs(m.lim.CostMs, m.rng.Float64())
-			}
+		g := t.given
+		t.given = nil
+		switch {
+		case g != nil && g.CostGiven:
+			t.delay += g.Cost
+		case m.lim.CostMs > 0 && t.key != 0:
+			t.delay += CostOf(m.lim.CostMs, t.key)
+		case m.lim.CostMs > 0:
+			t.delay += expMs(m.lim.CostMs, m.rng.Float64())
 		}
-		if m.lim.HiccupProb > 0 && m.rng.Float64() < m.lim.HiccupProb {
+		if g != nil && g.HiccupGiven {
+			t.hiccup = g.Hiccup
+		} else if m.lim.HiccupProb > 0 {
+			t.hiccup = m.rng.Float64() < m.lim.HiccupProb
+		}
+		if t.hiccup {
 			t.hiccup = true
 			t.delay += time.Duration(m.lim.HiccupMs * float64(time.Millisecond))
 		}

@@ -221,3 +221,19 @@ func TestServeWaitsOutAStall(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Given draws replace the model's: cost and hiccup as the caller says, and
+// the model's generator is not consumed (the next keyless draw is the same).
+func TestGivenDraws(t *testing.T) {
+	l := Limits{Workers: 10, CostMs: 5, HiccupProb: 0.5, HiccupMs: 100}
+	a := mustNew(t, l, newFakeClock())
+	b := mustNew(t, l, newFakeClock())
+	g := mustJoinOps(t, a, Op{CostGiven: true, Cost: 3 * time.Millisecond, HiccupGiven: true},
+		Op{CostGiven: true, Cost: time.Millisecond, HiccupGiven: true, Hiccup: true})
+	if g[0].Delay() != 3*time.Millisecond || g[0].Hiccup() || g[1].Delay() != 101*time.Millisecond || !g[1].Hiccup() {
+		t.Fatalf("given draws: %v %v, %v %v", g[0].Delay(), g[0].Hiccup(), g[1].Delay(), g[1].Hiccup())
+	}
+	if x, y := mustJoin(t, a, 1)[0], mustJoin(t, b, 1)[0]; x.Delay() != y.Delay() || x.Hiccup() != y.Hiccup() {
+		t.Fatal("given draws consumed the model's generator")
+	}
+}

@@ -97,7 +97,10 @@ type Batch struct {
 	// Queued: the batch waits in the policy's own queue (psq, laedge).
 	Queued bool
 	// Tag is the policy's to use.
-	Tag    int
+	Tag int
+	// Driver is the driver's to use (its record of the batch); policies
+	// leave it alone.
+	Driver any
 	inline [2]Copy
 }
 
