@@ -18,7 +18,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600 --durations=15
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: collector-check build test demo sim-demo paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: collector-check build test demo sim-demo hedging paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -100,6 +100,16 @@ demo: build
 ## sim-demo: the demo experiment in the simulator (bin/sim), every allocation policy and the shared cache
 sim-demo: build venv
 	$(VENV)/bin/robinhood-testbed compare --engine sim --experiment examples/demo.yaml --policies all $(SIM_FLAGS)
+
+## hedging: the replicated-backend reproductions in the simulator's hedging bench (docs/hedging.md):
+## LÆDGE §3-4, SingleR §5 (the fit, then the policy on the independent and queueing workloads) and
+## DAS §6; each experiment's table in runs/hedging/<name>/table.md (about 15 minutes on 2 cores)
+HEDGING_EXPERIMENTS = laedge laedge-queued-cancel singler-independent singler-queueing das
+HEDGING_OUT ?= runs/hedging
+hedging: build
+	go test -count=1 -run TestFitSingleRReproducesThePaperOnPareto -v ./lib/dispatch/ | grep -E "d\*|^(ok|FAIL)"
+	@for e in $(HEDGING_EXPERIMENTS); do \
+		bin/sim hedging --experiment examples/hedging/$$e.yaml --out $(HEDGING_OUT)/$$e || exit 1; echo; done
 
 ## paper: the paper's experiments at its scale in the simulator (examples/paper): each file's
 ## compare arms (compare.policies: robinhood, robinhood-queue, static and the paper's competitors,

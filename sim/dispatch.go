@@ -35,9 +35,6 @@ type replica struct {
 	model   *capacity.Model
 	pending [2][]*op
 	head    [2]int
-	// free is the workers' busy-until times, for the idealized hedge only
-	// (hedging.go).
-	free []time.Duration
 }
 
 // op is one query of a copy.
@@ -96,7 +93,11 @@ func (f *fleet) finish(o *op, r *replica) {
 	run.left--
 	run.served++
 	if run.left == 0 {
-		run.job.d.ended(run)
+		if j := run.job; j.d != nil {
+			j.d.ended(run)
+		} else { // the idealized hedge's single copy (hedging.go)
+			j.answer(j, run, true)
+		}
 	}
 	f.drain(r)
 }

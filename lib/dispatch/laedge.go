@@ -16,15 +16,22 @@ func init() {
 		cc := v.cc
 		Register(v.name, Factory{
 			Summary: v.summary,
-			Params:  func() any { b := budgetOf(1); return &b },
+			Params:  func() any { return &LaedgeParams{BudgetParams: budgetOf(1)} },
 			New: func(params any, m *Machine, env Env) (Policy, error) {
-				if err := params.(*BudgetParams).apply(m); err != nil {
+				lp := params.(*LaedgeParams)
+				if err := lp.apply(m); err != nil {
 					return nil, err
 				}
-				return &laedge{m: m, rng: rng(env), cc: cc}, nil
+				return &laedge{m: m, rng: rng(env), cc: cc, preempt: lp.Preempt}, nil
 			},
 		})
 	}
+}
+
+// LaedgeParams are the parameters of laedge and laedge-cc.
+type LaedgeParams struct {
+	BudgetParams
+	Preempt bool `json:"preempt" doc:"pre-emptive cancellation (LÆDGE §4's PC): a batch that must wait cancels the most recently started copy of a running batch that has two, so that replica serves it"`
 }
 
 // laedge is LÆDGE (Primorac et al., "When to Hedge in Interactive
@@ -42,6 +49,7 @@ type laedge struct {
 	m       *Machine
 	rng     *rand.Rand
 	cc      bool
+	preempt bool
 	queue   fifo
 	running []*Batch // sent and unanswered, oldest first (answered ones dropped lazily)
 }
@@ -49,11 +57,13 @@ type laedge struct {
 func (p *laedge) Arrive(now time.Duration, b *Batch) {
 	if p.queue.Len() > 0 {
 		p.queue.Push(b)
+		p.preemptOne()
 		return
 	}
 	r := p.m.PickIdle(p.rng, nil)
 	if r < 0 {
 		p.queue.Push(b)
+		p.preemptOne()
 		return
 	}
 	p.start(now, b, r)
@@ -94,6 +104,35 @@ func (p *laedge) fill(now time.Duration, r int) {
 			p.m.Send(now, b, r, Low, true)
 		}
 		return
+	}
+}
+
+// preemptOne is the pre-emptive cancellation: the most recently started
+// copy of a running batch with two open copies (none being cancelled) is
+// cancelled; its replica takes the waiting batch when the cancel is done.
+func (p *laedge) preemptOne() {
+	if !p.preempt {
+		return
+	}
+	p.compact()
+	for _, b := range p.running {
+		open, last := 0, -1
+		for i := range b.Copies {
+			c := &b.Copies[i]
+			if c.Cancelling {
+				open = -10
+			}
+			if c.Open {
+				open++
+				if last < 0 || c.Sent >= b.Copies[last].Sent {
+					last = i
+				}
+			}
+		}
+		if open >= 2 {
+			p.m.Cancel(b, last)
+			return
+		}
 	}
 }
 

@@ -215,3 +215,26 @@ func TestSingleRStartsReissuingAtZeroWithProbabilityB(t *testing.T) {
 		t.Fatalf("%d of 10000 batches set for reissue; want about 10%%", timers)
 	}
 }
+
+// LÆDGE's pre-emptive cancellation: a batch that must wait cancels the
+// most recently started copy of a hedged batch and takes its replica; the
+// unhedged batch's copy is never pre-empted.
+func TestLaedgePreemptiveCancellation(t *testing.T) {
+	p := &LaedgeParams{BudgetParams: budgetOf(1), Preempt: true}
+	s := newScript(t, "laedge-cc", p, 2)
+	a := NewBatch(0, 0)
+	acts := s.m.Arrive(0, a)
+	ra, rh := replicaOf(a, 0), replicaOf(a, 1)
+	s.expect("a on both idle replicas", acts, fmt.Sprintf("send b0 c0 r%d normal; send b0 c1 r%d low extra", ra, rh))
+	b := NewBatch(1, ms)
+	s.expect("b must wait: a's later copy is cancelled", s.m.Arrive(ms, b), "cancel b0 c1")
+	s.expect("the cancel done: b takes the replica", s.m.Done(2*ms, a, 1, Cancelled), fmt.Sprintf("send b1 c0 r%d normal", rh))
+	c := NewBatch(2, 3*ms)
+	s.expect("c waits: nothing is hedged", s.m.Arrive(3*ms, c), "")
+	s.expect("a answers: c takes its replica", s.m.Done(4*ms, a, 0, OK), fmt.Sprintf("complete b0 c0; send b2 c0 r%d normal", ra))
+	// Without preempt, the same arrival only waits.
+	s2 := newScript(t, "laedge-cc", nil, 2)
+	a2 := NewBatch(0, 0)
+	s2.m.Arrive(0, a2)
+	s2.expect("no pre-emption by default", s2.m.Arrive(ms, NewBatch(1, ms)), "")
+}

@@ -34,6 +34,7 @@ import (
 
 const usage = `usage:
   sim arm --topology FILE (--trace FILE | --synth "ARGS") --out DIR --duration D [flags]
+  sim hedging --experiment FILE [--out DIR]   the replicated-backend bench (docs/hedging.md)
 
 bin/sim is the simulator's engine: it runs one arm the testbed prepared.
 Simulate an experiment with the testbed:
@@ -64,6 +65,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%q is not a command of bin/sim, the simulator's engine: run `robinhood-testbed %s%s ...` (docs/simulator.md)", args[0], args[0], engine)
 	case "arm":
 		return cmdArm(args[1:], stdout, stderr)
+	case "hedging":
+		return cmdHedging(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/sim"
+)
+
+// cmdHedging runs a hedging bench experiment (docs/hedging.md): every
+// policy at every utilization with every seed, in parallel.
+func cmdHedging(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim hedging", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	exp := fs.String("experiment", "", "hedging experiment file, e.g. examples/hedging/laedge.yaml (required)")
+	out := fs.String("out", "", "folder for runs.json, summary.json and table.md (default: print only)")
+	par := fs.Int("parallel", runtime.GOMAXPROCS(0), "arms run at once")
+	requests := fs.Int("requests", 0, "override the experiment's requests per arm (a quick look)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *exp == "" {
+		return errors.New("--experiment is required")
+	}
+	if *par < 1 {
+		return fmt.Errorf("--parallel: %d must be at least 1", *par)
+	}
+	c, err := sim.LoadHedging(*exp)
+	if err != nil {
+		return err
+	}
+	if *requests > 0 {
+		c.Requests = *requests
+		c.Warmup = min(c.Warmup, *requests/10)
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("--requests: %w", err)
+		}
+	}
+	type arm struct {
+		p    sim.BenchPolicy
+		u    float64
+		seed uint64
+	}
+	var arms []arm
+	for _, p := range c.Policies {
+		for _, u := range c.Utilizations {
+			for _, s := range c.Seeds {
+				arms = append(arms, arm{p, u, s})
+			}
+		}
+	}
+	start := time.Now()
+	runs := make([]sim.BenchRun, len(arms))
+	errs := make([]error, len(arms))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < *par; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				runs[i], errs[i] = c.RunBench(arms[i].p, arms[i].u, arms[i].seed)
+			}
+		}()
+	}
+	for i := range arms {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	sums := sim.Summarize(runs)
+	table := c.Table(sums)
+	fmt.Fprintf(stdout, "%s: P%g latency in multiples of the mean service time %.3g ms (median over %d seeds, range), %d arms in %.0f s\n\n%s",
+		c.Name, c.Percentile, c.MeanService(), len(c.Seeds), len(arms), time.Since(start).Seconds(), table)
+	if *out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	for name, v := range map[string]any{"runs.json": runs, "summary.json": sums} {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(*out, name), append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(*out, "table.md"), []byte(table), 0o644)
+}

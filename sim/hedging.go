@@ -1,0 +1,636 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/dispatch"
+	"github.com/robinhoodcache/robinhood/lib/percentile"
+)
+
+// The hedging bench (docs/hedging.md): the replicated-backend experiments
+// of the hedging papers, run on the simulator's engine with the backends'
+// capacity model and the app server's dispatch policies (lib/dispatch,
+// driven by driver). A request queries Fanout of Shards backends (shards)
+// at once and ends with its slowest query; each shard has Replicas
+// replicas of Workers workers; a query's inherent cost is drawn per query
+// and shared, redrawn or correlated across its copies; jitter (hiccups)
+// and whole-replica stalls are the capacity model's. No cache, no network:
+// the latency is queueing and service only.
+
+// Ideal is the idealized hedge's name in a bench's policy list: it knows
+// every draw ahead and sends each query only to the replica where it will
+// finish first (simulator only: docs/hedging.md).
+const Ideal = "ideal"
+
+// HedgingConfig is a hedging bench experiment (examples/hedging/*.yaml).
+type HedgingConfig struct {
+	Name     string `yaml:"name"`
+	Shards   int    `yaml:"shards"`
+	Replicas int    `yaml:"replicas"`
+	Workers  int    `yaml:"workers"`
+	// Fanout is the shards a request queries (distinct, uniformly chosen);
+	// 0: all of them.
+	Fanout  int         `yaml:"fanout"`
+	Service ServiceDist `yaml:"service"`
+	// Copies: how a query's later copies cost: shared (the same inherent
+	// cost, LÆDGE's model), independent (a fresh draw), correlated
+	// (r·x + a fresh draw, SingleR §5.1, r = Correlation).
+	Copies      string  `yaml:"copies"`
+	Correlation float64 `yaml:"correlation"`
+	HiccupProb  float64 `yaml:"hiccup_prob"`
+	HiccupMs    float64 `yaml:"hiccup_ms"`
+	StallProb   float64 `yaml:"stall_prob"`
+	StallMs     float64 `yaml:"stall_ms"`
+	// Cancel: running (a cancelled copy stops, queued or running) or
+	// queued (only queued copies are purged; running ones finish).
+	Cancel       string        `yaml:"cancel"`
+	Utilizations []float64     `yaml:"utilizations"`
+	Requests     int           `yaml:"requests"`
+	Warmup       int           `yaml:"warmup"`
+	Percentile   float64       `yaml:"percentile"`
+	Seeds        []uint64      `yaml:"seeds"`
+	Policies     []BenchPolicy `yaml:"policies"`
+}
+
+// ServiceDist is the inherent cost's distribution, in ms.
+type ServiceDist struct {
+	// Dist: exponential (MeanMs), pareto (Shape, ModeMs), lognormal (Mu,
+	// Sigma of the log of ms).
+	Dist   string  `yaml:"dist"`
+	MeanMs float64 `yaml:"mean_ms"`
+	Shape  float64 `yaml:"shape"`
+	ModeMs float64 `yaml:"mode_ms"`
+	Mu     float64 `yaml:"mu"`
+	Sigma  float64 `yaml:"sigma"`
+}
+
+// BenchPolicy is one arm: a label and a dispatch block (or ideal).
+type BenchPolicy struct {
+	Label    string         `yaml:"label"`
+	Dispatch map[string]any `yaml:"dispatch"`
+}
+
+// Mean is the distribution's mean in ms.
+func (d ServiceDist) Mean() float64 {
+	switch d.Dist {
+	case "exponential":
+		return d.MeanMs
+	case "pareto":
+		return d.Shape * d.ModeMs / (d.Shape - 1)
+	case "lognormal":
+		return math.Exp(d.Mu + d.Sigma*d.Sigma/2)
+	}
+	return math.NaN()
+}
+
+func (d ServiceDist) draw(rng *rand.Rand) float64 {
+	switch d.Dist {
+	case "exponential":
+		return rng.ExpFloat64() * d.MeanMs
+	case "pareto":
+		return d.ModeMs / math.Pow(1-rng.Float64(), 1/d.Shape)
+	default:
+		return math.Exp(d.Mu + d.Sigma*rng.NormFloat64())
+	}
+}
+
+func (d ServiceDist) validate() error {
+	switch d.Dist {
+	case "exponential":
+		if !(d.MeanMs > 0) {
+			return fmt.Errorf("service.mean_ms: %g must be positive", d.MeanMs)
+		}
+	case "pareto":
+		if !(d.Shape > 1) || !(d.ModeMs > 0) {
+			return fmt.Errorf("service: pareto needs shape > 1 (a finite mean) and mode_ms > 0, got shape %g, mode_ms %g", d.Shape, d.ModeMs)
+		}
+	case "lognormal":
+		if !(d.Sigma >= 0) || math.IsNaN(d.Mu) {
+			return fmt.Errorf("service: lognormal needs mu and sigma >= 0, got mu %g, sigma %g", d.Mu, d.Sigma)
+		}
+	default:
+		return fmt.Errorf("service.dist: %q is not one of exponential, pareto, lognormal", d.Dist)
+	}
+	return nil
+}
+
+// LoadHedging reads and checks a bench experiment; every error names its
+// field.
+func LoadHedging(path string) (*HedgingConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	c := &HedgingConfig{}
+	if err := dec.Decode(c); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate checks the experiment and fills defaults.
+func (c *HedgingConfig) Validate() error {
+	if c.Shards < 1 || c.Shards > 10000 {
+		return fmt.Errorf("shards: %d is not between 1 and 10000", c.Shards)
+	}
+	if c.Replicas < 1 || c.Replicas > 64 {
+		return fmt.Errorf("replicas: %d is not between 1 and 64", c.Replicas)
+	}
+	if c.Workers < 1 || c.Workers > 1_000_000 {
+		return fmt.Errorf("workers: %d is not between 1 and 1000000", c.Workers)
+	}
+	if c.Fanout == 0 {
+		c.Fanout = c.Shards
+	}
+	if c.Fanout < 1 || c.Fanout > c.Shards {
+		return fmt.Errorf("fanout: %d is not between 1 and shards (%d)", c.Fanout, c.Shards)
+	}
+	if err := c.Service.validate(); err != nil {
+		return err
+	}
+	switch c.Copies {
+	case "":
+		c.Copies = "shared"
+	case "shared", "independent", "correlated":
+	default:
+		return fmt.Errorf("copies: %q is not one of shared, independent, correlated", c.Copies)
+	}
+	if c.Copies == "correlated" && !(c.Correlation >= 0 && c.Correlation <= 1) {
+		return fmt.Errorf("correlation: %g is not between 0 and 1", c.Correlation)
+	}
+	lim := capacity.Limits{Workers: 1, HiccupProb: c.HiccupProb, HiccupMs: c.HiccupMs, StallProb: c.StallProb, StallMs: c.StallMs}
+	if err := lim.Validate(); err != nil {
+		return fmt.Errorf("jitter: %w", err)
+	}
+	switch c.Cancel {
+	case "":
+		c.Cancel = "running"
+	case "running", "queued":
+	default:
+		return fmt.Errorf("cancel: %q is not one of running, queued", c.Cancel)
+	}
+	if len(c.Utilizations) == 0 {
+		return errors.New("utilizations: at least one is needed")
+	}
+	for i, u := range c.Utilizations {
+		if !(u > 0 && u < 1) {
+			return fmt.Errorf("utilizations[%d]: %g is not in (0, 1)", i, u)
+		}
+	}
+	if c.Requests < 100 || c.Requests > 10_000_000 {
+		return fmt.Errorf("requests: %d is not between 100 and 10000000", c.Requests)
+	}
+	if c.Warmup < 0 || c.Warmup > c.Requests {
+		return fmt.Errorf("warmup: %d is not between 0 and requests", c.Warmup)
+	}
+	if c.Percentile == 0 {
+		c.Percentile = 99
+	}
+	if !(c.Percentile > 0 && c.Percentile < 100) {
+		return fmt.Errorf("percentile: %g is not in (0, 100)", c.Percentile)
+	}
+	if len(c.Seeds) == 0 {
+		c.Seeds = []uint64{1}
+	}
+	if len(c.Policies) == 0 {
+		return errors.New("policies: at least one is needed")
+	}
+	seen := map[string]bool{}
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		name, _ := p.Dispatch["policy"].(string)
+		if p.Label == "" {
+			p.Label = name
+		}
+		if seen[p.Label] {
+			return fmt.Errorf("policies[%d].label: %q appears twice", i, p.Label)
+		}
+		seen[p.Label] = true
+		if name == Ideal {
+			if len(p.Dispatch) > 1 {
+				return fmt.Errorf("policies[%d].dispatch: ideal takes no parameters", i)
+			}
+			if c.StallProb > 0 || c.Workers != 1 {
+				return fmt.Errorf("policies[%d]: the idealized hedge needs single-worker replicas (workers: 1) and no stalls (stall_prob: 0)", i)
+			}
+			continue
+		}
+		if _, err := dispatch.Params(p.spec()); err != nil {
+			return fmt.Errorf("policies[%d].dispatch: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (p BenchPolicy) spec() config.Dispatch {
+	d := config.Dispatch{Params: map[string]any{}}
+	for k, v := range p.Dispatch {
+		if k == "policy" {
+			d.Policy, _ = v.(string)
+			continue
+		}
+		d.Params[k] = v
+	}
+	return d
+}
+
+// MeanService is the mean time a query holds its worker: cost plus
+// hiccups (stalls are not counted).
+func (c *HedgingConfig) MeanService() float64 {
+	return c.Service.Mean() + c.HiccupProb*c.HiccupMs
+}
+
+// Rate is the request rate giving utilization u to the primaries alone.
+func (c *HedgingConfig) Rate(u float64) float64 {
+	return u * float64(c.Shards*c.Replicas*c.Workers) / (float64(c.Fanout) * c.MeanService() / 1000)
+}
+
+// BenchRun is one arm at one utilization and seed.
+type BenchRun struct {
+	Policy      string  `json:"policy"`
+	Utilization float64 `json:"utilization"`
+	Seed        uint64  `json:"seed"`
+	// Latencies of the requests after warm-up, ms, at the percentile, the
+	// median and the mean.
+	Tail   float64 `json:"tail_ms"`
+	Median float64 `json:"median_ms"`
+	Mean   float64 `json:"mean_ms"`
+	// Copies per query sent, and the extra ones (duplicates) per query.
+	CopiesPerQuery float64 `json:"copies_per_query"`
+	ExtraPerQuery  float64 `json:"extra_per_query"`
+	Requests       int     `json:"requests"`
+	// Unfinished requests when the run stopped (an overloaded arm).
+	Unfinished int     `json:"unfinished"`
+	WallS      float64 `json:"wall_s"`
+}
+
+// RunBench runs one arm: policy p at utilization u with seed.
+func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRun, error) {
+	start := time.Now()
+	eng := &Engine{}
+	epoch := time.Unix(1_000_000_000, 0)
+	rng := rand.New(rand.NewPCG(seed, 0x68656467)) // "hedg"
+	lim := capacity.Limits{Workers: c.Workers, HiccupProb: c.HiccupProb, HiccupMs: c.HiccupMs, StallProb: c.StallProb, StallMs: c.StallMs}
+	spec := p.spec()
+	ideal := spec.Policy == Ideal
+	var starts []func(*job)
+	fleets := make([]*fleet, c.Shards)
+	drivers := make([]*driver, c.Shards)
+	for s := range fleets {
+		f := &fleet{eng: eng, keepRunning: c.Cancel == "queued"}
+		for r := 0; r < c.Replicas; r++ {
+			rep := &replica{}
+			clk := &Clock{Engine: eng, Epoch: epoch}
+			m, err := capacity.New(lim, seed*1_000_003+uint64(s*c.Replicas+r), clk)
+			if err != nil {
+				return BenchRun{}, err
+			}
+			rep.model = m
+			clk.After = func() { f.drain(rep) }
+			f.reps = append(f.reps, rep)
+		}
+		fleets[s] = f
+		if ideal {
+			starts = append(starts, newIdealHedge(f).start)
+			continue
+		}
+		params, err := dispatch.Params(spec)
+		if err != nil {
+			return BenchRun{}, err
+		}
+		d, err := newDriver(f, spec.Policy, params, seed^uint64(s+1)*0x9e3779b97f4a7c15)
+		if err != nil {
+			return BenchRun{}, err
+		}
+		drivers[s] = d
+		starts = append(starts, d.start)
+	}
+	// Requests: Poisson arrivals; each queries Fanout distinct shards.
+	rate := c.Rate(u)
+	total := c.Warmup + c.Requests
+	lat := make([]float64, 0, c.Requests)
+	var queries int
+	finished := 0
+	perm := make([]int, c.Shards)
+	for i := range perm {
+		perm[i] = i
+	}
+	var arrive func(n int)
+	arrive = func(n int) {
+		t0 := eng.Now()
+		left := c.Fanout
+		var end time.Duration
+		if c.Fanout < c.Shards {
+			for i := 0; i < c.Fanout; i++ {
+				k := i + rng.IntN(c.Shards-i)
+				perm[i], perm[k] = perm[k], perm[i]
+			}
+		}
+		for i := 0; i < c.Fanout; i++ {
+			x := c.Service.draw(rng)
+			draws := []float64{x}
+			j := &job{sizes: []int64{0}}
+			j.cost = func(cp, _ int) time.Duration {
+				for len(draws) <= cp {
+					switch c.Copies {
+					case "shared":
+						draws = append(draws, x)
+					case "independent":
+						draws = append(draws, c.Service.draw(rng))
+					default:
+						draws = append(draws, c.Correlation*x+c.Service.draw(rng))
+					}
+				}
+				return time.Duration(draws[cp] * float64(time.Millisecond))
+			}
+			j.answer = func(j *job, run *copyRun, ok bool) {
+				end = max(end, eng.Now())
+				left--
+				if left == 0 {
+					finished++
+					if n >= c.Warmup {
+						lat = append(lat, float64(end-t0)/float64(time.Millisecond))
+					}
+				}
+			}
+			queries++
+			starts[perm[i]](j)
+		}
+		if n+1 < total {
+			eng.After(time.Duration(rng.ExpFloat64()/rate*float64(time.Second)), func() { arrive(n + 1) })
+		}
+	}
+	eng.At(0, func() { arrive(0) })
+	// Run until every request is done, or stop an overloaded arm: at most
+	// ten times the arrivals' span past the last arrival.
+	span := time.Duration(float64(total) / rate * float64(time.Second))
+	eng.RunUntil(span * 11)
+	run := BenchRun{Policy: p.Label, Utilization: u, Seed: seed, Requests: len(lat), Unfinished: total - finished,
+		WallS: time.Since(start).Seconds()}
+	if len(lat) > 0 {
+		sort.Float64s(lat)
+		run.Tail = percentile.Of(lat, c.Percentile/100)
+		run.Median = percentile.Of(lat, 0.5)
+		s := 0.0
+		for _, v := range lat {
+			s += v
+		}
+		run.Mean = s / float64(len(lat))
+	}
+	var copies, extra uint64
+	for _, d := range drivers {
+		if d != nil {
+			copies += d.m.Copies
+			extra += d.m.Extra
+		}
+	}
+	run.CopiesPerQuery = float64(copies) / float64(queries)
+	run.ExtraPerQuery = float64(extra) / float64(queries)
+	return run, nil
+}
+
+// idealHedge is LÆDGE's Idealized Hedge (its §3.2), for one shard of
+// single-worker replicas: a central FIFO queue (as PSQ), a query sent to a
+// replica only when it is idle, a running query hedged onto any replica
+// that is idle with nothing queued, the other copies of a query cancelled
+// when one finishes (cleanup cancellation), and, when a query waits and no
+// replica is idle, one copy of a hedged query cancelled to serve it
+// (pre-emptive cancellation) - the copy that would finish later, which it
+// knows (perfect prediction). Cancellations cost nothing. Not
+// implementable: an upper bound on what hedging can bring over PSQ.
+type idealHedge struct {
+	f      *fleet
+	queue  []*job
+	head   int
+	leaves []*idealCopy // running copy per replica, nil when idle
+}
+
+type idealCopy struct {
+	j   *job
+	run *copyRun
+	end time.Duration
+}
+
+// idealJob is the state of one query under the idealized hedge.
+type idealJob struct {
+	answer func(*job, *copyRun, bool)
+	copies int // sent so far
+	done   bool
+}
+
+func newIdealHedge(f *fleet) *idealHedge {
+	return &idealHedge{f: f, leaves: make([]*idealCopy, len(f.reps))}
+}
+
+func (h *idealHedge) start(j *job) {
+	st := &idealJob{answer: j.answer}
+	j.owner = st
+	j.answer = func(j *job, run *copyRun, ok bool) { h.finished(j, run) }
+	h.queue = append(h.queue, j)
+	h.schedule()
+}
+
+// finished: a copy ended; the query is answered, its other copies cancelled.
+func (h *idealHedge) finished(j *job, run *copyRun) {
+	st := j.owner.(*idealJob)
+	for r, c := range h.leaves {
+		if c != nil && c.j == j {
+			if c.run != run {
+				h.f.stop(c.run.ops[0], true)
+				h.f.drain(c.run.r)
+			}
+			h.leaves[r] = nil
+		}
+	}
+	if !st.done {
+		st.done = true
+		st.answer(j, run, true)
+	}
+	h.schedule()
+}
+
+func (h *idealHedge) schedule() {
+	for {
+		idle := -1
+		for r, c := range h.leaves {
+			if c == nil {
+				idle = r
+				break
+			}
+		}
+		waiting := h.head < len(h.queue)
+		switch {
+		case idle >= 0 && waiting:
+			j := h.queue[h.head]
+			h.queue[h.head] = nil
+			h.head++
+			h.run(j, idle)
+		case idle >= 0:
+			// Hedge the running query with the fewest copies (the oldest
+			// first) onto the idle replica, if any runs elsewhere.
+			var pick *job
+			least := len(h.leaves)
+			for _, c := range h.leaves {
+				if c != nil {
+					if n := h.running(c.j); n < least {
+						pick, least = c.j, n
+					}
+				}
+			}
+			if pick == nil {
+				return
+			}
+			h.run(pick, idle)
+		case waiting:
+			// Pre-emptive cancellation: free the replica whose copy of a
+			// hedged query would finish last.
+			worst := -1
+			for r, c := range h.leaves {
+				if h.running(c.j) >= 2 && (worst < 0 || c.end > h.leaves[worst].end) {
+					worst = r
+				}
+			}
+			if worst < 0 {
+				return
+			}
+			c := h.leaves[worst]
+			h.f.stop(c.run.ops[0], true)
+			h.leaves[worst] = nil
+			h.f.drain(c.run.r)
+		default:
+			return
+		}
+	}
+}
+
+func (h *idealHedge) running(j *job) int {
+	n := 0
+	for _, c := range h.leaves {
+		if c != nil && c.j == j {
+			n++
+		}
+	}
+	return n
+}
+
+// run starts a copy of j on idle replica r (one worker: admitted at once).
+func (h *idealHedge) run(j *job, r int) {
+	st := j.owner.(*idealJob)
+	rep := h.f.reps[r]
+	tickets, err := rep.model.JoinOps([]capacity.Op{{CostGiven: true, Cost: j.cost(st.copies, 0)}})
+	if err != nil {
+		panic(fmt.Sprintf("sim: idealized hedge: %v", err))
+	}
+	st.copies++
+	run := &copyRun{job: j, r: rep, left: 1}
+	run.ops = []*op{{ticket: tickets[0], run: run}}
+	j.runs = append(j.runs, run)
+	h.leaves[r] = &idealCopy{j: j, run: run, end: h.f.eng.Now() + tickets[0].Delay()}
+	rep.add(capacity.Normal, run.ops)
+	h.f.drain(rep)
+}
+
+// BenchSummary is one policy at one utilization over the seeds.
+type BenchSummary struct {
+	Policy      string  `json:"policy"`
+	Utilization float64 `json:"utilization"`
+	// Tail's median, minimum and maximum over the seeds, ms.
+	Tail, TailMin, TailMax float64
+	ExtraPerQuery          float64 `json:"extra_per_query"`
+	Unfinished             int     `json:"unfinished"`
+}
+
+// Summarize groups runs by policy and utilization.
+func Summarize(runs []BenchRun) []BenchSummary {
+	type key struct {
+		p string
+		u float64
+	}
+	groups := map[key][]BenchRun{}
+	var order []key
+	for _, r := range runs {
+		k := key{r.Policy, r.Utilization}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	var out []BenchSummary
+	for _, k := range order {
+		g := groups[k]
+		tails := make([]float64, len(g))
+		s := BenchSummary{Policy: k.p, Utilization: k.u}
+		for i, r := range g {
+			tails[i] = r.Tail
+			s.ExtraPerQuery += r.ExtraPerQuery / float64(len(g))
+			s.Unfinished += r.Unfinished
+		}
+		sort.Float64s(tails)
+		s.Tail, s.TailMin, s.TailMax = percentile.Of(tails, 0.5), tails[0], tails[len(tails)-1]
+		out = append(out, s)
+	}
+	return out
+}
+
+// Table renders summaries as markdown: a row per utilization, a column per
+// policy, the tail in multiples of the mean service time (median over the
+// seeds, and its range).
+func (c *HedgingConfig) Table(sums []BenchSummary) string {
+	var pols []string
+	var us []float64
+	cell := map[string]map[float64]BenchSummary{}
+	for _, s := range sums {
+		if cell[s.Policy] == nil {
+			cell[s.Policy] = map[float64]BenchSummary{}
+			pols = append(pols, s.Policy)
+		}
+		us = appendUnique(us, s.Utilization)
+		cell[s.Policy][s.Utilization] = s
+	}
+	sort.Float64s(us)
+	unit := c.MeanService()
+	var b strings.Builder
+	fmt.Fprintf(&b, "| load | %s |\n|---:|%s\n", strings.Join(pols, " | "), strings.Repeat("---:|", len(pols)))
+	for _, u := range us {
+		fmt.Fprintf(&b, "| %.0f%% |", u*100)
+		for _, p := range pols {
+			s, ok := cell[p][u]
+			switch {
+			case !ok:
+				b.WriteString(" |")
+			case s.Unfinished > 0:
+				b.WriteString(" unstable |")
+			default:
+				fmt.Fprintf(&b, " %.1f (%.1f–%.1f) |", s.Tail/unit, s.TailMin/unit, s.TailMax/unit)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func appendUnique(xs []float64, x float64) []float64 {
+	for _, v := range xs {
+		if v == x {
+			return xs
+		}
+	}
+	return append(xs, x)
+}

@@ -1,0 +1,130 @@
+package sim
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func benchConfig(policies ...string) *HedgingConfig {
+	c := &HedgingConfig{Name: "t", Shards: 1, Replicas: 1, Workers: 1,
+		Service: ServiceDist{Dist: "exponential", MeanMs: 1}, Utilizations: []float64{0.5},
+		Requests: 20000, Warmup: 2000, Percentile: 99}
+	for _, p := range policies {
+		c.Policies = append(c.Policies, BenchPolicy{Dispatch: map[string]any{"policy": p}})
+	}
+	return c
+}
+
+// The bench against queueing theory: one M/M/1 server at 50% load has mean
+// response time 1/(μ-λ) = 2 mean service times, and its P99 is
+// ln(100)/(μ-λ) ≈ 9.2.
+func TestBenchMatchesMM1(t *testing.T) {
+	c := benchConfig("random")
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var mean, tail []float64
+	for seed := uint64(1); seed <= 3; seed++ {
+		r, err := c.RunBench(c.Policies[0], 0.5, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Unfinished != 0 || r.CopiesPerQuery != 1 {
+			t.Fatalf("run %+v", r)
+		}
+		mean, tail = append(mean, r.Mean), append(tail, r.Tail)
+	}
+	m := (mean[0] + mean[1] + mean[2]) / 3
+	p := (tail[0] + tail[1] + tail[2]) / 3
+	if math.Abs(m-2) > 0.2 || math.Abs(p-2*math.Log(100)) > 1.2 {
+		t.Fatalf("M/M/1 at 50%%: mean %.2f (want 2), P99 %.2f (want %.2f)", m, p, 2*math.Log(100))
+	}
+}
+
+// Without queueing, a Pareto(1.1, 2) service time's P95 is 2·20^(1/1.1)
+// ≈ 30.5 (SingleR §5.3's no-reissue baseline).
+func TestBenchParetoTail(t *testing.T) {
+	c := benchConfig("random")
+	c.Replicas, c.Workers, c.Percentile = 10, 10000, 95
+	c.Service = ServiceDist{Dist: "pareto", Shape: 1.1, ModeMs: 2}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.RunBench(c.Policies[0], 0.01, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 2 * math.Pow(20, 1/1.1)
+	if math.Abs(r.Tail-want)/want > 0.08 {
+		t.Fatalf("P95 %.2f, want %.2f", r.Tail, want)
+	}
+}
+
+// Every arm answers every request; naive hedging sends two copies of
+// nearly every query (its budget of one per batch rounds down at the
+// window's edges); the idealized hedge beats PSQ at low load (it hedges on idle
+// replicas) and a single-copy policy never sends extra copies.
+func TestBenchArms(t *testing.T) {
+	c := benchConfig("psq", "hedge", Ideal, "laedge")
+	c.Shards, c.Replicas, c.Requests, c.Warmup = 5, 2, 4000, 400
+	c.HiccupProb, c.HiccupMs = 0.01, 15
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]BenchRun{}
+	for _, p := range c.Policies {
+		r, err := c.RunBench(p, 0.1, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Unfinished != 0 || r.Requests != c.Requests {
+			t.Fatalf("%s: %+v", p.Label, r)
+		}
+		runs[p.Label] = r
+	}
+	if c := runs["hedge"].CopiesPerQuery; c < 1.95 || c > 2 || runs["psq"].ExtraPerQuery != 0 {
+		t.Fatalf("copies: hedge %v, psq extra %v", runs["hedge"].CopiesPerQuery, runs["psq"].ExtraPerQuery)
+	}
+	if runs[Ideal].Tail >= runs["psq"].Tail {
+		t.Fatalf("idealized hedge P99 %.2f is not below PSQ's %.2f at 10%% load", runs[Ideal].Tail, runs["psq"].Tail)
+	}
+	sums := Summarize([]BenchRun{runs["psq"], runs["hedge"]})
+	if tab := c.Table(sums); !strings.Contains(tab, "| load | psq | hedge |") || !strings.Contains(tab, "| 10% |") {
+		t.Fatalf("table:\n%s", tab)
+	}
+}
+
+func TestBenchBadInputIsNamed(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ doc, want string }{
+		{"shards: 0", "shards: 0"},
+		{"shards: 2\nreplicas: 2\nworkers: 1\nservice: {dist: weibull}", "service.dist"},
+		{"shards: 2\nreplicas: 2\nworkers: 1\nfanout: 3\nservice: {dist: exponential, mean_ms: 1}", "fanout: 3"},
+		{"shards: 2\nreplicas: 2\nworkers: 2\nservice: {dist: exponential, mean_ms: 1}\nutilizations: [0.5]\nrequests: 1000\npolicies: [{dispatch: {policy: ideal}}]", "workers: 1"},
+		{"shards: 2\nreplicas: 2\nworkers: 1\nservice: {dist: exponential, mean_ms: 1}\nutilizations: [0.5]\nrequests: 1000\npolicies: [{dispatch: {policy: nosuch}}]", "policies[0].dispatch"},
+		{"shards: 2\nreplicas: 2\nworkers: 1\nservice: {dist: exponential, mean_ms: 1}\nutilizations: [1.5]", "utilizations[0]"},
+		{"shards: 2\nreplica: 2", "replica"},
+	} {
+		p := filepath.Join(dir, "e.yaml")
+		os.WriteFile(p, []byte(c.doc), 0o644)
+		if _, err := LoadHedging(p); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one naming %q", c.doc, err, c.want)
+		}
+	}
+}
+
+// The shipped experiments load.
+func TestShippedHedgingExperimentsLoad(t *testing.T) {
+	files, _ := filepath.Glob("../examples/hedging/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no experiments in examples/hedging")
+	}
+	for _, f := range files {
+		if _, err := LoadHedging(f); err != nil {
+			t.Error(err)
+		}
+	}
+}
