@@ -249,7 +249,7 @@ type Ticket struct {
 	hiccup   bool
 	prio     Priority
 	key      uint64
-	given    *Op // the caller's draws (Op.Given), nil otherwise
+	given    *Op           // the caller's draws (Op.Given), nil otherwise
 	slot     int           // index in m.serving while admitted
 	ext      time.Duration // stall time owed while in service, not yet taken
 }

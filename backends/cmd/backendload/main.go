@@ -5,6 +5,14 @@
 //
 // Latency is measured from each call's scheduled send time. With --json the
 // result is one JSON object.
+//
+// With --measure it measures the backend's jitter instead (docs/hedging.md,
+// "Measure before hedging"): each of --queries keys is fetched --repeats
+// times, one call at a time; a key's fastest call is its service time, the
+// rest is jitter; it prints the stall probability and duration in
+// multiples of the mean service time, the hedging bench's jitter model:
+//
+//	backendload --addr 127.0.0.1:7100 --measure --queries 200 --repeats 30 --json
 package main
 
 import (
@@ -47,11 +55,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.MaxInFlight, "max-inflight", 100_000, "outstanding calls beyond which due calls are dropped (and counted)")
 	fs.StringVar(&c.Verify, "verify", "", "backend name: check every value against value.Bytes(name, key, size)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	measure := fs.Bool("measure", false, "measure the backend's jitter (one call at a time) instead of offering load")
+	queries := fs.Int("queries", 200, "--measure: keys measured")
+	repeats := fs.Int("repeats", 30, "--measure: calls per key")
+	threshold := fs.Float64("threshold", 2, "--measure: a call whose jitter exceeds this many mean service times is a stall")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
 		}
 		return 2
+	}
+	if *measure {
+		return runMeasure(*addr, *queries, *repeats, c.Size, *threshold, c.Timeout, *asJSON, stdout, stderr)
 	}
 	switch *arrivals {
 	case "poisson":
@@ -126,4 +141,41 @@ func codeList(r load.Result) string {
 	}
 	sort.Strings(parts)
 	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func runMeasure(addr string, queries, repeats, size int, threshold float64, timeout time.Duration, asJSON bool, stdout, stderr io.Writer) int {
+	if queries < 1 || repeats < 2 || !(threshold > 0) {
+		fmt.Fprintf(stderr, "backendload: --measure needs --queries >= 1, --repeats >= 2 and --threshold > 0 (got %d, %d, %g)\n", queries, repeats, threshold)
+		return 2
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(server.MaxResponseBytes+16<<20)))
+	if err != nil {
+		fmt.Fprintf(stderr, "backendload: --addr %q: %v\n", addr, err)
+		return 2
+	}
+	defer conn.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	runs, err := load.MeasureJitter(ctx, robinhoodv1.NewBackendServiceClient(conn), queries, repeats, size, timeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "backendload: %v\n", err)
+		return 1
+	}
+	m, err := load.AnalyzeJitter(runs, threshold)
+	if err != nil {
+		fmt.Fprintf(stderr, "backendload: %v\n", err)
+		return 1
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(m)
+		return 0
+	}
+	fmt.Fprintf(stdout, "service   P̄ = %.3f ms (mean of each key's fastest of %d calls, %d keys)\n", m.MeanServiceMs, repeats, queries)
+	fmt.Fprintf(stdout, "jitter    median %.2f P̄, P99 %.2f P̄\n", m.JitterP50X, m.JitterP99X)
+	fmt.Fprintf(stdout, "stalls    probability %.4f, mean %.1f P̄ (jitter above %g P̄)\n", m.StallProb, m.StallX, threshold)
+	fmt.Fprintf(stdout, "bench     service: {dist: exponential, mean_ms: 1}, hiccup_prob: %.4g, hiccup_ms: %.3g\n", m.StallProb, m.StallX)
+	return 0
 }

@@ -69,3 +69,41 @@ func TestJSONReportAgainstARealServer(t *testing.T) {
 		t.Fatalf("wrong name: exit %d, output %s", code, out.String())
 	}
 }
+
+// --measure against a real server whose queries have a fixed cost per key
+// and hiccup with probability 0.05 for 40 ms: it finds about that.
+func TestMeasureFindsTheInjectedJitter(t *testing.T) {
+	model, _ := capacity.New(capacity.Limits{Workers: 1, CostMs: 2, HiccupProb: 0.05, HiccupMs: 40}, 3, nil)
+	store, _ := kv.NewMemory("b", 1<<20)
+	srv, err := server.New(server.Options{Name: "b", Store: store, Model: model})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	robinhoodv1.RegisterBackendServiceServer(g, srv)
+	go g.Serve(lis)
+	defer g.Stop()
+	var out, errb bytes.Buffer
+	if code := run([]string{"--addr", lis.Addr().String(), "--measure", "--queries", "40", "--repeats", "20", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var m struct {
+		P     float64 `json:"mean_service_ms"`
+		Prob  float64 `json:"stall_prob"`
+		Stall float64 `json:"stall_x"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &m); err != nil {
+		t.Fatalf("%v in %s", err, out.String())
+	}
+	// P̄ is the keys' mean cost (2 ms) plus the call's overhead.
+	if m.P < 1 || m.P > 4 || m.Prob < 0.02 || m.Prob > 0.09 || m.Stall*m.P < 30 || m.Stall*m.P > 50 {
+		t.Fatalf("measured P̄ %.2f ms, stalls %.3f of %.1f P̄ (%.1f ms); want about 2 ms, 0.05, 40 ms", m.P, m.Prob, m.Stall, m.Stall*m.P)
+	}
+	if code := run([]string{"--measure", "--repeats", "1"}, &out, &errb); code != 2 {
+		t.Fatalf("--repeats 1: exit %d", code)
+	}
+}

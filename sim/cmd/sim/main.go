@@ -35,6 +35,9 @@ import (
 const usage = `usage:
   sim arm --topology FILE (--trace FILE | --synth "ARGS") --out DIR --duration D [flags]
   sim hedging --experiment FILE [--out DIR]   the replicated-backend bench (docs/hedging.md)
+  sim advise (--measured FILE | --stall-prob P --stall-x D) [--replicas R --utilization U]
+                                              which dispatch policy the bench finds best
+  sim advise --heatmap DIR                    what hedging can bring over PSQ (a figure)
 
 bin/sim is the simulator's engine: it runs one arm the testbed prepared.
 Simulate an experiment with the testbed:
@@ -67,6 +70,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		return cmdArm(args[1:], stdout, stderr)
 	case "hedging":
 		return cmdHedging(args[1:], stdout, stderr)
+	case "advise":
+		return cmdAdvise(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

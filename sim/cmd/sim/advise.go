@@ -1,0 +1,275 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/robinhoodcache/robinhood/sim"
+)
+
+// adviseCandidates are the implementable policies advise compares, with
+// the idealized hedge as the bound (docs/hedging.md, "Which policy").
+var adviseCandidates = []sim.BenchPolicy{
+	{Label: "random", Dispatch: map[string]any{"policy": "random"}},
+	{Label: "jsq", Dispatch: map[string]any{"policy": "jsq"}},
+	{Label: "psq", Dispatch: map[string]any{"policy": "psq"}},
+	{Label: "hedge", Dispatch: map[string]any{"policy": "hedge", "budget": 1.0, "cancel": true}},
+	{Label: "d-hedge-5P", Dispatch: map[string]any{"policy": "d-hedge", "delay": "5ms", "percentile": 0.0, "budget": 10.0, "cancel": true}},
+	{Label: "laedge", Dispatch: map[string]any{"policy": "laedge"}},
+	{Label: "laedge-cc", Dispatch: map[string]any{"policy": "laedge-cc"}},
+	{Label: sim.Ideal, Dispatch: map[string]any{"policy": sim.Ideal}},
+}
+
+// cmdAdvise answers which dispatch policy the bench finds best for a
+// backend's measured jitter, or draws the heat map of what hedging can
+// bring over PSQ.
+func cmdAdvise(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim advise", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	measured := fs.String("measured", "", "a `backendload --measure --json` result: its stall_prob and stall_x")
+	prob := fs.Float64("stall-prob", -1, "probability that a query stalls (instead of --measured)")
+	stallX := fs.Float64("stall-x", -1, "a stall's duration in mean service times (instead of --measured)")
+	replicas := fs.Int("replicas", 2, "replicas per shard")
+	shards := fs.Int("shards", 10, "shards a request queries (all of them)")
+	util := fs.Float64("utilization", 0.3, "load of the replicas without duplicates, in (0, 1)")
+	requests := fs.Int("requests", 10000, "requests per arm")
+	seeds := fs.Int("seeds", 3, "seeds per arm")
+	heat := fs.String("heatmap", "", "instead: sweep stall probability 1e-1..1e-4 x utilization 10..80% at --stall-x (default 15) and write the idealized hedge's and LÆDGE's gain over PSQ as heatmap.svg and heatmap.json into this folder")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *measured != "" {
+		b, err := os.ReadFile(*measured)
+		if err != nil {
+			return fmt.Errorf("--measured: %w", err)
+		}
+		var m struct {
+			Prob  *float64 `json:"stall_prob"`
+			Stall *float64 `json:"stall_x"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil || m.Prob == nil || m.Stall == nil {
+			return fmt.Errorf("--measured %s: not a `backendload --measure --json` result (stall_prob, stall_x): %v", *measured, err)
+		}
+		*prob, *stallX = *m.Prob, *m.Stall
+	}
+	if *heat != "" && *stallX < 0 {
+		*stallX = 15
+	}
+	if *heat == "" && (*prob < 0 || *prob > 1) {
+		return errors.New("give --measured FILE, or --stall-prob in [0, 1] and --stall-x")
+	}
+	if !(*stallX >= 0) || *stallX > 1e5 {
+		return fmt.Errorf("--stall-x: %g is not between 0 and 100000", *stallX)
+	}
+	if *seeds < 1 || *seeds > 100 {
+		return fmt.Errorf("--seeds: %d is not between 1 and 100", *seeds)
+	}
+	base := func(p float64, u float64, pols []sim.BenchPolicy) (*sim.HedgingConfig, error) {
+		c := &sim.HedgingConfig{Name: "advise", Shards: *shards, Replicas: *replicas, Workers: 1,
+			Service: sim.ServiceDist{Dist: "exponential", MeanMs: 1}, HiccupProb: p, HiccupMs: *stallX,
+			Utilizations: []float64{u}, Requests: *requests, Warmup: *requests / 10, Policies: pols}
+		for s := 1; s <= *seeds; s++ {
+			c.Seeds = append(c.Seeds, uint64(s))
+		}
+		return c, c.Validate()
+	}
+	if *heat != "" {
+		return heatmap(*heat, *stallX, base, stdout)
+	}
+	c, err := base(*prob, *util, adviseCandidates)
+	if err != nil {
+		return err
+	}
+	sums, err := runArms(c)
+	if err != nil {
+		return err
+	}
+	sort.SliceStable(sums, func(i, j int) bool { return sums[i].Tail < sums[j].Tail })
+	var psq, ideal float64
+	for _, s := range sums {
+		switch s.Policy {
+		case "psq":
+			psq = s.Tail
+		case sim.Ideal:
+			ideal = s.Tail
+		}
+	}
+	fmt.Fprintf(stdout, "%d shards x %d replicas at %.0f%% load, stalls of %.3g P̄ with probability %.3g: P99 in P̄ (median of %d seeds)\n",
+		*shards, *replicas, *util*100, *stallX, *prob, *seeds)
+	best := ""
+	for _, s := range sums {
+		note := ""
+		switch {
+		case s.Policy == sim.Ideal:
+			note = "  (the bound: not implementable)"
+		case s.Unfinished > 0:
+			note = "  (unstable: work piles up)"
+		case best == "":
+			best = s.Policy
+			note = "  <- best"
+		}
+		fmt.Fprintf(stdout, "  %-12s %7.1f%s\n", s.Policy, s.Tail, note)
+	}
+	for _, s := range sums {
+		if s.Policy == best {
+			fmt.Fprintf(stdout, "best: %s, P99 %.1f P̄: %+.0f%% against psq (%.1f); the idealized hedge reaches %.1f\n",
+				best, s.Tail, 100*(s.Tail-psq)/psq, psq, ideal)
+		}
+	}
+	return nil
+}
+
+func runArms(c *sim.HedgingConfig) ([]sim.BenchSummary, error) {
+	type arm struct {
+		p sim.BenchPolicy
+		u float64
+		s uint64
+	}
+	var arms []arm
+	for _, p := range c.Policies {
+		for _, u := range c.Utilizations {
+			for _, s := range c.Seeds {
+				arms = append(arms, arm{p, u, s})
+			}
+		}
+	}
+	runs := make([]sim.BenchRun, len(arms))
+	errs := make([]error, len(arms))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				runs[i], errs[i] = c.RunBench(arms[i].p, arms[i].u, arms[i].s)
+			}
+		}()
+	}
+	for i := range arms {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return sim.Summarize(runs), errors.Join(errs...)
+}
+
+// heatCell is one point of the heat map.
+type heatCell struct {
+	StallProb   float64 `json:"stall_prob"`
+	Utilization float64 `json:"utilization"`
+	PSQ         float64 `json:"psq_p99"`
+	Ideal       float64 `json:"ideal_p99"`
+	Laedge      float64 `json:"laedge_p99"`
+	// Gains over PSQ: (psq - x) / psq.
+	IdealGain  float64 `json:"ideal_gain"`
+	LaedgeGain float64 `json:"laedge_gain"`
+}
+
+func heatmap(dir string, stallX float64, base func(float64, float64, []sim.BenchPolicy) (*sim.HedgingConfig, error), stdout io.Writer) error {
+	probs := []float64{1e-1, 1e-2, 1e-3, 1e-4}
+	utils := []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}
+	pols := []sim.BenchPolicy{adviseCandidates[2], adviseCandidates[5], adviseCandidates[7]}
+	var cells []heatCell
+	for _, p := range probs {
+		c, err := base(p, utils[0], pols)
+		if err != nil {
+			return err
+		}
+		c.Utilizations = utils
+		sums, err := runArms(c)
+		if err != nil {
+			return err
+		}
+		for _, u := range utils {
+			h := heatCell{StallProb: p, Utilization: u}
+			for _, s := range sums {
+				if s.Utilization != u {
+					continue
+				}
+				switch s.Policy {
+				case "psq":
+					h.PSQ = s.Tail
+				case "laedge":
+					h.Laedge = s.Tail
+				case sim.Ideal:
+					h.Ideal = s.Tail
+				}
+			}
+			h.IdealGain, h.LaedgeGain = (h.PSQ-h.Ideal)/h.PSQ, (h.PSQ-h.Laedge)/h.PSQ
+			cells = append(cells, h)
+		}
+		fmt.Fprintf(stdout, "stall probability %g done\n", p)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(cells, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "heatmap.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	svg := heatSVG(cells, probs, utils, stallX)
+	if err := os.WriteFile(filepath.Join(dir, "heatmap.svg"), []byte(svg), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(dir, "heatmap.svg"), filepath.Join(dir, "heatmap.json"))
+	return nil
+}
+
+// heatSVG draws two heat maps side by side (the idealized hedge's and
+// LÆDGE's P99 gain over PSQ), darker for more gain, each cell labelled.
+func heatSVG(cells []heatCell, probs, utils []float64, stallX float64) string {
+	const cw, ch, left, top = 56, 36, 70, 50
+	w := left + 2*(len(utils)*cw+40)
+	h := top + len(probs)*ch + 60
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="13">P99 gain over PSQ (stall %.3g P̄, replicas as given; darker is more)</text>`+"\n", left, stallX)
+	for k, name := range []string{"idealized hedge", "laedge"} {
+		x0 := left + k*(len(utils)*cw+40)
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", x0, top-8, name)
+		for i, p := range probs {
+			y := top + i*ch
+			if k == 0 {
+				fmt.Fprintf(&b, `<text x="4" y="%d">p=%g</text>`+"\n", y+ch/2+4, p)
+			}
+			for j, u := range utils {
+				var g float64
+				for _, c := range cells {
+					if c.StallProb == p && c.Utilization == u {
+						g = c.IdealGain
+						if k == 1 {
+							g = c.LaedgeGain
+						}
+					}
+				}
+				shade := int(255 - 255*math.Max(0, math.Min(1, g/0.6)))
+				fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="rgb(%d,%d,255)" stroke="white"/>`+"\n", x0+j*cw, y, cw, ch, shade, shade)
+				color := "black"
+				if shade < 110 {
+					color = "white"
+				}
+				fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle" fill="%s">%+.0f%%</text>`+"\n", x0+j*cw+cw/2, y+ch/2+4, color, 100*g)
+			}
+		}
+		for j, u := range utils {
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%.0f%%</text>`+"\n", x0+j*cw+cw/2, top+len(probs)*ch+16, u*100)
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="%d">utilization</text>`+"\n", x0+len(utils)*cw/2-30, top+len(probs)*ch+34)
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
