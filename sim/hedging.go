@@ -55,13 +55,16 @@ type HedgingConfig struct {
 	StallMs     float64 `yaml:"stall_ms"`
 	// Cancel: running (a cancelled copy stops, queued or running) or
 	// queued (only queued copies are purged; running ones finish).
-	Cancel       string        `yaml:"cancel"`
-	Utilizations []float64     `yaml:"utilizations"`
-	Requests     int           `yaml:"requests"`
-	Warmup       int           `yaml:"warmup"`
-	Percentile   float64       `yaml:"percentile"`
-	Seeds        []uint64      `yaml:"seeds"`
-	Policies     []BenchPolicy `yaml:"policies"`
+	Cancel       string    `yaml:"cancel"`
+	Utilizations []float64 `yaml:"utilizations"`
+	Requests     int       `yaml:"requests"`
+	Warmup       int       `yaml:"warmup"`
+	Percentile   float64   `yaml:"percentile"`
+	Seeds        []uint64  `yaml:"seeds"`
+	// Unit of the table: mean (multiples of the mean service time, the
+	// default) or ms.
+	Unit     string        `yaml:"unit"`
+	Policies []BenchPolicy `yaml:"policies"`
 }
 
 // ServiceDist is the inherent cost's distribution, in ms.
@@ -80,6 +83,8 @@ type ServiceDist struct {
 type BenchPolicy struct {
 	Label    string         `yaml:"label"`
 	Dispatch map[string]any `yaml:"dispatch"`
+	// Cancel overrides the experiment's cancel semantics for this arm.
+	Cancel string `yaml:"cancel"`
 }
 
 // Mean is the distribution's mean in ms.
@@ -209,6 +214,13 @@ func (c *HedgingConfig) Validate() error {
 	if len(c.Seeds) == 0 {
 		c.Seeds = []uint64{1}
 	}
+	switch c.Unit {
+	case "":
+		c.Unit = "mean"
+	case "mean", "ms":
+	default:
+		return fmt.Errorf("unit: %q is not one of mean, ms", c.Unit)
+	}
 	if len(c.Policies) == 0 {
 		return errors.New("policies: at least one is needed")
 	}
@@ -223,6 +235,11 @@ func (c *HedgingConfig) Validate() error {
 			return fmt.Errorf("policies[%d].label: %q appears twice", i, p.Label)
 		}
 		seen[p.Label] = true
+		switch p.Cancel {
+		case "", "running", "queued":
+		default:
+			return fmt.Errorf("policies[%d].cancel: %q is not one of running, queued", i, p.Cancel)
+		}
 		if name == Ideal {
 			if len(p.Dispatch) > 1 {
 				return fmt.Errorf("policies[%d].dispatch: ideal takes no parameters", i)
@@ -276,8 +293,11 @@ type BenchRun struct {
 	CopiesPerQuery float64 `json:"copies_per_query"`
 	ExtraPerQuery  float64 `json:"extra_per_query"`
 	Requests       int     `json:"requests"`
-	// Unfinished requests when the run stopped (an overloaded arm).
+	// Unfinished requests (after warm-up) when the run stopped, counted
+	// as slower than every finished one; Unstable when they reach into the
+	// percentile (an overloaded arm: Tail is then unknown, 0).
 	Unfinished int     `json:"unfinished"`
+	Unstable   bool    `json:"unstable"`
 	WallS      float64 `json:"wall_s"`
 }
 
@@ -294,7 +314,11 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	fleets := make([]*fleet, c.Shards)
 	drivers := make([]*driver, c.Shards)
 	for s := range fleets {
-		f := &fleet{eng: eng, keepRunning: c.Cancel == "queued"}
+		cancel := c.Cancel
+		if p.Cancel != "" {
+			cancel = p.Cancel
+		}
+		f := &fleet{eng: eng, keepRunning: cancel == "queued"}
 		for r := 0; r < c.Replicas; r++ {
 			rep := &replica{}
 			clk := &Clock{Engine: eng, Epoch: epoch}
@@ -382,11 +406,17 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	// ten times the arrivals' span past the last arrival.
 	span := time.Duration(float64(total) / rate * float64(time.Second))
 	eng.RunUntil(span * 11)
-	run := BenchRun{Policy: p.Label, Utilization: u, Seed: seed, Requests: len(lat), Unfinished: total - finished,
+	run := BenchRun{Policy: p.Label, Utilization: u, Seed: seed, Requests: len(lat), Unfinished: c.Requests - len(lat),
 		WallS: time.Since(start).Seconds()}
+	// The unfinished requests are slower than any finished one: the
+	// percentile is exact while it does not reach them.
+	rank := percentile.Rank(c.Requests, c.Percentile/100)
+	run.Unstable = rank > len(lat)
 	if len(lat) > 0 {
 		sort.Float64s(lat)
-		run.Tail = percentile.Of(lat, c.Percentile/100)
+		if !run.Unstable {
+			run.Tail = lat[rank-1]
+		}
 		run.Median = percentile.Of(lat, 0.5)
 		s := 0.0
 		for _, v := range lat {
@@ -554,7 +584,8 @@ type BenchSummary struct {
 	// Tail's median, minimum and maximum over the seeds, ms.
 	Tail, TailMin, TailMax float64
 	ExtraPerQuery          float64 `json:"extra_per_query"`
-	Unfinished             int     `json:"unfinished"`
+	// Unstable counts the seeds whose arm was unstable.
+	Unstable int `json:"unstable"`
 }
 
 // Summarize groups runs by policy and utilization.
@@ -580,10 +611,20 @@ func Summarize(runs []BenchRun) []BenchSummary {
 		for i, r := range g {
 			tails[i] = r.Tail
 			s.ExtraPerQuery += r.ExtraPerQuery / float64(len(g))
-			s.Unfinished += r.Unfinished
+			if r.Unstable {
+				s.Unstable++
+				tails[i] = math.Inf(1)
+			}
 		}
 		sort.Float64s(tails)
 		s.Tail, s.TailMin, s.TailMax = percentile.Of(tails, 0.5), tails[0], tails[len(tails)-1]
+		// JSON has no infinity: an unstable seed's tail is written as 0
+		// and counted in Unstable.
+		for _, v := range []*float64{&s.Tail, &s.TailMin, &s.TailMax} {
+			if math.IsInf(*v, 1) {
+				*v = 0
+			}
+		}
 		out = append(out, s)
 	}
 	return out
@@ -606,6 +647,9 @@ func (c *HedgingConfig) Table(sums []BenchSummary) string {
 	}
 	sort.Float64s(us)
 	unit := c.MeanService()
+	if c.Unit == "ms" {
+		unit = 1
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| load | %s |\n|---:|%s\n", strings.Join(pols, " | "), strings.Repeat("---:|", len(pols)))
 	for _, u := range us {
@@ -615,8 +659,10 @@ func (c *HedgingConfig) Table(sums []BenchSummary) string {
 			switch {
 			case !ok:
 				b.WriteString(" |")
-			case s.Unfinished > 0:
+			case s.Unstable*2 > len(c.Seeds):
 				b.WriteString(" unstable |")
+			case s.Unstable > 0:
+				fmt.Fprintf(&b, " %.1f (%.1f–unstable) |", s.Tail/unit, s.TailMin/unit)
 			default:
 				fmt.Fprintf(&b, " %.1f (%.1f–%.1f) |", s.Tail/unit, s.TailMin/unit, s.TailMax/unit)
 			}

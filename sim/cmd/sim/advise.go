@@ -115,7 +115,7 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 		switch {
 		case s.Policy == sim.Ideal:
 			note = "  (the bound: not implementable)"
-		case s.Unfinished > 0:
+		case s.Unstable > 0:
 			note = "  (unstable: work piles up)"
 		case best == "":
 			best = s.Policy

@@ -84,8 +84,12 @@ func cmdHedging(args []string, stdout, stderr io.Writer) error {
 	}
 	sums := sim.Summarize(runs)
 	table := c.Table(sums)
-	fmt.Fprintf(stdout, "%s: P%g latency in multiples of the mean service time %.3g ms (median over %d seeds, range), %d arms in %.0f s\n\n%s",
-		c.Name, c.Percentile, c.MeanService(), len(c.Seeds), len(arms), time.Since(start).Seconds(), table)
+	unit := fmt.Sprintf("multiples of the mean service time %.3g ms", c.MeanService())
+	if c.Unit == "ms" {
+		unit = "ms"
+	}
+	fmt.Fprintf(stdout, "%s: P%g latency in %s (median over %d seeds, range), %d arms in %.0f s\n\n%s",
+		c.Name, c.Percentile, unit, len(c.Seeds), len(arms), time.Since(start).Seconds(), table)
 	if *out == "" {
 		return nil
 	}
