@@ -13,6 +13,7 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/internal/testbackend"
 	"github.com/robinhoodcache/robinhood/backends/value"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	policy "github.com/robinhoodcache/robinhood/lib/dispatch"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -24,7 +25,7 @@ func TestRandomSpreadsOverReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	d, err := Build(config.Dispatch{Policy: Random}, rs)
+	d, err := Build(config.Dispatch{Policy: "random"}, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +51,13 @@ func TestRandomSpreadsOverReplicas(t *testing.T) {
 }
 
 func TestBuildRejectsUnknownPolicy(t *testing.T) {
-	_, err := Build(config.Dispatch{Policy: "jsq"}, &Replicas{})
-	if err == nil || !strings.Contains(err.Error(), `"jsq"`) || !strings.Contains(err.Error(), "random") {
+	_, err := Build(config.Dispatch{Policy: "psychic"}, &Replicas{})
+	if err == nil || !strings.Contains(err.Error(), `policy: "psychic" is not one of `+strings.Join(policy.Names(), ", ")) {
 		t.Fatalf("got %v, want an error naming the policy and the known ones", err)
+	}
+	_, err = Build(config.Dispatch{Policy: "psq", Params: map[string]any{"n": int64(0)}}, &Replicas{})
+	if err == nil || !strings.Contains(err.Error(), "n: 0 is not between 1 and 1000") {
+		t.Fatalf("got %v, want the parameter named", err)
 	}
 }
 
@@ -73,11 +78,39 @@ func TestDialNeedsReplicas(t *testing.T) {
 	}
 }
 
+// getAll sends batches through d until done() holds (at most n), each with
+// a 5 s deadline; every one must answer.
+func getAll(t *testing.T, d *Dispatcher, n int, done func() bool) {
+	t.Helper()
+	req := &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}
+	for i := 0; i < n && !done(); i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := d.Get(ctx, req)
+		cancel()
+		if err != nil || len(resp.Values) != 1 || !value.Check(resp.Values[0], "ratings", "k") {
+			t.Fatalf("batch %d failed: %v", i, err)
+		}
+	}
+	if !done() {
+		t.Fatalf("not done after %d batches", n)
+	}
+}
+
+// waitFor polls cond every 10 ms for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+	}
+}
+
 // A dead replica (connection refused: Unavailable at once) costs no request:
-// each batch sent to it is retried on the other replica; after EjectAfter
-// failures in a row it is out of rotation for EjectBase, then probed by
-// ordinary traffic — ejected again for twice as long while it stays dead,
-// back in rotation once it answers.
+// each batch sent to it is retried on the other replica (Machine.Settle);
+// after EjectAfter failures in a row it is out of rotation — the policy is
+// told and sends nothing to it — for EjectBase, then back in rotation and
+// probed by ordinary traffic: ejected again at its first failure.
 func TestDeadReplicaIsRetriedEjectedAndProbedBack(t *testing.T) {
 	live := testbackend.Start(t, "ratings")
 	dead := deadAddr(t)
@@ -86,75 +119,45 @@ func TestDeadReplicaIsRetriedEjectedAndProbedBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	now := time.Unix(1_000, 0)
-	rs.now = func() time.Time { return now }
-	req := &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}
-	get := func() {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := rs.Call(ctx, 0, req)
-		if err != nil || len(resp.Values) != 1 {
-			t.Fatalf("a batch for the dead replica failed: %v", err)
-		}
+	d, err := Build(config.Dispatch{Policy: "random"}, rs)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range EjectAfter {
-		get()
+	getAll(t, d, 1000, func() bool { return rs.Ejections() == 1 })
+	if st := d.Stats(); rs.Healthy(0) || !rs.Healthy(1) || st.Retries != EjectAfter || st.InRotation != 1 || st.WonLater != EjectAfter {
+		t.Fatalf("after the ejection: healthy %v %v, %+v", rs.Healthy(0), rs.Healthy(1), st)
 	}
-	if rs.Healthy(0) || !rs.Healthy(1) || rs.Retries() != EjectAfter || rs.Ejections() != 1 {
-		t.Fatalf("after %d failures: healthy %v %v, %d retries, %d ejections", EjectAfter, rs.Healthy(0), rs.Healthy(1), rs.Retries(), rs.Ejections())
-	}
-	if in := rs.InRotation(nil); len(in) != 1 || in[0] != 1 {
-		t.Fatalf("in rotation: %v, want [1]", in)
-	}
-	// Random dispatch sends nothing to it while it is out.
-	d, _ := Build(config.Dispatch{Policy: Random}, rs)
+	// The policy sends nothing to it while it is out.
 	before := live.Calls()
-	for range 20 {
-		if _, err := d.Get(context.Background(), req); err != nil {
-			t.Fatal(err)
-		}
+	getAll(t, d, 20, func() bool { return live.Calls()-before == 20 })
+	if st := d.Stats(); st.Retries != EjectAfter {
+		t.Fatalf("while ejected: %d retries", st.Retries)
 	}
-	if live.Calls()-before != 20 || rs.Retries() != EjectAfter {
-		t.Fatalf("while ejected: %d calls reached the live replica, %d retries", live.Calls()-before, rs.Retries())
-	}
-	// Back in rotation after EjectBase: the probe fails, out again for 2 × EjectBase.
-	now = now.Add(EjectBase)
-	if !rs.Healthy(0) {
-		t.Fatal("not probed back after EjectBase")
-	}
-	get()
-	if rs.Healthy(0) || rs.Ejections() != 2 {
-		t.Fatalf("a failed probe: healthy %v, %d ejections", rs.Healthy(0), rs.Ejections())
-	}
-	now = now.Add(EjectBase)
-	if rs.Healthy(0) {
-		t.Fatal("the second ejection lasted only EjectBase")
-	}
-	now = now.Add(EjectBase)
-	if !rs.Healthy(0) {
-		t.Fatal("not probed back after 2 × EjectBase")
+	// Back in rotation after EjectBase; the first batch sent to it fails,
+	// is retried, and ejects it again.
+	waitFor(t, "rotation after EjectBase", func() bool { return d.Stats().InRotation == 2 })
+	getAll(t, d, 1000, func() bool { return rs.Ejections() == 2 })
+	if st := d.Stats(); st.Retries != EjectAfter+1 || st.InRotation != 1 {
+		t.Fatalf("the probe by traffic: %+v", st)
 	}
 	// A caller that gives up is not the replica's fault.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := rs.Call(ctx, 1, req); status.Code(err) != codes.Canceled || !rs.Healthy(1) {
+	if _, err := d.Get(ctx, &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}); status.Code(err) != codes.Canceled || !rs.Healthy(1) {
 		t.Fatalf("a cancelled call: %v, healthy %v", err, rs.Healthy(1))
 	}
 }
 
-// A hung replica (it accepts connections and never answers, as a stopped
-// process does) costs a batch one AttemptTimeout: the attempt runs out, the
-// caller's deadline still leaves time, and the batch is retried on the other
-// replica. After EjectAfter such timeouts the hung replica is ejected.
-func TestHungReplicaIsRetriedAfterItsAttemptTimeout(t *testing.T) {
-	live := testbackend.Start(t, "ratings")
+// holdAddr is a loopback address that accepts connections and never
+// answers (as a stopped process does).
+func holdAddr(t *testing.T) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	go func() { // accept and hold connections without a word
+	t.Cleanup(func() { l.Close() })
+	go func() {
 		var held []net.Conn
 		defer func() {
 			for _, c := range held {
@@ -169,46 +172,43 @@ func TestHungReplicaIsRetriedAfterItsAttemptTimeout(t *testing.T) {
 			held = append(held, c)
 		}
 	}()
-	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: l.Addr().String()}, {GRPC: live.Addr}}})
+	return l.Addr().String()
+}
+
+// A hung replica costs a batch one AttemptTimeout: the attempt runs out,
+// the caller's deadline still leaves time, and the batch is retried on the
+// other replica. After EjectAfter such timeouts the hung replica is ejected.
+func TestHungReplicaIsRetriedAfterItsAttemptTimeout(t *testing.T) {
+	live := testbackend.Start(t, "ratings")
+	hung := holdAddr(t)
+	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: hung}, {GRPC: live.Addr}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rs.Close()
 	rs.AttemptTimeout = 100 * time.Millisecond
-	req := &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}
-	for n := 1; n <= EjectAfter; n++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		t0 := time.Now()
-		resp, err := rs.Call(ctx, 0, req)
-		cancel()
-		if err != nil || len(resp.Values) != 1 {
-			t.Fatalf("batch %d for the hung replica failed: %v", n, err)
-		}
-		if d := time.Since(t0); d < rs.AttemptTimeout {
-			t.Fatalf("batch %d answered in %v, before its first attempt could time out", n, d)
-		}
-		if rs.Retries() != uint64(n) {
-			t.Fatalf("after %d batches: %d retries", n, rs.Retries())
-		}
-	}
-	if rs.Healthy(0) || rs.Ejections() != 1 {
-		t.Fatalf("after %d timeouts: healthy %v, %d ejections", EjectAfter, rs.Healthy(0), rs.Ejections())
+	d, _ := Build(config.Dispatch{Policy: "random"}, rs)
+	getAll(t, d, 1000, func() bool { return rs.Ejections() == 1 })
+	if st := d.Stats(); rs.Healthy(0) || st.Retries != EjectAfter {
+		t.Fatalf("after %d timeouts: healthy %v, %+v", EjectAfter, rs.Healthy(0), st)
 	}
 	// No time left for a second attempt: the caller's deadline ends the batch.
-	rs2, _ := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: l.Addr().String()}, {GRPC: live.Addr}}})
+	rs2, _ := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: hung}}})
 	defer rs2.Close()
 	rs2.AttemptTimeout = time.Second
+	d2, _ := Build(config.Dispatch{Policy: "random"}, rs2)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := rs2.Call(ctx, 0, req); status.Code(err) != codes.DeadlineExceeded || rs2.Retries() != 0 {
-		t.Fatalf("a batch whose caller's deadline passed: %v, %d retries", err, rs2.Retries())
+	if _, err := d2.Get(ctx, &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}); status.Code(err) != codes.DeadlineExceeded || d2.Stats().Retries != 0 {
+		t.Fatalf("a batch whose caller's deadline passed: %v, %+v", err, d2.Stats())
 	}
 }
 
-// When every other replica is ejected, the retry still goes to one (the one
-// whose ejection ends first): a replica that came back is probed by the retry
-// instead of the batch failing.
-func TestRetryProbesAnEjectedReplicaWhenNoneIsInRotation(t *testing.T) {
+// A retry goes to a replica in rotation: with the other replica ejected, a
+// batch whose replica fails is not retried. When every replica is ejected,
+// every one is usable (a backend is never given up on): the live replica
+// that was ejected serves again.
+func TestEveryReplicaIsUsableWhenAllAreEjected(t *testing.T) {
 	live := testbackend.Start(t, "ratings")
 	dead := deadAddr(t)
 	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: dead}, {GRPC: live.Addr}}})
@@ -216,23 +216,34 @@ func TestRetryProbesAnEjectedReplicaWhenNoneIsInRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	now := time.Unix(1_000, 0)
-	rs.now = func() time.Time { return now }
-	rs.list[1].health.ejectedUntil = now.Add(10 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := rs.Call(ctx, 0, &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}})
-	if err != nil || len(resp.Values) != 1 || rs.Retries() != 1 || live.Calls() != 1 {
-		t.Fatalf("got %v, %d retries, %d calls to the ejected live replica", err, rs.Retries(), live.Calls())
+	d, _ := Build(config.Dispatch{Policy: "random"}, rs)
+	// Eject the live replica by hand, as a run of failures would.
+	h := &rs.list[1].health
+	h.mu.Lock()
+	h.ejectedAt, h.ejectedUntil, h.ejections = time.Now(), time.Now().Add(time.Minute), 1
+	h.mu.Unlock()
+	rs.tell(1, false)
+	req := &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}
+	for i := range EjectAfter - 1 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := d.Get(ctx, req)
+		cancel()
+		if status.Code(err) != codes.Unavailable || d.Stats().Retries != 0 {
+			t.Fatalf("batch %d with the only replica in rotation dead: %v, %+v", i, err, d.Stats())
+		}
 	}
-	if !rs.Healthy(1) && rs.list[1].health.ejections != 0 {
-		t.Fatal("a successful probe left the replica's ejection streak")
+	// The next failure ejects it too: now every replica is usable, and the
+	// batch is retried on the live one.
+	getAll(t, d, 1000, func() bool { return live.Calls() >= 5 })
+	if rs.Healthy(0) || d.Stats().InRotation != 0 || d.Stats().Retries == 0 {
+		t.Fatalf("the dead replica was not ejected: %+v", d.Stats())
 	}
 }
 
 // An ejected replica that answers its health check again is readmitted by
 // the active probe once it has been out EjectBase, not at the end of a long
-// doubled ejection; one that does not answer stays out.
+// doubled ejection, and the policy is told; one that does not answer stays
+// out.
 func TestEjectedReplicaIsReadmittedByTheActiveProbe(t *testing.T) {
 	slow := testbackend.Start(t, "ratings")
 	live := testbackend.Start(t, "ratings")
@@ -244,23 +255,14 @@ func TestEjectedReplicaIsReadmittedByTheActiveProbe(t *testing.T) {
 	rs.AttemptTimeout = 50 * time.Millisecond
 	rs.list[0].health.ejections = 4 // the next ejection lasts 16 s
 	slow.SetDelay(time.Second)
-	req := &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := rs.Call(ctx, 0, req); err != nil {
-		t.Fatal(err)
-	}
-	if rs.Healthy(0) {
+	d, _ := Build(config.Dispatch{Policy: "random"}, rs)
+	getAll(t, d, 1000, func() bool { return rs.Ejections() == 1 })
+	if rs.Healthy(0) || d.Stats().InRotation != 1 {
 		t.Fatal("a replica with a streak of ejections was not ejected by its next failure")
 	}
 	slow.SetDelay(0)
 	t0 := time.Now()
-	for !rs.Healthy(0) {
-		if time.Since(t0) > 5*time.Second {
-			t.Fatalf("not readmitted within 5 s of a 16 s ejection (%d readmissions)", rs.Readmissions())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "readmission", func() bool { return rs.Healthy(0) && d.Stats().InRotation == 2 })
 	if d := time.Since(t0); d < EjectBase-100*time.Millisecond || rs.Readmissions() != 1 {
 		t.Fatalf("readmitted after %v (%d readmissions); want EjectBase at least", d, rs.Readmissions())
 	}
@@ -270,11 +272,10 @@ func TestEjectedReplicaIsReadmittedByTheActiveProbe(t *testing.T) {
 	rs2, _ := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: dead}, {GRPC: live.Addr}}})
 	defer rs2.Close()
 	rs2.list[0].health.ejections = 4
-	if _, err := rs2.Call(ctx, 0, req); err != nil {
-		t.Fatal(err)
-	}
+	d2, _ := Build(config.Dispatch{Policy: "random"}, rs2)
+	getAll(t, d2, 1000, func() bool { return rs2.Ejections() == 1 })
 	time.Sleep(EjectBase + 3*ProbeEvery)
-	if rs2.Healthy(0) || rs2.Readmissions() != 0 {
+	if rs2.Healthy(0) || rs2.Readmissions() != 0 || d2.Stats().InRotation != 1 {
 		t.Fatalf("a dead replica was readmitted (%d)", rs2.Readmissions())
 	}
 }

@@ -20,7 +20,9 @@ import (
 // back-off period (EjectBase, doubling with every ejection in a row up to
 // EjectMax) and then probed back by ordinary traffic; a call that fails
 // with Unavailable or runs out of its attempt timeout is retried once on
-// another replica within its deadline.
+// another replica within its deadline (by the policy: lib/dispatch's
+// Machine.Settle). Every change of rotation is told to the Dispatcher, whose
+// policy sends only to replicas in rotation (to every one when none is).
 const (
 	EjectAfter = 3
 	EjectBase  = time.Second
@@ -108,28 +110,28 @@ func retryable(ctx context.Context, err error) bool {
 // Healthy reports whether replica i is in rotation (not ejected).
 func (rs *Replicas) Healthy(i int) bool { return rs.list[i].health.healthy(rs.now()) }
 
-// InRotation returns the indexes of the replicas in rotation, or all of
-// them when every one is ejected (a backend is never given up on).
-func (rs *Replicas) InRotation(buf []int) []int {
-	buf = buf[:0]
-	now := rs.now()
-	for i, r := range rs.list {
-		if r.health.healthy(now) {
-			buf = append(buf, i)
-		}
+// Ejections is the number of times a replica was taken out of rotation.
+func (rs *Replicas) Ejections() uint64 { return rs.ejections.Load() }
+
+// tell reports a rotation change of replica i to the dispatcher.
+func (rs *Replicas) tell(i int, in bool) {
+	if fn := rs.rotation.Load(); fn != nil {
+		(*fn)(i, in)
 	}
-	if len(buf) == 0 {
-		for i := range rs.list {
-			buf = append(buf, i)
-		}
-	}
-	return buf
 }
 
-// Retries is the number of batches retried on another replica; Ejections
-// the number of times a replica was taken out of rotation.
-func (rs *Replicas) Retries() uint64   { return rs.retries.Load() }
-func (rs *Replicas) Ejections() uint64 { return rs.ejections.Load() }
+// ejected tells the dispatcher that replica i left rotation, and that it
+// rejoins when its ejection ends (unless it was ejected again, or
+// readmitted by the probe, meanwhile: then that is told).
+func (rs *Replicas) ejected(i int) {
+	rs.tell(i, false)
+	until := rs.list[i].health.until()
+	time.AfterFunc(until.Sub(rs.now()), func() {
+		if h := &rs.list[i].health; h.until().Equal(until) && h.healthy(rs.now()) {
+			rs.tell(i, true)
+		}
+	})
+}
 
 // call sends req to replica i and records the outcome in its health.
 func (rs *Replicas) call(ctx context.Context, i int, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
@@ -141,14 +143,16 @@ func (rs *Replicas) call(ctx context.Context, i int, req *pb.GetRequest, opts ..
 	if err == nil || failed {
 		if r.health.outcome(failed, rs.now()) {
 			rs.ejections.Add(1)
-			rs.startProbe(r)
+			rs.ejected(i)
+			rs.startProbe(i)
 		}
 	}
 	return resp, err
 }
 
 // startProbe runs the active probe of an ejected replica, unless one runs.
-func (rs *Replicas) startProbe(r *Replica) {
+func (rs *Replicas) startProbe(i int) {
+	r := rs.list[i]
 	r.health.mu.Lock()
 	if r.health.probing {
 		r.health.mu.Unlock()
@@ -156,13 +160,14 @@ func (rs *Replicas) startProbe(r *Replica) {
 	}
 	r.health.probing = true
 	r.health.mu.Unlock()
-	go rs.probe(r)
+	go rs.probe(i)
 }
 
 // probe health-checks an ejected replica every ProbeEvery until it is back
 // in rotation (readmitted by the probe, or its ejection ran out), or the
 // replica set is closed.
-func (rs *Replicas) probe(r *Replica) {
+func (rs *Replicas) probe(i int) {
+	r := rs.list[i]
 	defer func() {
 		r.health.mu.Lock()
 		r.health.probing = false
@@ -185,6 +190,7 @@ func (rs *Replicas) probe(r *Replica) {
 		cancel()
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING && r.health.readmit(rs.now()) {
 			rs.readmissions.Add(1)
+			rs.tell(i, true)
 			return
 		}
 	}
@@ -193,31 +199,3 @@ func (rs *Replicas) probe(r *Replica) {
 // Readmissions is the number of ejected replicas readmitted early by the
 // active probe.
 func (rs *Replicas) Readmissions() uint64 { return rs.readmissions.Load() }
-
-// other picks the replica for a retry: in rotation, not i, fewest calls in
-// flight. When every other replica is ejected it picks the one whose
-// ejection ends first (a replica that came back is probed by the retry
-// instead of the request failing: Envoy's "panic mode"); -1 when there is no
-// other replica.
-func (rs *Replicas) other(i int) int {
-	best, fallback := -1, -1
-	now := rs.now()
-	for j, r := range rs.list {
-		if j == i {
-			continue
-		}
-		if !r.health.healthy(now) {
-			if fallback < 0 || r.health.until().Before(rs.list[fallback].health.until()) {
-				fallback = j
-			}
-			continue
-		}
-		if best < 0 || r.inFlight.Load() < rs.list[best].inFlight.Load() {
-			best = j
-		}
-	}
-	if best < 0 {
-		return fallback
-	}
-	return best
-}

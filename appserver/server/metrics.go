@@ -3,6 +3,8 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 )
 
 // latencyBuckets cover all-hit requests (tens of µs) up to timeouts; 150 ms
@@ -126,4 +128,53 @@ func (m *metrics) forBackend(name string) backendMetrics {
 		backendErr:   func(kind string) prometheus.Counter { return m.backendErrors.WithLabelValues(name, kind) },
 		cacheEr:      func(kind string) prometheus.Counter { return m.cacheErrors.WithLabelValues(name, kind) },
 	}
+}
+
+// dispatchCollector exports one backend's dispatch counters (its policy's
+// Machine, lib/dispatch) from one snapshot per scrape.
+type dispatchCollector struct {
+	d                                                 *dispatch.Dispatcher
+	copies, cancelled, wins, denied, ratio, purgeErrs *prometheus.Desc
+}
+
+func newDispatchCollector(backend string, d *dispatch.Dispatcher) *dispatchCollector {
+	lbl := prometheus.Labels{"backend": backend, "policy": d.Policy()}
+	return &dispatchCollector{
+		d: d,
+		copies: prometheus.NewDesc("appserver_dispatch_copies_total",
+			"Copies of batches sent to the backend's replicas: the first copy of a batch, a duplicate the policy sent (hedge, reissue) or a retry after a failure.",
+			[]string{"kind"}, lbl),
+		cancelled: prometheus.NewDesc("appserver_dispatch_cancelled_total",
+			"Copies the policy cancelled (the loser of a hedge, the copies of an abandoned batch); each is also purged at its replica.", nil, lbl),
+		wins: prometheus.NewDesc("appserver_dispatch_wins_total",
+			"Answered batches by the copy that answered: the first sent, or a later one (duplicate or retry).", []string{"copy"}, lbl),
+		denied: prometheus.NewDesc("appserver_dispatch_denied_total",
+			"Duplicates the policy's extra-load budget refused.", nil, lbl),
+		ratio: prometheus.NewDesc("appserver_dispatch_extra_ratio",
+			"Duplicates per batch over the policy's budget window (0 for a policy without a budget).", nil, lbl),
+		purgeErrs: prometheus.NewDesc("appserver_dispatch_purge_errors_total",
+			"Purge calls for cancelled copies that failed (best effort: the copy is cancelled anyway).", nil, lbl),
+	}
+}
+
+func (c *dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.copies, c.cancelled, c.wins, c.denied, c.ratio, c.purgeErrs} {
+		ch <- d
+	}
+}
+
+func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.d.Stats()
+	counter := func(d *prometheus.Desc, v uint64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), lv...)
+	}
+	counter(c.copies, s.Copies-s.Extra-s.Retries, "first")
+	counter(c.copies, s.Extra, "extra")
+	counter(c.copies, s.Retries, "retry")
+	counter(c.cancelled, s.Cancelled)
+	counter(c.wins, s.WonFirst, "first")
+	counter(c.wins, s.WonLater, "later")
+	counter(c.denied, s.Denied)
+	counter(c.purgeErrs, s.PurgeErrors)
+	ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, s.ExtraRatio)
 }

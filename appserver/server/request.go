@@ -262,9 +262,13 @@ func (s *Server) runCall(ctx context.Context, c *call) {
 			bytes += q.Sizes[i]
 		}
 	}
-	// Each attempt is bounded by backend_timeout (Replicas.AttemptTimeout);
-	// a batch whose replica fails or does not answer in time is retried once
-	// on another replica within the request's deadline.
+	// The backend's dispatch policy sends the batch to its replicas (one
+	// copy or more); each call is bounded by backend_timeout
+	// (Replicas.AttemptTimeout), and a batch whose replica fails or does not
+	// answer in time is retried once on another replica within the
+	// request's deadline. Get returns when the batch is answered: c.done is
+	// the answer time of its winning copy, which the blocking backend and
+	// the reported latency are taken from.
 	resp, err := be.dispatcher.Get(ctx, req, grpc.MaxCallRecvMsgSize(recvLimit(bytes, len(missed))))
 	if err == nil {
 		err = checkResponse(resp, req)

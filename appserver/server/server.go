@@ -30,6 +30,7 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/dialopts"
+	policy "github.com/robinhoodcache/robinhood/lib/dispatch"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -119,7 +120,7 @@ type backend struct {
 	name       string
 	id         uint32
 	replicas   *dispatch.Replicas
-	dispatcher dispatch.Dispatcher
+	dispatcher *dispatch.Dispatcher
 	cache      cache.Store // memcached or Redis; nil in cache mode none
 	filler     *cache.Filler
 	m          backendMetrics
@@ -142,7 +143,7 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("--id %q: no such application server in the topology (it has: %s)", cfg.AppServerID, strings.Join(ids, ", "))
 	}
 	where := "app_servers[" + strconv.Itoa(appIndex(cfg.Topology, app.ID)) + "].dispatch"
-	if _, err := dispatch.Params(app.Dispatch); err != nil {
+	if _, err := policy.Params(app.Dispatch); err != nil {
 		return nil, fmt.Errorf("%s.%w", where, err)
 	}
 	if cfg.Logger == nil {
@@ -197,11 +198,15 @@ func New(cfg Config) (_ *Server, err error) {
 		rs.AttemptTimeout = s.backendTimeout
 		be := &backend{name: tb.Name, id: tb.ID, replicas: rs, m: s.m.forBackend(tb.Name)}
 		s.backends[tb.Name] = be
+		if be.dispatcher, err = dispatch.Build(app.Dispatch, rs); err != nil {
+			return nil, fmt.Errorf("%s: backend %s: %w", where, tb.Name, err)
+		}
 		lbl := prometheus.Labels{"backend": tb.Name}
+		d := be.dispatcher
 		s.m.reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_backend_retries_total", ConstLabels: lbl,
 				Help: "Batches retried on another replica after their replica failed with Unavailable or did not answer within backend_timeout."},
-				func() float64 { return float64(rs.Retries()) }),
+				func() float64 { return float64(d.Stats().Retries) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_replica_ejections_total", ConstLabels: lbl,
 				Help: "Times a replica was taken out of rotation after failing calls in a row (passive health checks)."},
 				func() float64 { return float64(rs.Ejections()) }),
@@ -218,10 +223,8 @@ func New(cfg Config) (_ *Server, err error) {
 						}
 					}
 					return float64(n)
-				}))
-		if be.dispatcher, err = dispatch.Build(app.Dispatch, rs); err != nil {
-			return nil, fmt.Errorf("%s: backend %s: %w", where, tb.Name, err)
-		}
+				}),
+			newDispatchCollector(tb.Name, d))
 		switch app.CacheMode {
 		case config.CachePartitioned:
 			var c cache.Store

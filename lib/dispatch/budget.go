@@ -77,17 +77,24 @@ func (b *Budget) Original(now time.Duration) {
 // from the buckets wholly inside the window, duplicates from every bucket
 // it touches.
 func (b *Budget) TryExtra(now time.Duration) bool {
+	orig, extra := b.Load(now)
+	if float64(extra+1) > b.Ratio*float64(orig) {
+		return false
+	}
+	b.extra[int64(now/b.width)%ring]++
+	return true
+}
+
+// Load returns the batches and the duplicates the budget counts in the
+// window ending at now, as TryExtra counts them (the batches of the buckets
+// wholly inside the window, the duplicates of every bucket it touches).
+func (b *Budget) Load(now time.Duration) (orig, extra uint64) {
 	cur := b.advance(now)
-	var orig, extra uint64
 	for i := max(b.start, cur-buckets); i <= cur; i++ {
 		extra += b.extra[i%ring]
 		if i > cur-buckets {
 			orig += b.orig[i%ring]
 		}
 	}
-	if float64(extra+1) > b.Ratio*float64(orig) {
-		return false
-	}
-	b.extra[cur%ring]++
-	return true
+	return orig, extra
 }

@@ -8,6 +8,7 @@ import (
 func init() {
 	Register("jsq", Factory{
 		Summary: "join the shortest queue: each batch to the replica with the fewest calls in flight from this app server",
+		Single:  true,
 		New: func(_ any, m *Machine, env Env) (Policy, error) {
 			return &jsq{m: m, rng: rng(env)}, nil
 		},

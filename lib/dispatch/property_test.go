@@ -28,7 +28,8 @@ type world struct {
 	// options
 	hangProb, failProb float64
 	deadline           time.Duration
-	sentOut            int // copies sent to an out-of-rotation replica while another was in
+	sentOut            int  // copies sent to an out-of-rotation replica while another was in
+	single             bool // the policy is registered Single
 }
 
 type event struct {
@@ -67,6 +68,9 @@ func (w *world) apply(acts []Action) {
 		switch a.Kind {
 		case Send:
 			cp := b.Copies[a.Copy]
+			if w.single && b.Open() > 1 {
+				w.t.Fatalf("%s is Single but batch %d has %d copies open", w.m.Name, b.ID, b.Open())
+			}
 			if !w.m.InRotation(cp.Replica) && w.m.NumInRotation() > 0 {
 				w.sentOut++
 			}
@@ -173,6 +177,9 @@ func runWorld(t *testing.T, name string, params any, replicas int, seed uint64, 
 	w := &world{t: t, m: m, rng: rand.New(rand.NewPCG(seed, 99)), live: map[*Batch]bool{},
 		done: map[*Batch]map[int]bool{}, answers: map[*Batch]int{}, hangProb: hang, failProb: fail,
 		deadline: 20 * time.Millisecond}
+	if f, _ := Lookup(name); f.Single {
+		w.single = true
+	}
 	var at time.Duration
 	for i := range n {
 		at += time.Duration(w.rng.ExpFloat64() * float64(gap))

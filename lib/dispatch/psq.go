@@ -25,6 +25,7 @@ func (p *PSQParams) Validate() error {
 func init() {
 	Register("psq", Factory{
 		Summary: "per-shard queuing: batches wait in the app server until a replica has fewer than n of its calls (JBSQ(n); n 1 is PSQ)",
+		Single:  true,
 		Params:  func() any { return &PSQParams{N: 1} },
 		New: func(params any, m *Machine, env Env) (Policy, error) {
 			return &psq{m: m, rng: rng(env), n: params.(*PSQParams).N}, nil

@@ -8,6 +8,7 @@ import (
 func init() {
 	Register("random", Factory{
 		Summary: "each batch to one replica chosen uniformly at random",
+		Single:  true,
 		New: func(_ any, m *Machine, env Env) (Policy, error) {
 			return &random{m: m, rng: rng(env)}, nil
 		},

@@ -18,6 +18,11 @@ type Factory struct {
 	// defaults; nil when the policy takes no parameters. A struct with a
 	// Validate() error method is validated before New.
 	Params func() any
+	// Single: the policy never has two copies of a batch open at once
+	// (it sends another only after the first ended: a retry). A driver may
+	// then make a batch's calls in its caller's goroutine. The property
+	// test holds a Single policy to it.
+	Single bool
 	// New builds the policy over m from validated parameters (the pointer
 	// Params returned, filled in; nil without Params). It may give m a
 	// budget (m.SetBudget).

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/appserver/dispatch"
+	"github.com/robinhoodcache/robinhood/lib/dispatch"
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
 

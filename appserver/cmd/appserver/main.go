@@ -23,12 +23,12 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
-	"github.com/robinhoodcache/robinhood/appserver/dispatch"
 	"github.com/robinhoodcache/robinhood/appserver/report"
 	"github.com/robinhoodcache/robinhood/appserver/server"
 	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/bytesize"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/dispatch"
 	"github.com/robinhoodcache/robinhood/lib/redislog"
 )
 
