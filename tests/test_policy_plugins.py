@@ -25,12 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 DISPATCH_FILE = '''package dispatch
 
 import (
-	"context"
 	"errors"
-
-	"google.golang.org/grpc"
-
-	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
+	"math/rand/v2"
+	"time"
 )
 
 type pinnedParams struct {
@@ -44,21 +41,35 @@ func (p *pinnedParams) Validate() error {
 	return nil
 }
 
+// pinned sends every batch to one configured replica while it is usable,
+// else to another at random; a retryable failure is retried once elsewhere.
 type pinned struct {
-	rs *Replicas
-	i  int
+	m   *Machine
+	rng *rand.Rand
+	i   int
 }
 
-func (d *pinned) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
-	return d.rs.Call(ctx, d.i%d.rs.Len(), req, opts...)
+func (p *pinned) pick(b *Batch) int {
+	if r := p.i % p.m.Replicas(); p.m.Usable(r) && (b == nil || !b.Tried(r)) {
+		return r
+	}
+	return p.m.PickRandom(p.rng, b)
 }
+
+func (p *pinned) Arrive(now time.Duration, b *Batch) { p.m.Send(now, b, p.pick(nil), Normal, false) }
+
+func (p *pinned) Done(now time.Duration, b *Batch, c int, st Status) { p.m.Settle(now, b, c, st, p.pick) }
+
+func (p *pinned) Timer(time.Duration, *Batch)       {}
+func (p *pinned) Rotation(time.Duration, int, bool) {}
 
 func init() {
 	Register("pinned", Factory{
 		Summary: "every batch to one configured replica",
+		Single:  true,
 		Params:  func() any { return &pinnedParams{} },
-		New: func(p any, rs *Replicas) (Dispatcher, error) {
-			return &pinned{rs: rs, i: p.(*pinnedParams).Replica}, nil
+		New: func(p any, m *Machine, env Env) (Policy, error) {
+			return &pinned{m: m, rng: rng(env), i: p.(*pinnedParams).Replica}, nil
 		},
 	})
 }
@@ -105,7 +116,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if src.is_file() and not rel.endswith(".png"):
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, root / rel)
-    (root / "appserver" / "dispatch" / "pinned.go").write_text(DISPATCH_FILE)
+    (root / "lib" / "dispatch" / "pinned.go").write_text(DISPATCH_FILE)
     (root / "controller" / "robinhood_controller" / "policies" / "even.py").write_text(ALLOCATION_FILE)
     # A repository of its own (tools that list the tracked files work there too).
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"]):
@@ -113,6 +124,9 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     res = subprocess.run(["go", "build", "-o", str(root / "bin") + "/", "./..."], cwd=root,
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr
+    # What `make build` does next: the registries' tables and the dispatch policy names
+    # the Python topology reader accepts.
+    in_copy(root, sys.executable, "scripts/genschema.py", "--registries")
     return root
 
 
@@ -136,7 +150,6 @@ def test_the_suites_pass_in_the_copy(copy: Path) -> None:
     """The schema check, the allocation policy suite (its properties run on every
     registered policy), the configuration and dispatch registry suites, and the
     end-to-end runs that take every policy, with nothing edited but the two new files."""
-    in_copy(copy, sys.executable, "scripts/genschema.py", "--registries")  # what `make build` does
     in_copy(copy, sys.executable, "scripts/genschema.py", "--check")
     assert "| `even` |" in (copy / "docs" / "controller.md").read_text()
     assert "| `pinned` |" in (copy / "docs" / "appserver.md").read_text()
@@ -147,8 +160,11 @@ def test_the_suites_pass_in_the_copy(copy: Path) -> None:
                   "experiment/testbed/tests/test_testbed_e2e.py::test_bad_experiment_exits_2_and_starts_nothing",
                   timeout=900)
     assert "test_properties[even]" in out  # the new policy was among those tested
-    in_copy(copy, "go", "test", "-count=1", "./appserver/dispatch/", "./tests/e2e/", "-run",
-            "Registry|Params|Describe|Register|Dispatch|TestAppserverRejectsBadConfiguration")
+    out = in_copy(copy, "go", "test", "-count=1", "-v", "./lib/dispatch/", "./tests/e2e/", "-run",
+                  "Contract|Params|Describe|TestEveryDispatchPolicy|TestAppserverRejectsBadConfiguration")
+    assert "=== RUN   TestEveryPolicyKeepsTheContract/pinned" in out  # the contract test ran the new policy
+    assert "pinned:" in out  # and the app server ran it (TestEveryDispatchPolicyThroughTheAppServer's log)
+    assert "pinned" in (copy / "lib" / "python" / "robinhood_common" / "dispatch_policies.py").read_text()
 
 
 def test_the_registries_list_the_new_policies(copy: Path) -> None:
