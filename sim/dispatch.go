@@ -148,7 +148,10 @@ type copyRun struct {
 type job struct {
 	d     *driver
 	batch *dispatch.Batch
-	sizes []int64  // by query
+	// sizes are the queries' sizes: sizes[idx[q]] for query q, or
+	// sizes[q] without idx (the caller's slices, not copied).
+	sizes []int64
+	idx   []int
 	keys  []uint64 // by query: the inherent cost's key (nil or 0: drawn per execution)
 	// owner is the caller's record (the simulator's call).
 	owner any
@@ -157,11 +160,28 @@ type job struct {
 	cost func(c, q int) time.Duration
 	// hiccup, when set, says whether query q of copy c hiccups (the
 	// idealized hedge knows ahead); otherwise the model draws it.
-	hiccup func(c, q int) bool
-	runs   []*copyRun
-	answer func(j *job, run *copyRun, ok bool)
+	hiccup  func(c, q int) bool
+	runs    []*copyRun
+	runsBuf [2]*copyRun
+	first   copyRun // the first copy's record, inline
+	answer  func(j *job, run *copyRun, ok bool)
 	// refused: a copy could not be sent (queue full).
 	refused bool
+}
+
+// n is the number of queries.
+func (j *job) n() int {
+	if j.idx != nil {
+		return len(j.idx)
+	}
+	return len(j.sizes)
+}
+
+func (j *job) size(q int) int64 {
+	if j.idx != nil {
+		return j.sizes[j.idx[q]]
+	}
+	return j.sizes[q]
 }
 
 // driver is one app server's dispatch policy for one backend.
@@ -250,7 +270,7 @@ func (d *driver) send(j *job, c int) {
 		prio = capacity.Low
 	}
 	ops := d.scratch[:0]
-	for q := range j.sizes {
+	for q := 0; q < j.n(); q++ {
 		o := capacity.Op{Priority: prio}
 		if j.keys != nil {
 			o.Key = j.keys[q]
@@ -265,8 +285,7 @@ func (d *driver) send(j *job, c int) {
 	}
 	tickets, err := r.model.JoinOps(ops)
 	d.scratch = ops[:0]
-	run := &copyRun{job: j, idx: c, r: r}
-	j.runs = append(j.runs, run)
+	run := j.newRun(c, r)
 	if err != nil { // queue full: the replica refuses the copy at once
 		j.refused = true
 		run.ended = true
@@ -274,12 +293,30 @@ func (d *driver) send(j *job, c int) {
 		return
 	}
 	run.ops = make([]*op, len(tickets))
+	vals := make([]op, len(tickets))
 	for q, t := range tickets {
-		run.ops[q] = &op{ticket: t, run: run, size: j.sizes[q]}
+		vals[q] = op{ticket: t, run: run, size: j.size(q)}
+		run.ops[q] = &vals[q]
 	}
 	run.left = len(run.ops)
 	r.add(prio, run.ops)
 	d.f.drain(r)
+}
+
+// newRun records copy c of j on replica r (the first inline).
+func (j *job) newRun(c int, r *replica) *copyRun {
+	var run *copyRun
+	if len(j.runs) == 0 {
+		run = &j.first
+	} else {
+		run = &copyRun{}
+	}
+	*run = copyRun{job: j, idx: c, r: r}
+	if j.runs == nil {
+		j.runs = j.runsBuf[:0]
+	}
+	j.runs = append(j.runs, run)
+	return run
 }
 
 // cancel purges a copy's queued queries and stops its running ones (unless

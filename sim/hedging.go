@@ -569,9 +569,9 @@ func (h *idealHedge) run(j *job, r int) {
 		panic(fmt.Sprintf("sim: idealized hedge: %v", err))
 	}
 	st.copies++
-	run := &copyRun{job: j, r: rep, left: 1}
+	run := j.newRun(st.copies-1, rep)
+	run.left = 1
 	run.ops = []*op{{ticket: tickets[0], run: run}}
-	j.runs = append(j.runs, run)
 	h.leaves[r] = &idealCopy{j: j, run: run, end: h.f.eng.Now() + tickets[0].Delay()}
 	rep.add(capacity.Normal, run.ops)
 	h.f.drain(rep)

@@ -202,14 +202,13 @@ func cacheKeyLen(a *app, b *backend, key string) int {
 // request's).
 func (s *Sim) sendCall(c *call) {
 	b := c.b
-	j := &job{sizes: make([]int64, len(c.missed)), owner: c, answer: s.answerCall}
+	j := &job{sizes: c.q.Sizes, idx: c.missed, owner: c, answer: s.answerCall}
 	keyed := b.fleet.reps[0].model.Limits().CostMs > 0
 	if keyed {
 		j.keys = make([]uint64, len(c.missed))
 	}
 	for q, i := range c.missed {
 		c.bytes += c.q.Sizes[i]
-		j.sizes[q] = c.q.Sizes[i]
 		if keyed {
 			j.keys[q] = uint64(b.id)<<32 | uint64(uint32(c.keyID(i))) + 1
 		}
