@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const tinyBench = `
+name: tiny
+shards: 3
+replicas: 2
+workers: 1
+service: {dist: exponential, mean_ms: 1}
+hiccup_prob: 0.01
+hiccup_ms: 15
+utilizations: [0.2]
+requests: 500
+warmup: 50
+seeds: [1, 2]
+policies:
+  - dispatch: {policy: psq}
+  - label: d-hedge-5P
+    dispatch: {policy: d-hedge, delay: 5ms, percentile: 0}
+  - dispatch: {policy: ideal}
+`
+
+func TestHedgingCommandWritesItsTables(t *testing.T) {
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "tiny.yaml")
+	os.WriteFile(exp, []byte(tinyBench), 0o644)
+	var out, errb bytes.Buffer
+	if err := mainErr([]string{"hedging", "--experiment", exp, "--out", filepath.Join(dir, "out")}, &out, &errb); err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "| load | psq | d-hedge-5P | ideal |") || !strings.Contains(out.String(), "| 20% |") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	for _, f := range []string{"runs.json", "summary.json", "table.md"} {
+		if _, err := os.Stat(filepath.Join(dir, "out", f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := mainErr([]string{"hedging", "--experiment", exp, "--parallel", "0"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "--parallel") {
+		t.Fatalf("--parallel 0: %v", err)
+	}
+}
+
+func TestAdviseNamesTheBestPolicy(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"advise", "--stall-prob", "0.01", "--stall-x", "15", "--shards", "3", "--requests", "500", "--seeds", "1", "--utilization", "0.2"}
+	if err := mainErr(args, &out, &errb); err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "<- best") || !strings.Contains(out.String(), "against psq") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	for _, bad := range [][]string{
+		{"advise"},
+		{"advise", "--stall-prob", "2", "--stall-x", "15"},
+		{"advise", "--stall-prob", "0.1", "--stall-x", "-3"},
+		{"advise", "--measured", "/nonexistent.json"},
+	} {
+		if err := mainErr(bad, &out, &errb); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}
