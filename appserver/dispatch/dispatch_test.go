@@ -204,11 +204,11 @@ func TestHungReplicaIsRetriedAfterItsAttemptTimeout(t *testing.T) {
 	}
 }
 
-// A retry goes to a replica in rotation: with the other replica ejected, a
-// batch whose replica fails is not retried. When every replica is ejected,
-// every one is usable (a backend is never given up on): the live replica
-// that was ejected serves again.
-func TestEveryReplicaIsUsableWhenAllAreEjected(t *testing.T) {
+// When every other replica is ejected, the retry still goes to one (the
+// Machine's panic mode): a replica that came back is probed by the retry
+// instead of the batch failing. And when every replica is ejected, every one
+// is usable (a backend is never given up on).
+func TestRetryProbesAnEjectedReplicaWhenNoneIsInRotation(t *testing.T) {
 	live := testbackend.Start(t, "ratings")
 	dead := deadAddr(t)
 	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: dead}, {GRPC: live.Addr}}})
@@ -223,21 +223,19 @@ func TestEveryReplicaIsUsableWhenAllAreEjected(t *testing.T) {
 	h.ejectedAt, h.ejectedUntil, h.ejections = time.Now(), time.Now().Add(time.Minute), 1
 	h.mu.Unlock()
 	rs.tell(1, false)
-	req := &pb.GetRequest{Keys: []string{"k"}, Sizes: []uint32{10}}
-	for i := range EjectAfter - 1 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := d.Get(ctx, req)
-		cancel()
-		if status.Code(err) != codes.Unavailable || d.Stats().Retries != 0 {
-			t.Fatalf("batch %d with the only replica in rotation dead: %v, %+v", i, err, d.Stats())
-		}
+	// Every batch goes to the dead replica, the only one in rotation, and
+	// is retried on the ejected live one.
+	getAll(t, d, EjectAfter-1, func() bool { return live.Calls() == EjectAfter-1 })
+	if st := d.Stats(); st.Retries != EjectAfter-1 || st.InRotation != 1 || !rs.Healthy(0) {
+		t.Fatalf("retries into an ejected replica: %+v", st)
 	}
-	// The next failure ejects it too: now every replica is usable, and the
-	// batch is retried on the live one.
-	getAll(t, d, 1000, func() bool { return live.Calls() >= 5 })
-	if rs.Healthy(0) || d.Stats().InRotation != 0 || d.Stats().Retries == 0 {
-		t.Fatalf("the dead replica was not ejected: %+v", d.Stats())
+	// The next failure ejects the dead one too: every replica is usable.
+	getAll(t, d, 1000, func() bool { return rs.Ejections() == 1 })
+	if st := d.Stats(); st.InRotation != 0 {
+		t.Fatalf("both ejected: %+v", st)
 	}
+	before := live.Calls()
+	getAll(t, d, 1000, func() bool { return live.Calls()-before >= 5 })
 }
 
 // An ejected replica that answers its health check again is readmitted by

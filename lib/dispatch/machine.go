@@ -430,8 +430,11 @@ func (m *Machine) After(b *Batch, at time.Duration) {
 // Settle is the answer rule most policies share, called from Done: the
 // first copy to end OK answers the batch; a failed copy answers it only
 // when no other copy is open, and a retryable failure is first retried
-// once on another usable replica (pick chooses it; -1: none). It returns
-// whether the batch is answered now.
+// once on another usable replica (pick chooses it; -1: none) or, when no
+// usable one is left untried, on a replica out of rotation not tried yet,
+// the one with the fewest copies in flight (the app server's "panic
+// mode": a replica that came back is probed by the retry instead of the
+// batch failing). It returns whether the batch is answered now.
 func (m *Machine) Settle(now time.Duration, b *Batch, c int, st Status, pick func(exclude *Batch) int) bool {
 	if b.Answered {
 		return false
@@ -451,7 +454,11 @@ func (m *Machine) Settle(now time.Duration, b *Batch, c int, st Status, pick fun
 		return false
 	}
 	if st == Retryable && !b.Retried {
-		if r := pick(b); r >= 0 {
+		r := pick(b)
+		if r < 0 {
+			r = m.pickOutOfRotation(b)
+		}
+		if r >= 0 {
 			b.Retried = true
 			m.Retries++
 			m.Send(now, b, r, Normal, false)
@@ -460,4 +467,20 @@ func (m *Machine) Settle(now time.Duration, b *Batch, c int, st Status, pick fun
 	}
 	m.Fail(b, c)
 	return true
+}
+
+// pickOutOfRotation returns the replica out of rotation to which no copy of
+// b went yet with the fewest open copies (the lowest index on a tie), -1
+// when there is none.
+func (m *Machine) pickOutOfRotation(b *Batch) int {
+	pick := -1
+	for i := 0; i < m.n; i++ {
+		if m.in[i] || b.Tried(i) {
+			continue
+		}
+		if pick < 0 || m.flight[i] < m.flight[pick] {
+			pick = i
+		}
+	}
+	return pick
 }

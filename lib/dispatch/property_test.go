@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -71,7 +72,7 @@ func (w *world) apply(acts []Action) {
 			if w.single && b.Open() > 1 {
 				w.t.Fatalf("%s is Single but batch %d has %d copies open", w.m.Name, b.ID, b.Open())
 			}
-			if !w.m.InRotation(cp.Replica) && w.m.NumInRotation() > 0 {
+			if !w.m.InRotation(cp.Replica) && w.m.NumInRotation() > 0 && !w.panicRetry(b, a.Copy) {
 				w.sentOut++
 			}
 			if cp.Extra {
@@ -165,6 +166,20 @@ func (w *world) auditBudget() {
 	if float64(e) > bud.Ratio*float64(o)+1e-9 {
 		w.t.Fatalf("%s: %d duplicates for %d batches in the window ending %v (budget %g)", w.m.Name, e, o, w.now, bud.Ratio)
 	}
+}
+
+// panicRetry reports whether copy c of b is a retry sent out of rotation
+// because no replica in rotation was left untried (Machine.Settle).
+func (w *world) panicRetry(b *Batch, c int) bool {
+	if c == 0 || !b.Retried || b.Copies[c].Extra {
+		return false
+	}
+	for r := range w.m.Replicas() {
+		if w.m.InRotation(r) && !slices.ContainsFunc(b.Copies[:c], func(x Copy) bool { return x.Replica == r }) {
+			return false
+		}
+	}
+	return true
 }
 
 // run offers n batches at the given mean interarrival, with rotation
