@@ -1,6 +1,6 @@
-// Package dispatch is the app server's driver of the dispatch policies
-// (docs/dispatch.md): the decision logic is lib/dispatch's, a state machine
-// per backend; this package is the mechanism that carries out its actions —
+// Package dispatch is the app server's driver of the lib/dispatch policies
+// (docs/dispatch.md). The decision logic is lib/dispatch's, a state machine
+// per backend; this package is the mechanism that carries out its actions:
 // a backend's replicas and their gRPC connections (Replicas), one call per
 // copy a policy sends, contexts, timers, cancellation with Purge, and the
 // passive and active health checks whose changes are the policy's rotation
@@ -122,7 +122,8 @@ type Dispatcher struct {
 	mu     sync.Mutex
 	m      *policy.Machine
 	nextID uint64
-	live   map[*policy.Batch]*flight
+	// live is the number of batches not yet finished.
+	live int
 
 	purges, purgeErrors atomic.Uint64
 }
@@ -138,13 +139,13 @@ type flight struct {
 	copies   []copyCall
 	timers   []*time.Timer
 	answered bool
+	finished bool // answered and every copy Done: forgotten
 	// done is closed when the batch is answered (Complete or Fail); made
 	// when the caller waits for it (nil until then).
 	done   chan struct{}
 	resp   *pb.GetResponse
 	err    error
 	inline [2]copyCall
-	wbuf   [2]work // the work of the caller's own events (Arrive)
 }
 
 // copyCall is one copy's call: its context and, once Done, its result.
@@ -179,7 +180,7 @@ func Build(spec config.Dispatch, rs *Replicas) (*Dispatcher, error) {
 		return nil, err
 	}
 	f, _ := policy.Lookup(spec.Policy)
-	d := &Dispatcher{rs: rs, policy: spec.Policy, start: time.Now(), m: m, live: map[*policy.Batch]*flight{}, single: f.Single,
+	d := &Dispatcher{rs: rs, policy: spec.Policy, start: time.Now(), m: m, single: f.Single,
 		// Batch ids name a batch at the replicas (Purge), which other app
 		// servers share: start at a random point of the 64-bit space.
 		nextID: rand.Uint64() >> 1}
@@ -226,21 +227,23 @@ func (d *Dispatcher) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.C
 	}
 	now := d.now()
 	f.b = policy.NewBatch(d.nextID, now)
-	d.live[f.b] = f
-	w := d.apply(now, f, d.m.Arrive(now, f.b), f.wbuf[:0])
+	f.b.Driver = f
+	d.live++
+	w := d.apply(now, f, d.m.Arrive(now, f.b), nil)
 	d.mu.Unlock()
 	// A single-copy policy's calls of this batch are made here, one after
 	// the other (a retry after a failure), as a blocking call would.
 	for {
-		var x *work
+		var x work
+		var mine bool
 		if d.single {
-			w, x = own(w, f)
+			w, x, mine = own(w, f)
 		}
 		d.carryOut(w)
-		if x == nil {
+		if !mine {
 			break
 		}
-		w = d.call(*x)
+		w = d.call(x)
 	}
 
 	d.mu.Lock()
@@ -274,7 +277,7 @@ func (d *Dispatcher) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.C
 // of a later event (a Cancel) always finds its copy's.
 func (d *Dispatcher) apply(now time.Duration, f *flight, acts []policy.Action, w []work) []work {
 	for _, a := range acts {
-		g := d.live[a.Batch]
+		g := flightOf(a.Batch)
 		if g == nil {
 			continue // a finished batch (a policy's late action): nothing to do
 		}
@@ -319,19 +322,28 @@ func (d *Dispatcher) apply(now time.Duration, f *flight, acts []policy.Action, w
 	// Forget the finished batches: f and those the actions touched.
 	d.forget(f)
 	for _, a := range acts {
-		if g := d.live[a.Batch]; g != nil && g != f {
+		if g := flightOf(a.Batch); g != nil && g != f {
 			d.forget(g)
 		}
 	}
 	return w
 }
 
+// flightOf is the driver's record of b; nil once b is finished.
+func flightOf(b *policy.Batch) *flight {
+	if f, _ := b.Driver.(*flight); f != nil && !f.finished {
+		return f
+	}
+	return nil
+}
+
 // forget drops a finished batch and its timers (under mu).
 func (d *Dispatcher) forget(f *flight) {
-	if f == nil || !f.b.Finished() {
+	if f == nil || f.finished || !f.b.Finished() {
 		return
 	}
-	delete(d.live, f.b)
+	f.finished = true
+	d.live--
 	for _, t := range f.timers {
 		t.Stop()
 	}
@@ -352,13 +364,13 @@ func (d *Dispatcher) carryOut(w []work) {
 }
 
 // own takes the Send of f's batch out of w, when there is one.
-func own(w []work, f *flight) ([]work, *work) {
+func own(w []work, f *flight) ([]work, work, bool) {
 	for i, x := range w {
 		if x.kind == policy.Send && x.f == f {
-			return append(w[:i:i], w[i+1:]...), &x
+			return append(w[:i:i], w[i+1:]...), x, true
 		}
 	}
-	return w, nil
+	return w, work{}, false
 }
 
 // call makes copy c's call to its replica, reports it Done and returns the
@@ -377,7 +389,6 @@ func (d *Dispatcher) call(x work) []work {
 		req.Priority = pb.Priority_PRIORITY_LOW
 	}
 	resp, err := d.rs.call(cc.ctx, x.replica, req, f.opts...)
-	timedOut := cc.ctx.Err() == context.DeadlineExceeded
 	cc.cancel()
 
 	d.mu.Lock()
@@ -390,8 +401,10 @@ func (d *Dispatcher) call(x work) []work {
 		st = policy.Cancelled
 	case status.Code(err) == codes.Unavailable:
 		st = policy.Retryable
-	case status.Code(err) == codes.DeadlineExceeded && timedOut && cc.ownDL:
-		// The attempt's own timeout, while the caller still has time.
+	case status.Code(err) == codes.DeadlineExceeded && cc.ownDL:
+		// The attempt's own timeout (its deadline is before the
+		// caller's), while the caller still has time. The replica may
+		// say so first: its copy of the deadline ends a moment earlier.
 		st = policy.Retryable
 	default:
 		st = policy.Failed
@@ -420,7 +433,7 @@ func (d *Dispatcher) purge(r int, id uint64, cancelCall context.CancelFunc) {
 // timer delivers a policy's timer for f, unless the batch finished.
 func (d *Dispatcher) timer(f *flight) {
 	d.mu.Lock()
-	if d.live[f.b] != f {
+	if f.finished {
 		d.mu.Unlock()
 		return
 	}
@@ -437,7 +450,7 @@ func (d *Dispatcher) rotation(i int, in bool) {
 	acts := d.m.Rotation(now, i, in)
 	var w []work
 	if len(acts) > 0 {
-		w = d.apply(now, d.live[acts[0].Batch], acts, nil)
+		w = d.apply(now, flightOf(acts[0].Batch), acts, nil)
 	}
 	d.mu.Unlock()
 	d.carryOut(w)

@@ -33,9 +33,8 @@ func BenchmarkDecision(b *testing.B) {
 				bt := NewBatch(uint64(i+1), now)
 				open = open[:0]
 				collect(bt, m.Arrive(now, bt))
-				for len(open) > 0 {
-					c := open[0]
-					open = open[1:]
+				for k := 0; k < len(open); k++ {
+					c := open[k]
 					st := OK
 					if bt.Copies[c].Cancelling {
 						st = Cancelled
