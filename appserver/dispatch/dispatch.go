@@ -205,8 +205,9 @@ func (d *Dispatcher) now() time.Duration { return time.Since(d.start) }
 // Get sends one batch of queries as the policy decides and returns the
 // answer of the copy that answered it (its winning copy's), or the error
 // of the copy that failed it. The copies carry req's keys and sizes with
-// their own priority and the batch's id (which Get may set in req itself). When ctx ends first the batch is abandoned:
-// its open copies are cancelled and ctx's error returned.
+// their own priority and the batch's id (which Get may set in req itself).
+// When ctx ends first the batch is abandoned: its open copies are cancelled
+// and ctx's error returned.
 func (d *Dispatcher) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.CallOption) (*pb.GetResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
@@ -467,12 +468,15 @@ type Stats struct {
 	Purges, PurgeErrors uint64
 	// InRotation is the replicas in rotation as the policy sees them.
 	InRotation int
+	// Live is the batches not finished yet (not answered, or with a copy
+	// still open).
+	Live int
 }
 
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher) Stats() Stats {
 	d.mu.Lock()
-	s := Stats{Counters: d.m.Counters, InRotation: d.m.NumInRotation()}
+	s := Stats{Counters: d.m.Counters, InRotation: d.m.NumInRotation(), Live: d.live}
 	if b := d.m.Budget(); b != nil {
 		if orig, extra := b.Load(d.now()); orig > 0 {
 			s.ExtraRatio = float64(extra) / float64(orig)

@@ -43,6 +43,9 @@ func TestRandomSpreadsOverReplicas(t *testing.T) {
 	if a.Calls() == 0 || b.Calls() == 0 || a.Calls()+b.Calls() != 200 {
 		t.Fatalf("calls: %d and %d, want both > 0 and 200 in total", a.Calls(), b.Calls())
 	}
+	if n := d.Stats().Live; n != 0 {
+		t.Fatalf("%d batches not finished after all returned", n)
+	}
 	for i := range rs.Len() {
 		if n := rs.Replica(i).InFlight(); n != 0 {
 			t.Fatalf("replica %d: %d calls in flight after all returned", i, n)

@@ -96,6 +96,7 @@ func TestHedgeAnswersFromTheLiveReplicaAndPurgesTheHungOne(t *testing.T) {
 		t.Fatalf("counters: %+v", st)
 	}
 	hung.letGo(t)
+	waitFor(t, "every batch finished", func() bool { return d.Stats().Live == 0 })
 	waitFor(t, "every purge call made", func() bool { return d.Stats().Purges == n })
 	if d.Stats().PurgeErrors != 0 || live.metric(t, `backend_queries_served_total{backend="b"}`) != n {
 		t.Fatalf("purge errors %d; the live replica served %v", d.Stats().PurgeErrors, live.metric(t, `backend_queries_served_total{backend="b"}`))
@@ -123,4 +124,5 @@ func TestDASDuplicatesAtLowPriorityAndPurges(t *testing.T) {
 		t.Fatalf("the live replica served %v low and %v normal of %d (won by the duplicate: %d)", low, normal, n, st.WonLater)
 	}
 	hung.letGo(t)
+	waitFor(t, "every batch finished", func() bool { return d.Stats().Live == 0 })
 }
