@@ -2,11 +2,13 @@ package sim
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -51,8 +53,12 @@ type HedgingConfig struct {
 	Correlation float64 `yaml:"correlation"`
 	HiccupProb  float64 `yaml:"hiccup_prob"`
 	HiccupMs    float64 `yaml:"hiccup_ms"`
-	StallProb   float64 `yaml:"stall_prob"`
-	StallMs     float64 `yaml:"stall_ms"`
+	// Measured is a `backendload --measure --json` result (a path relative
+	// to the experiment file): its stall probability and duration become
+	// the hiccups (hiccup_ms = stall_x mean service times).
+	Measured  string  `yaml:"measured"`
+	StallProb float64 `yaml:"stall_prob"`
+	StallMs   float64 `yaml:"stall_ms"`
 	// Cancel: running (a cancelled copy stops, queued or running) or
 	// queued (only queued copies are purged; running ones finish).
 	Cancel       string    `yaml:"cancel"`
@@ -144,10 +150,38 @@ func LoadHedging(path string) (*HedgingConfig, error) {
 	if err := dec.Decode(c); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	if c.Measured != "" {
+		if err := c.applyMeasured(filepath.Join(filepath.Dir(path), c.Measured)); err != nil {
+			return nil, fmt.Errorf("%s: measured: %w", path, err)
+		}
+	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
+}
+
+// applyMeasured takes the hiccups from a jitter measurement.
+func (c *HedgingConfig) applyMeasured(path string) error {
+	if c.HiccupProb != 0 || c.HiccupMs != 0 {
+		return errors.New("give hiccup_prob and hiccup_ms, or a measurement, not both")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var m struct {
+		Prob  *float64 `json:"stall_prob"`
+		Stall *float64 `json:"stall_x"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.Prob == nil || m.Stall == nil {
+		return fmt.Errorf("%s is not a `backendload --measure --json` result (stall_prob, stall_x)", path)
+	}
+	if err := c.Service.validate(); err != nil {
+		return err
+	}
+	c.HiccupProb, c.HiccupMs = *m.Prob, *m.Stall*c.Service.Mean()
+	return nil
 }
 
 // Validate checks the experiment and fills defaults.

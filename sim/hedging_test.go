@@ -128,3 +128,24 @@ func TestShippedHedgingExperimentsLoad(t *testing.T) {
 		}
 	}
 }
+
+// A jitter measurement becomes the bench's hiccups, in mean service times.
+func TestBenchTakesAMeasurement(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "jitter.json"), []byte(`{"mean_service_ms": 0.8, "stall_prob": 0.002, "stall_x": 12}`), 0o644)
+	exp := filepath.Join(dir, "e.yaml")
+	doc := "shards: 2\nreplicas: 2\nworkers: 1\nservice: {dist: exponential, mean_ms: 2}\nmeasured: jitter.json\n" +
+		"utilizations: [0.3]\nrequests: 1000\npolicies: [{dispatch: {policy: psq}}]\n"
+	os.WriteFile(exp, []byte(doc), 0o644)
+	c, err := LoadHedging(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HiccupProb != 0.002 || c.HiccupMs != 24 {
+		t.Fatalf("hiccups %g, %g ms; want 0.002, 24 ms (12 mean service times of 2 ms)", c.HiccupProb, c.HiccupMs)
+	}
+	os.WriteFile(exp, []byte(doc+"hiccup_prob: 0.1\n"), 0o644)
+	if _, err := LoadHedging(exp); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("a measurement and hiccups together: %v", err)
+	}
+}

@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer, name string, model *capacity.Model) (
 	}
 	m := &metrics{
 		served:         counter("backend_queries_served_total", "Queries (keys) served."),
-		cancelled:      counter("backend_queries_cancelled_total", "Queries whose caller gave up (cancelled or past its deadline) while queued or in service; queued ones left the queue unserved."),
+		cancelled:      counter("backend_queries_cancelled_total", "Queries whose caller gave up (cancelled or past its deadline) while queued or in service; queued ones left the queue unserved. A purged batch's queries count in backend_queries_purged_total instead."),
 		rejected:       counter("backend_queries_rejected_total", "Queries rejected because the queue held queue_limit or more operations when they arrived, or because the backend shut down before serving them."),
 		errors:         counter("backend_query_errors_total", "Queries whose data path failed."),
 		hiccups:        counter("backend_hiccups_total", "Served queries that drew a hiccup (hiccup_ms extra)."),

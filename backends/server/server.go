@@ -221,7 +221,7 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 		firstErr        error
 	)
 	one := func(i int) {
-		v, q, svc, err := s.serveOne(ctx, tickets[i], req.Keys[i], int(req.Sizes[i]))
+		v, q, svc, err := s.serveOne(ctx, tickets[i], req.Keys[i], int(req.Sizes[i]), bt)
 		if bt != nil {
 			bt.done[i].Store(true)
 		}
@@ -336,11 +336,13 @@ func KeyHash(key string) uint64 {
 
 // serveOne waits for t's admission, runs the data path and the injected
 // delay, and records the query's metrics.
-func (s *Server) serveOne(ctx context.Context, t *capacity.Ticket, key string, size int) (v []byte, queued, service time.Duration, err error) {
+// A query of a purged batch (bt) counts as purged, not as cancelled.
+func (s *Server) serveOne(ctx context.Context, t *capacity.Ticket, key string, size int, bt *batch) (v []byte, queued, service time.Duration, err error) {
+	purged := func() bool { return bt != nil && bt.purged.Load() }
 	if err := t.Wait(ctx); err != nil {
 		if errors.Is(err, capacity.ErrClosed) {
 			s.m.rejected.Inc() // still queued when shutdown gave up on it
-		} else if !errors.Is(err, capacity.ErrPurged) {
+		} else if !errors.Is(err, capacity.ErrPurged) && !purged() {
 			s.m.cancelled.Inc()
 		}
 		return nil, 0, 0, err
@@ -353,7 +355,9 @@ func (s *Server) serveOne(ctx context.Context, t *capacity.Ticket, key string, s
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			s.m.cancelled.Inc()
+			if !purged() {
+				s.m.cancelled.Inc()
+			}
 		} else {
 			s.m.errors.Inc()
 		}

@@ -86,4 +86,6 @@ func TestPrioritiesAndPurgeOnARealBackend(t *testing.T) {
 	}
 	waitMetric(t, p, `backend_queries_purged_total{backend="b",state="running"} 1`)
 	waitMetric(t, p, `backend_in_service{backend="b"} 0`)
+	// Purged queries count as purged only, not also as cancelled.
+	waitMetric(t, p, `backend_queries_cancelled_total{backend="b"} 0`)
 }
