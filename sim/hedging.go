@@ -204,12 +204,8 @@ func (c *HedgingConfig) Validate() error {
 	if err := c.Service.validate(); err != nil {
 		return err
 	}
-	switch c.Copies {
-	case "":
-		c.Copies = "shared"
-	case "shared", "independent", "correlated":
-	default:
-		return fmt.Errorf("copies: %q is not one of shared, independent, correlated", c.Copies)
+	if err := oneOf("copies", &c.Copies, "shared", "independent", "correlated"); err != nil {
+		return err
 	}
 	if c.Copies == "correlated" && !(c.Correlation >= 0 && c.Correlation <= 1) {
 		return fmt.Errorf("correlation: %g is not between 0 and 1", c.Correlation)
@@ -218,12 +214,8 @@ func (c *HedgingConfig) Validate() error {
 	if err := lim.Validate(); err != nil {
 		return fmt.Errorf("jitter: %w", err)
 	}
-	switch c.Cancel {
-	case "":
-		c.Cancel = "running"
-	case "running", "queued":
-	default:
-		return fmt.Errorf("cancel: %q is not one of running, queued", c.Cancel)
+	if err := oneOf("cancel", &c.Cancel, "running", "queued"); err != nil {
+		return err
 	}
 	if len(c.Utilizations) == 0 {
 		return errors.New("utilizations: at least one is needed")
@@ -248,12 +240,8 @@ func (c *HedgingConfig) Validate() error {
 	if len(c.Seeds) == 0 {
 		c.Seeds = []uint64{1}
 	}
-	switch c.Unit {
-	case "":
-		c.Unit = "mean"
-	case "mean", "ms":
-	default:
-		return fmt.Errorf("unit: %q is not one of mean, ms", c.Unit)
+	if err := oneOf("unit", &c.Unit, "mean", "ms"); err != nil {
+		return err
 	}
 	if len(c.Policies) == 0 {
 		return errors.New("policies: at least one is needed")
@@ -269,10 +257,10 @@ func (c *HedgingConfig) Validate() error {
 			return fmt.Errorf("policies[%d].label: %q appears twice", i, p.Label)
 		}
 		seen[p.Label] = true
-		switch p.Cancel {
-		case "", "running", "queued":
-		default:
-			return fmt.Errorf("policies[%d].cancel: %q is not one of running, queued", i, p.Cancel)
+		if p.Cancel != "" {
+			if err := oneOf(fmt.Sprintf("policies[%d].cancel", i), &p.Cancel, "running", "queued"); err != nil {
+				return err
+			}
 		}
 		if name == Ideal {
 			if len(p.Dispatch) > 1 {
@@ -288,6 +276,21 @@ func (c *HedgingConfig) Validate() error {
 		}
 	}
 	return nil
+}
+
+// oneOf checks that *v is one of allowed, the first being the default of
+// an empty value.
+func oneOf(field string, v *string, allowed ...string) error {
+	if *v == "" {
+		*v = allowed[0]
+		return nil
+	}
+	for _, a := range allowed {
+		if *v == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %q is not one of %s", field, *v, strings.Join(allowed, ", "))
 }
 
 func (p BenchPolicy) spec() config.Dispatch {

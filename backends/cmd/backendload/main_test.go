@@ -29,10 +29,16 @@ func TestRejectsBadFlags(t *testing.T) {
 	}
 }
 
-func TestJSONReportAgainstARealServer(t *testing.T) {
-	model, _ := capacity.New(capacity.Limits{Workers: 4}, 1, nil)
-	store, _ := kv.NewMemory("ratings", 1<<20)
-	srv, err := server.New(server.Options{Name: "ratings", Store: store, Model: model})
+// serve starts a real backend server named name with limits l on a free
+// loopback port, stopped with the test, and returns its address.
+func serve(t *testing.T, name string, l capacity.Limits, seed uint64) string {
+	t.Helper()
+	model, err := capacity.New(l, seed, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, _ := kv.NewMemory(name, 1<<20)
+	srv, err := server.New(server.Options{Name: name, Store: store, Model: model})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,10 +49,14 @@ func TestJSONReportAgainstARealServer(t *testing.T) {
 	g := grpc.NewServer()
 	robinhoodv1.RegisterBackendServiceServer(g, srv)
 	go g.Serve(lis)
-	defer g.Stop()
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
 
+func TestJSONReportAgainstARealServer(t *testing.T) {
+	addr := serve(t, "ratings", capacity.Limits{Workers: 4}, 1)
 	var out, errb bytes.Buffer
-	code := run([]string{"--addr", lis.Addr().String(), "--rate", "200", "--batch", "2", "--duration", "300ms",
+	code := run([]string{"--addr", addr, "--rate", "200", "--batch", "2", "--duration", "300ms",
 		"--warmup", "0s", "--arrivals", "uniform", "--verify", "ratings", "--json"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -63,7 +73,7 @@ func TestJSONReportAgainstARealServer(t *testing.T) {
 	}
 	// The same run against the wrong backend name fails verification.
 	out.Reset()
-	code = run([]string{"--addr", lis.Addr().String(), "--rate", "200", "--batch", "2", "--duration", "100ms",
+	code = run([]string{"--addr", addr, "--rate", "200", "--batch", "2", "--duration", "100ms",
 		"--warmup", "0s", "--verify", "other"}, &out, &errb)
 	if code != 1 || !strings.Contains(out.String(), "mismatched values") {
 		t.Fatalf("wrong name: exit %d, output %s", code, out.String())
@@ -73,22 +83,9 @@ func TestJSONReportAgainstARealServer(t *testing.T) {
 // --measure against a real server whose queries have a fixed cost per key
 // and hiccup with probability 0.05 for 40 ms: it finds about that.
 func TestMeasureFindsTheInjectedJitter(t *testing.T) {
-	model, _ := capacity.New(capacity.Limits{Workers: 1, CostMs: 2, HiccupProb: 0.05, HiccupMs: 40}, 3, nil)
-	store, _ := kv.NewMemory("b", 1<<20)
-	srv, err := server.New(server.Options{Name: "b", Store: store, Model: model})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	robinhoodv1.RegisterBackendServiceServer(g, srv)
-	go g.Serve(lis)
-	defer g.Stop()
+	addr := serve(t, "b", capacity.Limits{Workers: 1, CostMs: 2, HiccupProb: 0.05, HiccupMs: 40}, 3)
 	var out, errb bytes.Buffer
-	if code := run([]string{"--addr", lis.Addr().String(), "--measure", "--queries", "40", "--repeats", "20", "--json"}, &out, &errb); code != 0 {
+	if code := run([]string{"--addr", addr, "--measure", "--queries", "40", "--repeats", "20", "--json"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	var m struct {

@@ -93,7 +93,7 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sums, err := runArms(c)
+	_, sums, err := runArms(c, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,9 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func runArms(c *sim.HedgingConfig) ([]sim.BenchSummary, error) {
+// runArms runs every arm of c (policy × utilization × seed) on par
+// goroutines and returns the runs in arm order and their summaries.
+func runArms(c *sim.HedgingConfig, par int) ([]sim.BenchRun, []sim.BenchSummary, error) {
 	type arm struct {
 		p sim.BenchPolicy
 		u float64
@@ -150,7 +152,7 @@ func runArms(c *sim.HedgingConfig) ([]sim.BenchSummary, error) {
 	errs := make([]error, len(arms))
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+	for w := 0; w < par; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -164,7 +166,10 @@ func runArms(c *sim.HedgingConfig) ([]sim.BenchSummary, error) {
 	}
 	close(next)
 	wg.Wait()
-	return sim.Summarize(runs), errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return runs, sim.Summarize(runs), nil
 }
 
 // heatCell is one point of the heat map.
@@ -190,7 +195,7 @@ func heatmap(dir string, stallX float64, base func(float64, float64, []sim.Bench
 			return err
 		}
 		c.Utilizations = utils
-		sums, err := runArms(c)
+		_, sums, err := runArms(c, runtime.GOMAXPROCS(0))
 		if err != nil {
 			return err
 		}

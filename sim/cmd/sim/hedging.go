@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/sim"
@@ -47,49 +46,19 @@ func cmdHedging(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--requests: %w", err)
 		}
 	}
-	type arm struct {
-		p    sim.BenchPolicy
-		u    float64
-		seed uint64
-	}
-	var arms []arm
-	for _, p := range c.Policies {
-		for _, u := range c.Utilizations {
-			for _, s := range c.Seeds {
-				arms = append(arms, arm{p, u, s})
-			}
-		}
-	}
 	start := time.Now()
-	runs := make([]sim.BenchRun, len(arms))
-	errs := make([]error, len(arms))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < *par; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				runs[i], errs[i] = c.RunBench(arms[i].p, arms[i].u, arms[i].seed)
-			}
-		}()
-	}
-	for i := range arms {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	runs, sums, err := runArms(c, *par)
+	if err != nil {
 		return err
 	}
-	sums := sim.Summarize(runs)
+	arms := len(runs)
 	table := c.Table(sums)
 	unit := fmt.Sprintf("multiples of the mean service time %.3g ms", c.MeanService())
 	if c.Unit == "ms" {
 		unit = "ms"
 	}
 	fmt.Fprintf(stdout, "%s: P%g latency in %s (median over %d seeds, range), %d arms in %.0f s\n\n%s",
-		c.Name, c.Percentile, unit, len(c.Seeds), len(arms), time.Since(start).Seconds(), table)
+		c.Name, c.Percentile, unit, len(c.Seeds), arms, time.Since(start).Seconds(), table)
 	if *out == "" {
 		return nil
 	}
