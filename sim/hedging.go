@@ -388,7 +388,6 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	total := c.Warmup + c.Requests
 	lat := make([]float64, 0, c.Requests)
 	var queries int
-	finished := 0
 	perm := make([]int, c.Shards)
 	for i := range perm {
 		perm[i] = i
@@ -425,7 +424,6 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 				end = max(end, eng.Now())
 				left--
 				if left == 0 {
-					finished++
 					if n >= c.Warmup {
 						lat = append(lat, float64(end-t0)/float64(time.Millisecond))
 					}

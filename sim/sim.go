@@ -326,30 +326,10 @@ func (s *Sim) scheduleScenario() error {
 		var p capacity.Patch
 		for _, f := range c.Fields {
 			v := f.Value
-			iv := int(math.Round(v))
-			switch f.Field {
-			case capacity.FieldWorkers:
-				p.Workers = &iv
-			case capacity.FieldQueueLimit:
-				p.QueueLimit = &iv
-			case capacity.FieldRate:
-				if !s.miniature() {
-					v *= s.cfg.Sample
-				}
-				p.Rate = &v
-			case capacity.FieldExtraLatencyMs:
-				p.ExtraLatencyMs = &v
-			case capacity.FieldHiccupProb:
-				p.HiccupProb = &v
-			case capacity.FieldHiccupMs:
-				p.HiccupMs = &v
-			case capacity.FieldCostMs:
-				p.CostMs = &v
-			case capacity.FieldStallProb:
-				p.StallProb = &v
-			case capacity.FieldStallMs:
-				p.StallMs = &v
-			default:
+			if f.Field == capacity.FieldRate && !s.miniature() {
+				v *= s.cfg.Sample // as newBackend scales the initial rate
+			}
+			if !p.Set(f.Field, v) {
 				return fmt.Errorf("scenario: line %d: unknown field %s", c.Line, f.Field)
 			}
 		}

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/robinhoodcache/robinhood/lib/config"
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/robinhoodcache/robinhood/lib/config"
 )
 
 // Limits is the capacity of a backend: the configuration contract's type
@@ -107,6 +108,35 @@ func (p Patch) Apply(l Limits) Limits {
 	return l
 }
 
+// Set sets the named field of p to v (rounded for the integer fields) and
+// reports whether the field exists. It does not validate.
+func (p *Patch) Set(field string, v float64) bool {
+	iv := int(math.Round(v))
+	switch field {
+	case FieldWorkers:
+		p.Workers = &iv
+	case FieldQueueLimit:
+		p.QueueLimit = &iv
+	case FieldRate:
+		p.Rate = &v
+	case FieldExtraLatencyMs:
+		p.ExtraLatencyMs = &v
+	case FieldHiccupProb:
+		p.HiccupProb = &v
+	case FieldHiccupMs:
+		p.HiccupMs = &v
+	case FieldCostMs:
+		p.CostMs = &v
+	case FieldStallProb:
+		p.StallProb = &v
+	case FieldStallMs:
+		p.StallMs = &v
+	default:
+		return false
+	}
+	return true
+}
+
 // ErrMalformed marks a body that is not a JSON object.
 var ErrMalformed = errors.New("malformed JSON")
 
@@ -163,26 +193,8 @@ func ParsePatch(body []byte) (Patch, error) {
 		return Patch{}, fieldError(err)
 	}
 	for _, k := range keys {
-		switch k {
-		case FieldWorkers:
-			p.Workers = &l.Workers
-		case FieldQueueLimit:
-			p.QueueLimit = &l.QueueLimit
-		case FieldRate:
-			p.Rate = &l.Rate
-		case FieldExtraLatencyMs:
-			p.ExtraLatencyMs = &l.ExtraLatencyMs
-		case FieldHiccupProb:
-			p.HiccupProb = &l.HiccupProb
-		case FieldHiccupMs:
-			p.HiccupMs = &l.HiccupMs
-		case FieldCostMs:
-			p.CostMs = &l.CostMs
-		case FieldStallProb:
-			p.StallProb = &l.StallProb
-		case FieldStallMs:
-			p.StallMs = &l.StallMs
-		}
+		v, _ := l.Get(k)
+		p.Set(k, v)
 	}
 	return p, nil
 }
