@@ -160,5 +160,6 @@ func (s *Sim) queryStats(sum stats.Summary) *pb.PolicyQueryStats {
 	return &pb.PolicyQueryStats{Hits: sum.Hits, Misses: sum.Misses, ShadowHits: sum.ShadowHits,
 		ShadowBytes: uint64(s.unscale(int64(sum.ShadowBytes))), Queries: sum.Queries(),
 		P50QueryLatencyUs: us(sum.Latency.Quantile(0.5)), P99QueryLatencyUs: us(sum.Latency.Quantile(0.99)),
+		P50BackendLatencyUs: us(sum.BackendQuantile(0.5)), P90BackendLatencyUs: us(sum.BackendQuantile(0.9)),
 		LimitBytes: uint64(s.unscale(int64(sum.LimitBytes)))}
 }

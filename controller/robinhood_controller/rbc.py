@@ -53,6 +53,10 @@ class QueryStats:
     p50_query_latency_us: int = 0
     p99_query_latency_us: int = 0
     limit_bytes: int = 0
+    p50_backend_latency_us: int = 0
+    """Median latency of the queries that reached the backend (every query but the
+    hits), µs; 0 when none did or the RBC server is older."""
+    p90_backend_latency_us: int = 0
 
     @property
     def miss_ratio(self) -> float | None:
@@ -65,7 +69,9 @@ def _query_stats(b: rbc_pb2.BackendSummary) -> QueryStats:
     return QueryStats(hits=int(b.cache_hits), misses=int(b.cache_misses), shadow_hits=int(b.shadow_hits),
                       shadow_bytes=int(b.shadow_bytes), queries=int(b.queries),
                       p50_query_latency_us=int(b.p50_query_latency_us),
-                      p99_query_latency_us=int(b.p99_query_latency_us), limit_bytes=int(b.partition_limit_bytes))
+                      p99_query_latency_us=int(b.p99_query_latency_us), limit_bytes=int(b.partition_limit_bytes),
+                      p50_backend_latency_us=int(b.p50_backend_latency_us),
+                      p90_backend_latency_us=int(b.p90_backend_latency_us))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from robinhood_controller.plan import MIB
 from robinhood_controller.policies import PartitionSample, PlanInput, PolicyContext, QueryStats
 from robinhood_controller.policies.robinhood import RobinHoodParams, plan_robinhood
 from robinhood_controller.rbc import RBCSnapshot
+from robinhood_common.topology import SLO
 
 VECTORS = json.loads((Path(__file__).resolve().parents[2] / "tests" / "vectors" / "policies.json").read_text())
 assert VECTORS["schema"] == "robinhood-policies/v1"
@@ -30,7 +31,8 @@ def build(spec: dict[str, Any], targets: dict[str, int], floor: int, budget: int
           configured: dict[str, int] | None = None) -> policies.AllocationPolicy:
     params = {k: v for k, v in spec.items() if k != "name"}
     ctx = PolicyContext(budget_bytes=budget or sum(targets.values()),
-                        configured=dict(configured if configured is not None else targets), floor_bytes=floor)
+                        configured=dict(configured if configured is not None else targets), floor_bytes=floor,
+                        slo=SLO(latency=0.15, step=2.0, window=10.0, warmup=30.0))
     return policies.build(spec["name"], params, ctx)
 
 
@@ -71,7 +73,9 @@ def inputs(draw: st.DrawFn) -> Inputs:
     stats = {
         name: QueryStats(hits=draw(st.integers(0, 10_000)), misses=draw(st.integers(0, 10_000)),
                          shadow_hits=draw(st.integers(0, 1000)), shadow_bytes=4 * MIB,
-                         queries=draw(st.integers(0, 20_000)), p99_query_latency_us=draw(st.integers(0, 10**6)))
+                         queries=draw(st.integers(0, 20_000)), p99_query_latency_us=draw(st.integers(0, 10**6)),
+                         p50_backend_latency_us=draw(st.integers(0, 10**5)),
+                         p90_backend_latency_us=draw(st.integers(0, 10**6)))
         for name in names if draw(st.booleans())
     }
     rbc = {name: draw(st.integers(0, 100)) for name in names}

@@ -59,6 +59,7 @@ func summaries(in []stats.Summary, withHistogram bool) []*robinhoodv1.BackendSum
 			Backend: s.Backend, CacheHits: s.Hits, CacheMisses: s.Misses, ShadowHits: s.ShadowHits,
 			ShadowBytes: s.ShadowBytes, Queries: s.Queries(), PartitionLimitBytes: s.LimitBytes,
 			P50QueryLatencyUs: us(s.Latency.Quantile(0.5)), P99QueryLatencyUs: us(s.Latency.Quantile(0.99)),
+			P50BackendLatencyUs: us(s.BackendQuantile(0.5)), P90BackendLatencyUs: us(s.BackendQuantile(0.9)),
 		}
 		if withHistogram {
 			keys := make([]uint32, 0, len(s.Latency))

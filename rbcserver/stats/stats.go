@@ -53,6 +53,21 @@ type Summary struct {
 // Queries is the number of latencies counted.
 func (s *Summary) Queries() uint64 { return s.Latency.Total() }
 
+// BackendQuantile is the q-quantile of the latency of the queries that
+// reached the backend: the misses and the uncacheable queries, every query
+// but the hits. A hit is a cache lookup, faster than any backend call, so
+// those queries are the slowest Queries − Hits of the histogram, and their
+// q-quantile is its quantile 1 − (1 − q)·(Queries − Hits)/Queries. 0 when no
+// query reached the backend.
+func (s *Summary) BackendQuantile(q float64) float64 {
+	n := s.Queries()
+	if n == 0 || s.Hits >= n {
+		return 0
+	}
+	share := float64(n-s.Hits) / float64(n)
+	return s.Latency.Quantile(1 - (1-q)*share)
+}
+
 type agg struct {
 	hits, misses, shadowHits uint64
 	shadowBytes, limit       uint64

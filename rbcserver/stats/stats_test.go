@@ -59,3 +59,29 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestBackendQuantileSkipsTheHits(t *testing.T) {
+	// 700 hits at 0.5 ms, 300 backend calls: 100 at 4 ms, 100 at 10 ms, 100 at 40 ms.
+	c := loghist.Counts{}
+	c[uint32(loghist.Index(500))] += 700
+	c[uint32(loghist.Index(4000))] += 100
+	c[uint32(loghist.Index(10000))] += 100
+	c[uint32(loghist.Index(40000))] += 100
+	s := Summary{Hits: 700, Misses: 300, Latency: c}
+	near := func(got, want float64) bool { return got > want*0.97 && got < want*1.03 }
+	if got := s.BackendQuantile(0.5); !near(got, 10000) {
+		t.Fatalf("median of the backend calls: %v, want ~10 ms", got)
+	}
+	if got := s.BackendQuantile(0.9); !near(got, 40000) {
+		t.Fatalf("P90 of the backend calls: %v, want ~40 ms", got)
+	}
+	if got := s.Latency.Quantile(0.5); !near(got, 500) {
+		t.Fatalf("the median of every query is a hit's: %v", got)
+	}
+	if (&Summary{Hits: 5, Latency: loghist.Counts{uint32(loghist.Index(500)): 5}}).BackendQuantile(0.5) != 0 {
+		t.Fatal("no backend call: 0")
+	}
+	if (&Summary{}).BackendQuantile(0.5) != 0 {
+		t.Fatal("empty: 0")
+	}
+}

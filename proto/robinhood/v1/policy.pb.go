@@ -513,8 +513,11 @@ type PolicyQueryStats struct {
 	P50QueryLatencyUs uint32                 `protobuf:"varint,6,opt,name=p50_query_latency_us,json=p50QueryLatencyUs,proto3" json:"p50_query_latency_us,omitempty"`
 	P99QueryLatencyUs uint32                 `protobuf:"varint,7,opt,name=p99_query_latency_us,json=p99QueryLatencyUs,proto3" json:"p99_query_latency_us,omitempty"`
 	LimitBytes        uint64                 `protobuf:"varint,8,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// GetStats' BackendSummary fields of the same names.
+	P50BackendLatencyUs uint32 `protobuf:"varint,9,opt,name=p50_backend_latency_us,json=p50BackendLatencyUs,proto3" json:"p50_backend_latency_us,omitempty"`
+	P90BackendLatencyUs uint32 `protobuf:"varint,10,opt,name=p90_backend_latency_us,json=p90BackendLatencyUs,proto3" json:"p90_backend_latency_us,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PolicyQueryStats) Reset() {
@@ -599,6 +602,20 @@ func (x *PolicyQueryStats) GetP99QueryLatencyUs() uint32 {
 func (x *PolicyQueryStats) GetLimitBytes() uint64 {
 	if x != nil {
 		return x.LimitBytes
+	}
+	return 0
+}
+
+func (x *PolicyQueryStats) GetP50BackendLatencyUs() uint32 {
+	if x != nil {
+		return x.P50BackendLatencyUs
+	}
+	return 0
+}
+
+func (x *PolicyQueryStats) GetP90BackendLatencyUs() uint32 {
+	if x != nil {
+		return x.P90BackendLatencyUs
 	}
 	return 0
 }
@@ -1009,7 +1026,7 @@ const file_robinhood_v1_policy_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01B\n" +
 	"\n" +
 	"\b_low_pctB\v\n" +
-	"\t_high_pct\"\x9f\x02\n" +
+	"\t_high_pct\"\x89\x03\n" +
 	"\x10PolicyQueryStats\x12\x12\n" +
 	"\x04hits\x18\x01 \x01(\x04R\x04hits\x12\x16\n" +
 	"\x06misses\x18\x02 \x01(\x04R\x06misses\x12\x1f\n" +
@@ -1020,7 +1037,10 @@ const file_robinhood_v1_policy_proto_rawDesc = "" +
 	"\x14p50_query_latency_us\x18\x06 \x01(\rR\x11p50QueryLatencyUs\x12/\n" +
 	"\x14p99_query_latency_us\x18\a \x01(\rR\x11p99QueryLatencyUs\x12\x1f\n" +
 	"\vlimit_bytes\x18\b \x01(\x04R\n" +
-	"limitBytes\"\xf4\x04\n" +
+	"limitBytes\x123\n" +
+	"\x16p50_backend_latency_us\x18\t \x01(\rR\x13p50BackendLatencyUs\x123\n" +
+	"\x16p90_backend_latency_us\x18\n" +
+	" \x01(\rR\x13p90BackendLatencyUs\"\xf4\x04\n" +
 	"\x11PolicyTickRequest\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x1d\n" +
 	"\n" +

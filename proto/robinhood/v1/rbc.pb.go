@@ -634,6 +634,12 @@ type BackendSummary struct {
 	LatencyCount  []uint64 `protobuf:"varint,10,rep,packed,name=latency_count,json=latencyCount,proto3" json:"latency_count,omitempty"`
 	// Sum of the partitions' limits last reported by each app server, bytes.
 	PartitionLimitBytes uint64 `protobuf:"varint,11,opt,name=partition_limit_bytes,json=partitionLimitBytes,proto3" json:"partition_limit_bytes,omitempty"`
+	// Median and P90 of the latency of the queries that reached the backend
+	// (misses and uncacheable queries, every query but the hits), from the
+	// histogram: a hit is faster than any backend call, so they are the slowest
+	// queries − hits of it (docs/protocol.md). 0: no query reached it.
+	P50BackendLatencyUs uint32 `protobuf:"varint,12,opt,name=p50_backend_latency_us,json=p50BackendLatencyUs,proto3" json:"p50_backend_latency_us,omitempty"`
+	P90BackendLatencyUs uint32 `protobuf:"varint,13,opt,name=p90_backend_latency_us,json=p90BackendLatencyUs,proto3" json:"p90_backend_latency_us,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -741,6 +747,20 @@ func (x *BackendSummary) GetLatencyCount() []uint64 {
 func (x *BackendSummary) GetPartitionLimitBytes() uint64 {
 	if x != nil {
 		return x.PartitionLimitBytes
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetP50BackendLatencyUs() uint32 {
+	if x != nil {
+		return x.P50BackendLatencyUs
+	}
+	return 0
+}
+
+func (x *BackendSummary) GetP90BackendLatencyUs() uint32 {
+	if x != nil {
+		return x.P90BackendLatencyUs
 	}
 	return 0
 }
@@ -930,7 +950,7 @@ const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	"\x0fGetStatsRequest\x12%\n" +
 	"\x0ewindow_seconds\x18\x01 \x01(\x01R\rwindowSeconds\x12\x17\n" +
 	"\alow_pct\x18\x02 \x01(\x01R\x06lowPct\x12\x19\n" +
-	"\bhigh_pct\x18\x03 \x01(\x01R\ahighPct\"\xac\x03\n" +
+	"\bhigh_pct\x18\x03 \x01(\x01R\ahighPct\"\x96\x04\n" +
 	"\x0eBackendSummary\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\rR\abackend\x12\x1d\n" +
 	"\n" +
@@ -945,7 +965,9 @@ const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	"\x0elatency_bucket\x18\t \x03(\rR\rlatencyBucket\x12#\n" +
 	"\rlatency_count\x18\n" +
 	" \x03(\x04R\flatencyCount\x122\n" +
-	"\x15partition_limit_bytes\x18\v \x01(\x04R\x13partitionLimitBytes\"n\n" +
+	"\x15partition_limit_bytes\x18\v \x01(\x04R\x13partitionLimitBytes\x123\n" +
+	"\x16p50_backend_latency_us\x18\f \x01(\rR\x13p50BackendLatencyUs\x123\n" +
+	"\x16p90_backend_latency_us\x18\r \x01(\rR\x13p90BackendLatencyUs\"n\n" +
 	"\x0eAppServerStats\x12\"\n" +
 	"\rapp_server_id\x18\x01 \x01(\tR\vappServerId\x128\n" +
 	"\bbackends\x18\x02 \x03(\v2\x1c.robinhood.v1.BackendSummaryR\bbackends\"\x92\x02\n" +

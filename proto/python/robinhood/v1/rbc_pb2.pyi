@@ -107,7 +107,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, window_seconds: _Optional[float] = ..., low_pct: _Optional[float] = ..., high_pct: _Optional[float] = ...) -> None: ...
 
 class BackendSummary(_message.Message):
-    __slots__ = ("backend", "cache_hits", "cache_misses", "shadow_hits", "shadow_bytes", "queries", "p50_query_latency_us", "p99_query_latency_us", "latency_bucket", "latency_count", "partition_limit_bytes")
+    __slots__ = ("backend", "cache_hits", "cache_misses", "shadow_hits", "shadow_bytes", "queries", "p50_query_latency_us", "p99_query_latency_us", "latency_bucket", "latency_count", "partition_limit_bytes", "p50_backend_latency_us", "p90_backend_latency_us")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
     CACHE_MISSES_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +119,8 @@ class BackendSummary(_message.Message):
     LATENCY_BUCKET_FIELD_NUMBER: _ClassVar[int]
     LATENCY_COUNT_FIELD_NUMBER: _ClassVar[int]
     PARTITION_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    P50_BACKEND_LATENCY_US_FIELD_NUMBER: _ClassVar[int]
+    P90_BACKEND_LATENCY_US_FIELD_NUMBER: _ClassVar[int]
     backend: int
     cache_hits: int
     cache_misses: int
@@ -130,7 +132,9 @@ class BackendSummary(_message.Message):
     latency_bucket: _containers.RepeatedScalarFieldContainer[int]
     latency_count: _containers.RepeatedScalarFieldContainer[int]
     partition_limit_bytes: int
-    def __init__(self, backend: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., shadow_hits: _Optional[int] = ..., shadow_bytes: _Optional[int] = ..., queries: _Optional[int] = ..., p50_query_latency_us: _Optional[int] = ..., p99_query_latency_us: _Optional[int] = ..., latency_bucket: _Optional[_Iterable[int]] = ..., latency_count: _Optional[_Iterable[int]] = ..., partition_limit_bytes: _Optional[int] = ...) -> None: ...
+    p50_backend_latency_us: int
+    p90_backend_latency_us: int
+    def __init__(self, backend: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., shadow_hits: _Optional[int] = ..., shadow_bytes: _Optional[int] = ..., queries: _Optional[int] = ..., p50_query_latency_us: _Optional[int] = ..., p99_query_latency_us: _Optional[int] = ..., latency_bucket: _Optional[_Iterable[int]] = ..., latency_count: _Optional[_Iterable[int]] = ..., partition_limit_bytes: _Optional[int] = ..., p50_backend_latency_us: _Optional[int] = ..., p90_backend_latency_us: _Optional[int] = ...) -> None: ...
 
 class AppServerStats(_message.Message):
     __slots__ = ("app_server_id", "backends")
