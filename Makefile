@@ -18,7 +18,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600 --durations=15
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: collector-check build test demo sim-demo hedging paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: collector-check build test demo sim-demo hedging zoo paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -110,6 +110,15 @@ hedging: build
 	go test -count=1 -run TestFitSingleRReproducesThePaperOnPareto -v ./lib/dispatch/ | grep -E "d\*|^(ok|FAIL)"
 	@for e in $(HEDGING_EXPERIMENTS); do \
 		bin/sim hedging --experiment examples/hedging/$$e.yaml --out $(HEDGING_OUT)/$$e || exit 1; echo; done
+
+## zoo: every allocation policy and the shared cache on 100 scenarios drawn from the zoo's family
+## for the demo's topology (the evaluation seeds 1000-1099), in the simulator; the summary in
+## runs/zoo/zoo.md, the figure runs/zoo/zoo.png (docs/zoo.md; about half an hour on 2 cores)
+ZOO_OUT ?= runs/zoo
+ZOO_SEEDS ?= eval
+zoo: build venv
+	$(VENV)/bin/robinhood-testbed zoo --experiment examples/zoo.yaml --seeds $(ZOO_SEEDS) --policies all \
+		--cache-modes partitioned,shared --candidate headroom --jobs 2 --out $(ZOO_OUT)
 
 ## paper: the paper's experiments at its scale in the simulator (examples/paper): each file's
 ## compare arms (compare.policies: robinhood, robinhood-queue, static and the paper's competitors,

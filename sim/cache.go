@@ -1,5 +1,7 @@
 package sim
 
+import "github.com/robinhoodcache/robinhood/lib/costmodel"
+
 // The memory model of one memcached instance (docs/simulator.md, "Caches").
 // memcached stores an item in a chunk of the smallest slab class that holds
 // it (classes grow by a factor of 1.25 from 96 bytes, up to half a 1 MiB
@@ -11,58 +13,18 @@ package sim
 // a shrink takes them back — from the class with the most pages, as the
 // controller's resize does (docs/controller.md), evicting that page's worth
 // of the class's least recent items.
+//
+// The slab classes and what an item takes of them (costmodel.ClassOf,
+// costmodel.ItemBytes, costmodel.ItemCharge) are in lib/costmodel, which
+// the oracle's latency model shares.
 const (
-	pageBytes     = 1 << 20
-	chunkMax      = pageBytes / 2
-	itemHeader    = 56 // item header with CAS
-	minChunk      = 96
-	growthFactor  = 1.25
-	chunkAlign    = 8
+	pageBytes     = costmodel.PageBytes
 	memcachedKey  = 250 // longest key memcached accepts
 	itemSizeLimit = pageBytes
 )
 
-var slabClasses = func() []int64 {
-	var out []int64
-	size := float64(minChunk)
-	for size <= chunkMax/growthFactor {
-		c := int64(size)
-		if r := c % chunkAlign; r != 0 {
-			c += chunkAlign - r
-		}
-		out = append(out, c)
-		size = float64(c) * growthFactor
-	}
-	return append(out, chunkMax)
-}()
-
-// ItemCharge is the memory one item takes in memcached: its chunk (or its
-// chunks, for an item larger than the largest class).
-func ItemCharge(keyLen int, size int64) int64 {
-	class, n := classOf(keyLen, size)
-	return slabClasses[class] * n
-}
-
-// classOf is an item's slab class and how many of its chunks it takes.
-func classOf(keyLen int, size int64) (class int, chunks int64) {
-	item := itemBytes(keyLen, size)
-	if item > chunkMax {
-		return len(slabClasses) - 1, (item + chunkMax - 1) / chunkMax
-	}
-	lo, hi := 0, len(slabClasses)-1
-	for lo < hi {
-		m := (lo + hi) / 2
-		if slabClasses[m] >= item {
-			hi = m
-		} else {
-			lo = m + 1
-		}
-	}
-	return lo, 1
-}
-
-// itemBytes is an item's size as memcached counts it: header, key, value.
-func itemBytes(keyLen int, size int64) int64 { return int64(itemHeader+keyLen+1) + size + 2 }
+// slabClasses is each class's chunk size (costmodel.SlabClasses).
+var slabClasses = costmodel.SlabClasses()
 
 type entry struct {
 	prev, next int32
@@ -127,7 +89,7 @@ func NewScaledCache(limitBytes, page int64) *Cache {
 	c := &Cache{page: max(page, 1), limit: limitBytes, classes: make([]slabClass, len(slabClasses))}
 	for i, size := range slabClasses {
 		c.classes[i] = slabClass{perPage: max(c.page/size, 1), pageBytes: c.page, head: -1, tail: -1}
-		if c.page < chunkMax {
+		if c.page < costmodel.ChunkMax {
 			// A page smaller than the largest chunk cannot hold one: a
 			// miniature's "page" is then one chunk of the class, so memory
 			// is counted chunk by chunk.
@@ -210,13 +172,13 @@ func (c *Cache) Mass(tag int) float64 {
 // SetWeighted is Set with the item counted in Mass(tag) with weight w while
 // it is held; ref is the caller's name for it (OnRemove).
 func (c *Cache) SetWeighted(key uint64, keyLen int, size int64, tag, ref int, w float64) {
-	if keyLen > memcachedKey || itemBytes(keyLen, size) > itemSizeLimit {
+	if keyLen > memcachedKey || costmodel.ItemBytes(keyLen, size) > itemSizeLimit {
 		return
 	}
 	if i, ok := c.lookup(key); ok {
 		c.remove(i)
 	}
-	class, n := classOf(keyLen, size)
+	class, n := costmodel.ClassOf(keyLen, size)
 	cl := &c.classes[class]
 	for cl.used+n > cl.pages*cl.perPage {
 		switch {
@@ -257,7 +219,7 @@ func (c *Cache) SetWeighted(key uint64, keyLen int, size int64, tag, ref int, w 
 	cl.used += n
 	*c.slot(key) = i + 1
 	c.n++
-	c.items += itemBytes(keyLen, size)
+	c.items += costmodel.ItemBytes(keyLen, size)
 }
 
 // lookup is the entry holding key.
@@ -317,7 +279,7 @@ func (c *Cache) remove(i int32) {
 	*c.slot(e.id) = 0
 	c.n--
 	cl.used -= int64(e.chunks)
-	c.items -= itemBytes(int(e.keyLen), e.size)
+	c.items -= costmodel.ItemBytes(int(e.keyLen), e.size)
 	if e.weight != 0 {
 		c.mass[e.tag] -= e.weight
 		if c.OnRemove != nil {

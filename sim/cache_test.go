@@ -4,34 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-)
 
-func TestItemChargeIsTheSmallestSlabClassThatHoldsTheItem(t *testing.T) {
-	for i := 1; i < len(slabClasses); i++ {
-		if slabClasses[i] <= slabClasses[i-1] || slabClasses[i]%chunkAlign != 0 {
-			t.Fatalf("class %d: %d after %d", i, slabClasses[i], slabClasses[i-1])
-		}
-	}
-	if slabClasses[0] != 96 || slabClasses[len(slabClasses)-1] != chunkMax {
-		t.Fatalf("classes run from %d to %d", slabClasses[0], slabClasses[len(slabClasses)-1])
-	}
-	for _, size := range []int64{0, 1, 100, 1000, 16384, 100000, chunkMax - 200, chunkMax, 900000} {
-		item := itemBytes(10, size)
-		c := ItemCharge(10, size)
-		if c < item {
-			t.Fatalf("size %d: charge %d below the item's %d bytes", size, c, item)
-		}
-		if item <= chunkMax {
-			for _, k := range slabClasses {
-				if k >= item && k < c {
-					t.Fatalf("size %d: charged %d but class %d holds it", size, c, k)
-				}
-			}
-		} else if c%chunkMax != 0 || c-item >= chunkMax {
-			t.Fatalf("size %d: a chunked item is charged whole chunks, got %d", size, c)
-		}
-	}
-}
+	"github.com/robinhoodcache/robinhood/lib/costmodel"
+)
 
 // refSlabs is the obvious model of the same rule: per slab class, a list
 // of keys (least recent first) and a page count; a class takes a free page
@@ -57,14 +32,14 @@ func (r *refSlabs) total() (p int64) {
 
 func (r *refSlabs) used(cl int) (u int64) {
 	for _, k := range r.order[cl] {
-		_, n := classOf(len(k), r.size[k])
+		_, n := costmodel.ClassOf(len(k), r.size[k])
 		u += n
 	}
 	return u
 }
 
 func (r *refSlabs) drop(k string) {
-	cl, _ := classOf(len(k), r.size[k])
+	cl, _ := costmodel.ClassOf(len(k), r.size[k])
 	for i, x := range r.order[cl] {
 		if x == k {
 			r.order[cl] = append(r.order[cl][:i:i], r.order[cl][i+1:]...)
@@ -76,7 +51,7 @@ func (r *refSlabs) drop(k string) {
 
 func (r *refSlabs) get(k string, size int64) bool {
 	if s, ok := r.size[k]; ok && s == size {
-		cl, _ := classOf(len(k), size)
+		cl, _ := costmodel.ClassOf(len(k), size)
 		r.drop(k)
 		r.order[cl] = append(r.order[cl], k)
 		r.size[k] = size
@@ -89,7 +64,7 @@ func (r *refSlabs) set(k string, size int64) {
 	if _, ok := r.size[k]; ok {
 		r.drop(k)
 	}
-	cl, n := classOf(len(k), size)
+	cl, n := costmodel.ClassOf(len(k), size)
 	per := pageBytes / slabClasses[cl]
 	for r.used(cl)+n > r.pages[cl]*per {
 		if r.total() < r.limit/pageBytes {

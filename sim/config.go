@@ -8,6 +8,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/costmodel"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
@@ -39,7 +40,7 @@ type Config struct {
 	// Controller is the robinhood-controller command; needed when an app
 	// server has a partitioned cache.
 	Controller  []string
-	Calibration Calibration
+	Calibration costmodel.Calibration
 	// ShadowBytes is each partition's shadow region (0: the app server's
 	// default).
 	ShadowBytes int64

@@ -8,7 +8,8 @@
 // (appserver/shadow), the SLO series (experiment/slo) and the scenario's
 // timeline (experiment/scenario). What it models itself — the caches'
 // memory, the time a cache lookup, an RPC and a backend's data path take —
-// is in model.go and calibration.go, with the measurements behind it.
+// is in model.go and cache.go, on the measured times and memcached's slab
+// classes of lib/costmodel (which the oracle's latency model shares).
 package sim
 
 import (

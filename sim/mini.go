@@ -199,7 +199,14 @@ func (s *Sim) topoIndex(b *backend) int {
 }
 
 func (m *miniature) expGap() time.Duration {
-	return time.Duration(m.rng.ExpFloat64() / m.streamRate * float64(time.Second))
+	return time.Duration(m.rng.ExpFloat64() / (m.streamRate * m.rateFactor()) * float64(time.Second))
+}
+
+// rateFactor is the generator's rate schedule at the run's current time
+// (synth --rate-schedule; 1 without one): the cache streams and the
+// backends' fluid load follow the request rate as the sampled requests do.
+func (m *miniature) rateFactor() float64 {
+	return m.gen.RateFactor(float64(m.s.eng.Now()) / float64(time.Millisecond))
 }
 
 // setLimits is a backend's new limits: its service rate and how much can
@@ -262,12 +269,13 @@ func (m *miniature) step() {
 	}
 	dt := (now - m.lastStep).Seconds()
 	m.lastStep = now
+	factor := m.rateFactor()
 	for bi, f := range m.fluids {
 		lambda := 0.0
 		for _, a := range m.apps {
 			lambda += m.keys[bi].perApp * (1 - m.hitProb(a, bi))
 		}
-		f.lambda = lambda * m.scale
+		f.lambda = lambda * m.scale * factor
 		f.backlog = math.Min(math.Max(f.backlog+(f.lambda-f.mu)*dt, 0), f.cap)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/lib/costmodel"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
@@ -247,7 +248,7 @@ func TestMiniatureLimitsAreValidated(t *testing.T) {
 func startMini(t *testing.T, cfg Config) (*Sim, *miniature) {
 	t.Helper()
 	top := cfg.Topology
-	s := &Sim{cfg: cfg, cal: DefaultCalibration(), eng: &Engine{}, byName: map[string]*backend{}, byID: map[uint32]*backend{},
+	s := &Sim{cfg: cfg, cal: costmodel.DefaultCalibration(), eng: &Engine{}, byName: map[string]*backend{}, byID: map[uint32]*backend{},
 		rng: rand.New(rand.NewPCG(1, 2)), appRng: rand.New(rand.NewPCG(1, 3))}
 	maxID := uint32(0)
 	for _, b := range top.Backends {
@@ -268,4 +269,49 @@ func startMini(t *testing.T, cfg Config) (*Sim, *miniature) {
 	}
 	s.mini = m
 	return s, m
+}
+
+// A rate schedule (tracegen synth --rate-schedule, from a scenario's
+// request_rate events) reaches the generated runs: twice the rate for half
+// of the run is about 1.5 times the requests, in the exact run and in the
+// miniature, whose cache streams and fluid backend load follow it too; the
+// scenario's request_rate events change no backend.
+func TestRateScheduleInProcess(t *testing.T) {
+	dir := t.TempDir()
+	const rr = "events:\n  - {kind: request_rate, at: 5s, factor: 2}\n  - {kind: request_rate, at: 15s, factor: 1}\n"
+	run := func(name string, sched []synth.RateStep, mini bool) *Result {
+		sub := filepath.Join(dir, name)
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := miniConfig(t, sub, 20*time.Second, rr)
+		o := *cfg.Synth
+		o.RateSchedule = sched
+		cfg.Synth, cfg.OutDir = &o, filepath.Join(dir, name, "out")
+		if mini {
+			cfg.Sample, cfg.RequestSample, cfg.Apps = 0.1, 0.2, 1
+		}
+		r, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	sched := []synth.RateStep{{At: 5 * time.Second, Factor: 2}, {At: 15 * time.Second, Factor: 1}}
+	for _, mini := range []bool{false, true} {
+		name := map[bool]string{false: "exact", true: "mini"}[mini]
+		base, surge := run(name+"-base", nil, mini), run(name+"-surge", sched, mini)
+		t.Logf("%s: requests %d → %d, backend queries %d → %d, cache accesses %d → %d", name, base.Requests, surge.Requests,
+			base.BackendQueries, surge.BackendQueries, base.CacheAccesses, surge.CacheAccesses)
+		if r := float64(surge.Requests) / float64(base.Requests); r < 1.4 || r > 1.6 {
+			t.Errorf("%s: %d requests with the surge, %d without (×%.2f, want about 1.5)", name, surge.Requests, base.Requests, r)
+		}
+		if r := float64(surge.BackendQueries) / float64(base.BackendQueries); r < 1.3 {
+			t.Errorf("%s: %d backend queries with the surge, %d without", name, surge.BackendQueries, base.BackendQueries)
+		}
+		// The miniature's cache streams run at the rate of the moment.
+		if r := float64(surge.CacheAccesses) / float64(base.CacheAccesses); mini && (r < 1.4 || r > 1.6) {
+			t.Errorf("mini: %d cache-stream accesses with the surge, %d without (×%.2f)", surge.CacheAccesses, base.CacheAccesses, r)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/shadow"
 	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/costmodel"
 	"github.com/robinhoodcache/robinhood/lib/fanout"
 	"github.com/robinhoodcache/robinhood/lib/loghist"
 	"github.com/robinhoodcache/robinhood/lib/trace"
@@ -23,7 +24,7 @@ type backend struct {
 	name    string
 	typ     string
 	fleet   *fleet
-	service Cost
+	service costmodel.Cost
 	extra   time.Duration // compute's matrix product per query
 	// hits and misses count the cache lookups of its queries (every app
 	// server).

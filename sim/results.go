@@ -8,27 +8,28 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/replay"
+	"github.com/robinhoodcache/robinhood/lib/costmodel"
 )
 
 // Result is sim.json: what the simulator did besides the replay summary.
 type Result struct {
-	SimulatedS      float64            `json:"simulated_s"`
-	Sample          float64            `json:"sample"`
-	Engine          string             `json:"engine"`
-	RequestSample   float64            `json:"request_sample,omitempty"`
-	AppsSimulated   int                `json:"apps_simulated,omitempty"`
-	CacheAccesses   uint64             `json:"cache_accesses,omitempty"`
-	WallS           float64            `json:"wall_s"`
-	Requests        int64              `json:"requests"`
-	Queries         uint64             `json:"queries"`
-	BackendQueries  uint64             `json:"backend_queries"`
-	Events          uint64             `json:"events"`
-	QueriesPerSec   float64            `json:"queries_per_wall_s"`
-	HitRatio        map[string]float64 `json:"hit_ratio"`
-	OverallHitRatio *float64           `json:"overall_hit_ratio"`
-	Timeouts        uint64             `json:"backend_timeouts"`
-	ControllerTicks int                `json:"controller_ticks"`
-	Calibration     Calibration        `json:"calibration"`
+	SimulatedS      float64               `json:"simulated_s"`
+	Sample          float64               `json:"sample"`
+	Engine          string                `json:"engine"`
+	RequestSample   float64               `json:"request_sample,omitempty"`
+	AppsSimulated   int                   `json:"apps_simulated,omitempty"`
+	CacheAccesses   uint64                `json:"cache_accesses,omitempty"`
+	WallS           float64               `json:"wall_s"`
+	Requests        int64                 `json:"requests"`
+	Queries         uint64                `json:"queries"`
+	BackendQueries  uint64                `json:"backend_queries"`
+	Events          uint64                `json:"events"`
+	QueriesPerSec   float64               `json:"queries_per_wall_s"`
+	HitRatio        map[string]float64    `json:"hit_ratio"`
+	OverallHitRatio *float64              `json:"overall_hit_ratio"`
+	Timeouts        uint64                `json:"backend_timeouts"`
+	ControllerTicks int                   `json:"controller_ticks"`
+	Calibration     costmodel.Calibration `json:"calibration"`
 	// Dispatch sums the dispatch policies' counters over every app server,
 	// by backend.
 	Dispatch map[string]DispatchCounters `json:"dispatch"`

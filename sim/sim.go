@@ -18,6 +18,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/costmodel"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 	"github.com/robinhoodcache/robinhood/rbcserver/ring"
@@ -27,7 +28,7 @@ import (
 // Sim is one simulated run.
 type Sim struct {
 	cfg   Config
-	cal   Calibration
+	cal   costmodel.Calibration
 	eng   *Engine
 	epoch time.Time
 	rng   *rand.Rand // replicas
@@ -90,7 +91,7 @@ func Run(cfg Config) (*Result, error) {
 	}
 	cal := cfg.Calibration
 	if cal.Service == nil {
-		cal = DefaultCalibration()
+		cal = costmodel.DefaultCalibration()
 	}
 	if err := cal.Validate(); err != nil {
 		return nil, err
@@ -291,7 +292,7 @@ func (s *Sim) newCache(limit int64) *Cache {
 	if s.cfg.Sample == 1 {
 		return NewCache(limit)
 	}
-	return NewScaledCache(s.scale(limit), s.scale(pageBytes))
+	return NewScaledCache(s.scale(limit), s.scale(costmodel.PageBytes))
 }
 
 // scheduleScenario turns the scenario's timeline into limit updates of

@@ -2,9 +2,11 @@
 // any allocation of the cache budget can keep every backend under its
 // capacity, and which allocation comes closest: the oracle (docs/algorithms.md,
 // "Feasibility and the oracle"). It is pure: the inputs are each backend's
-// query rates and miss-ratio curve (from the trace, workload/mrc), its
-// capacity over time (from the topology's limits and the scenario's changes)
-// and the budget.
+// query rates within each phase and its miss-ratio curve over the whole
+// trace (trace.go, workload/mrc), its capacity over time (from the
+// topology's limits and the scenario's changes; the scenario's request-rate
+// changes split phases too) and the budget. Classify (classify.go) puts a
+// scenario in a class by its hardest phase.
 //
 // The load model: a backend receives its cacheable queries' misses and all
 // its uncacheable queries, load = λc·mr(s) + λu queries/s for a cache of s
@@ -66,16 +68,39 @@ func serviceCapacity(l config.Limits) float64 {
 	return float64(l.Workers) * 1000 / ms
 }
 
-// Phase is an interval with constant capacities.
+// Phase is an interval with constant capacities and request rate.
 type Phase struct {
 	Start, End time.Duration
 	// Capacity per backend name, queries/s.
 	Capacity map[string]float64
+	// RateFactor is the scenario's request-rate multiplier in the phase
+	// (request_rate events; 1 without). The trace carries it: the loads
+	// come from the query rates measured within the phase.
+	RateFactor float64
+	// Rates are each backend's query rates within the phase (Measure); a
+	// backend without an entry is analysed at its whole-trace rates.
+	Rates map[string]Rates
+}
+
+// Rates are a backend's query rates per app server, queries/s.
+type Rates struct {
+	Cacheable, Uncacheable float64
+}
+
+// InPhase is the backend with the phase's own query rates, when the phase
+// has them.
+func (b Backend) InPhase(ph Phase) Backend {
+	if r, ok := ph.Rates[b.Name]; ok {
+		b.CacheableRate, b.UncacheableRate = r.Cacheable, r.Uncacheable
+	}
+	return b
 }
 
 // Phases applies the scenario's changes to the initial limits and returns
-// the intervals between them (changes at the same time make one boundary).
-func Phases(initial map[string]config.Limits, changes []scenario.Change, duration time.Duration) []Phase {
+// the intervals between them (changes at the same time make one boundary);
+// the request-rate schedule's times (scenario.RateSchedule) are
+// boundaries too, and set each phase's RateFactor.
+func Phases(initial map[string]config.Limits, changes []scenario.Change, duration time.Duration, rates ...scenario.RateChange) []Phase {
 	limits := map[string]config.Limits{}
 	for n, l := range initial {
 		limits[n] = l
@@ -88,15 +113,25 @@ func Phases(initial map[string]config.Limits, changes []scenario.Change, duratio
 		return out
 	}
 	var out []Phase
-	cur := Phase{Start: 0, Capacity: snapshot()}
-	for i := 0; i < len(changes); {
-		at := changes[i].At
+	factor := 1.0
+	cur := Phase{Start: 0, Capacity: snapshot(), RateFactor: factor}
+	for i, j := 0, 0; i < len(changes) || j < len(rates); {
+		at := time.Duration(math.MaxInt64)
+		if i < len(changes) {
+			at = changes[i].At
+		}
+		if j < len(rates) && rates[j].At < at {
+			at = rates[j].At
+		}
 		for ; i < len(changes) && changes[i].At == at; i++ {
 			l := limits[changes[i].Backend]
 			for _, fv := range changes[i].Fields {
 				set(&l, fv.Field, fv.Value)
 			}
 			limits[changes[i].Backend] = l
+		}
+		for ; j < len(rates) && rates[j].At == at; j++ {
+			factor = rates[j].Factor
 		}
 		if at >= duration {
 			break
@@ -105,7 +140,7 @@ func Phases(initial map[string]config.Limits, changes []scenario.Change, duratio
 			cur.End = at
 			out = append(out, cur)
 		}
-		cur = Phase{Start: at, Capacity: snapshot()}
+		cur = Phase{Start: at, Capacity: snapshot(), RateFactor: factor}
 	}
 	cur.End = duration
 	return append(out, cur)
@@ -148,12 +183,14 @@ type Result struct {
 }
 
 // Analyze evaluates every phase for a budget (MiB) with a floor per
-// partition, against the configured allocation.
-func Analyze(backends []Backend, phases []Phase, budget, floor int, configured map[string]int) ([]Result, error) {
-	if floor*len(backends) > budget {
-		return nil, fmt.Errorf("budget %d MB is below %d partitions × floor %d MB", budget, len(backends), floor)
+// partition, against the configured allocation. Each phase is analysed at
+// its own query rates when it has them (Phase.Rates), with the backends'
+// miss-ratio curves.
+func Analyze(all []Backend, phases []Phase, budget, floor int, configured map[string]int) ([]Result, error) {
+	if floor*len(all) > budget {
+		return nil, fmt.Errorf("budget %d MB is below %d partitions × floor %d MB", budget, len(all), floor)
 	}
-	for _, b := range backends {
+	for _, b := range all {
 		if len(b.MissRatio) < budget+1 {
 			return nil, fmt.Errorf("backend %s: miss ratios for %d sizes, need %d", b.Name, len(b.MissRatio), budget+1)
 		}
@@ -161,6 +198,7 @@ func Analyze(backends []Backend, phases []Phase, budget, floor int, configured m
 	out := make([]Result, 0, len(phases))
 	for _, ph := range phases {
 		r := Result{Phase: ph, Need: map[string]int{}}
+		backends := inPhase(all, ph)
 		for _, b := range backends {
 			n := need(b, ph.Capacity[b.Name], budget, floor)
 			r.Need[b.Name] = n
@@ -178,6 +216,15 @@ func Analyze(backends []Backend, phases []Phase, budget, floor int, configured m
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// inPhase is the backends at the phase's rates.
+func inPhase(all []Backend, ph Phase) []Backend {
+	out := make([]Backend, len(all))
+	for i, b := range all {
+		out[i] = b.InPhase(ph)
+	}
+	return out
 }
 
 func util(b Backend, m int, capacity float64) float64 {

@@ -30,10 +30,15 @@ func BackendNames(t *config.Topology) []string {
 
 // Replicas returns the admin addresses (host:port) of every replica of the
 // backends the scenario changes. A replica without an http address is an
-// error: the scenario could not change its limits.
+// error: the scenario could not change its limits. request_rate events
+// change no backend (the trace carries them) and are skipped here as in
+// Expand, so nothing applies them through the admin API.
 func (s *Scenario) Replicas(t *config.Topology) (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, e := range s.Events {
+		if e.Kind == KindRequestRate {
+			continue
+		}
 		for _, name := range e.Backends {
 			if _, done := out[name]; done {
 				continue

@@ -28,6 +28,13 @@
 //	    min: 200
 //	    max: 1200
 //	    initial: 800              # optional: else read from the backend
+//	  - kind: request_rate        # the trace's arrival rate × factor from at on
+//	    at: 12m
+//	    factor: 1.5
+//
+// A request_rate event changes no backend: the trace carries it (tracegen
+// synth --rate-schedule, built from RateSchedule), so Expand leaves it out
+// and nothing applies it through the admin API.
 //
 // Parsing and expansion are pure; apply.go is the I/O shell.
 package scenario
@@ -47,6 +54,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
 // Kind is an event kind.
@@ -57,7 +65,13 @@ const (
 	KindSet        Kind = "set"
 	KindRamp       Kind = "ramp"
 	KindRandomWalk Kind = "random_walk"
+	// KindRequestRate multiplies the trace's base arrival rate by Factor
+	// from At until the next request_rate event; the trace carries it.
+	KindRequestRate Kind = "request_rate"
 )
+
+// kindNames lists the event kinds for error messages.
+const kindNames = "set, ramp, random_walk, request_rate"
 
 // FieldValue is one limit field and its new value.
 type FieldValue struct {
@@ -72,9 +86,12 @@ type Event struct {
 	Kind     Kind
 	Backends []string
 
-	// set
+	// set and request_rate
 	At  time.Duration
 	Set []FieldValue
+
+	// request_rate
+	Factor float64
 
 	// ramp and random_walk
 	Field      string
@@ -133,9 +150,10 @@ func Load(path string, backends []string, duration time.Duration) (*Scenario, []
 }
 
 var allowedKeys = map[Kind][]string{
-	KindSet:        {"kind", "backend", "backends", "at", "set"},
-	KindRamp:       {"kind", "backend", "backends", "field", "from", "to", "start", "end", "step"},
-	KindRandomWalk: {"kind", "backend", "backends", "field", "period", "step", "min", "max", "initial", "start", "end"},
+	KindSet:         {"kind", "backend", "backends", "at", "set"},
+	KindRamp:        {"kind", "backend", "backends", "field", "from", "to", "start", "end", "step"},
+	KindRandomWalk:  {"kind", "backend", "backends", "field", "period", "step", "min", "max", "initial", "start", "end"},
+	KindRequestRate: {"kind", "at", "factor"},
 }
 
 type parser struct {
@@ -226,7 +244,7 @@ func contains(xs []string, x string) bool {
 func (p *parser) event(n *yaml.Node) (Event, error) {
 	ev := Event{Line: n.Line}
 	if n.Kind != yaml.MappingNode {
-		return ev, p.errf(n, "an event is a mapping with a kind (set, ramp, random_walk)")
+		return ev, p.errf(n, "an event is a mapping with a kind (%s)", kindNames)
 	}
 	var kind *yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -235,16 +253,19 @@ func (p *parser) event(n *yaml.Node) (Event, error) {
 		}
 	}
 	if kind == nil {
-		return ev, p.errf(n, "event has no kind (set, ramp or random_walk)")
+		return ev, p.errf(n, "event has no kind (%s)", kindNames)
 	}
 	ev.Kind = Kind(kind.Value)
 	allowed, ok := allowedKeys[ev.Kind]
 	if !ok {
-		return ev, p.errf(kind, "kind %q is not one of set, ramp, random_walk", kind.Value)
+		return ev, p.errf(kind, "kind %q is not one of %s", kind.Value, kindNames)
 	}
 	vals := map[string]*yaml.Node{}
 	if err := p.eachKey(n, allowed, func(k string, v *yaml.Node) error { vals[k] = v; return nil }); err != nil {
 		return ev, err
+	}
+	if ev.Kind == KindRequestRate { // the trace's rate: no backend
+		return ev, p.rateEvent(n, vals, &ev)
 	}
 	var err error
 	if ev.Backends, err = p.backendList(n, vals); err != nil {
@@ -386,6 +407,27 @@ func (p *parser) setEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) e
 	return nil
 }
 
+func (p *parser) rateEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) error {
+	at, err := p.need(ev, vals, "at")
+	if err != nil {
+		return err
+	}
+	if e.At, err = p.duration(at, "at"); err != nil {
+		return err
+	}
+	fn, err := p.need(ev, vals, "factor")
+	if err != nil {
+		return err
+	}
+	if e.Factor, err = p.number(fn, "factor"); err != nil {
+		return err
+	}
+	if !(e.Factor > 0) {
+		return p.errf(fn, "factor: %v must be positive (it multiplies the trace's request rate)", e.Factor)
+	}
+	return nil
+}
+
 func (p *parser) interval(ev *yaml.Node, vals map[string]*yaml.Node, e *Event, endRequired bool) error {
 	var err error
 	if n := vals["start"]; n != nil {
@@ -520,7 +562,7 @@ func (p *parser) conflicts(events []Event) error {
 	key := func(b, f string) string { return b + "\x00" + f }
 	for i := range events {
 		e := &events[i]
-		if e.Kind == KindSet {
+		if e.Kind != KindRamp && e.Kind != KindRandomWalk {
 			continue
 		}
 		end := e.End
@@ -536,6 +578,15 @@ func (p *parser) conflicts(events []Event) error {
 				}
 			}
 			spans[k] = append(spans[k], span{e, e.Start, end})
+		}
+	}
+	rates := map[time.Duration]int{}
+	for i := range events {
+		if e := &events[i]; e.Kind == KindRequestRate {
+			if line, dup := rates[e.At]; dup {
+				return &Error{File: p.file, Line: e.Line, Reason: fmt.Sprintf("the request rate is also set at %v by line %d", e.At, line)}
+			}
+			rates[e.At] = e.Line
 		}
 	}
 	sets := map[string]int{}
@@ -586,12 +637,14 @@ func (s *Scenario) warnings(duration time.Duration) []string {
 		out = append(out, fmt.Sprintf("%s:%d: %s", s.File, line, fmt.Sprintf(format, args...)))
 	}
 	for _, e := range s.Events {
+		timed := e.Kind == KindSet || e.Kind == KindRequestRate
 		switch {
-		case e.Kind == KindSet && e.At >= duration:
-			w(e.Line, "set at %v is not before the end of the run (%v); it will not be applied", e.At, duration)
-		case e.Kind != KindSet && e.Start >= duration:
+		case timed && e.At >= duration:
+			w(e.Line, "%s at %v is not before the end of the run (%v); it will not be applied", e.Kind, e.At, duration)
+		case timed:
+		case e.Start >= duration:
 			w(e.Line, "%s starts at %v, not before the end of the run (%v); it will not be applied", e.Kind, e.Start, duration)
-		case e.Kind != KindSet && e.HasEnd && e.End > duration:
+		case e.HasEnd && e.End > duration:
 			w(e.Line, "%s ends at %v, after the end of the run (%v); it is cut short", e.Kind, e.End, duration)
 		}
 	}
@@ -617,13 +670,47 @@ func (s *Scenario) NeedsInitial() []BackendField {
 	return out
 }
 
+// RateChange is one step of the request-rate schedule: from At on, the
+// trace's base arrival rate times Factor.
+type RateChange struct {
+	At     time.Duration
+	Factor float64
+	// Line is the request_rate event's line in the file.
+	Line int
+}
+
+// RateSchedule returns the request_rate events in time order: the factor is
+// 1 before the first and each holds until the next. Empty when the scenario
+// does not change the request rate.
+func (s *Scenario) RateSchedule() []RateChange {
+	var out []RateChange
+	for _, e := range s.Events {
+		if e.Kind == KindRequestRate {
+			out = append(out, RateChange{At: e.At, Factor: e.Factor, Line: e.Line})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out
+}
+
+// RateScheduleSpec writes a schedule as tracegen synth --rate-schedule
+// takes it ("60s:1.5,1m40s:1"); "" for an empty one.
+func RateScheduleSpec(rs []RateChange) string {
+	steps := make([]synth.RateStep, len(rs))
+	for i, r := range rs {
+		steps[i] = synth.RateStep{At: r.At, Factor: r.Factor}
+	}
+	return synth.FormatRateSchedule(steps)
+}
+
 // Expand returns the timeline's changes before duration (> 0), ordered by
 // time and, at equal times, by position in the file. Random walks draw
 // from a generator seeded by (seed, event line), so an event's walk does not
 // change when other events are added; initial gives the starting values of
 // walks without an initial value (NeedsInitial). Integer fields (workers,
 // queue_limit) are rounded; a ramp or walk step that leaves the value
-// unchanged produces no change.
+// unchanged produces no change. request_rate events change no backend and
+// produce none (RateSchedule lists them).
 func (s *Scenario) Expand(duration time.Duration, seed uint64, initial map[BackendField]float64) ([]Change, error) {
 	if duration <= 0 {
 		return nil, errors.New("scenario: the run's duration is needed to expand the timeline")

@@ -41,8 +41,16 @@ func TestValidationErrors(t *testing.T) {
 		{"seed: -3\nevents: []\n", `s.yaml:1: seed: "-3" is not a non-negative integer`},
 		{"seed: 1\n", "s.yaml:1: events: a list of events is required"},
 		{"- 1\n", "s.yaml:1: a scenario is a mapping with an events list"},
-		{"events:\n  - at: 1s\n    backend: b1\n", "s.yaml:2: event has no kind (set, ramp or random_walk)"},
-		{"events:\n  - kind: spike\n", `s.yaml:2: kind "spike" is not one of set, ramp, random_walk`},
+		{"events:\n  - at: 1s\n    backend: b1\n", "s.yaml:2: event has no kind (set, ramp, random_walk, request_rate)"},
+		{"events:\n  - kind: spike\n", `s.yaml:2: kind "spike" is not one of set, ramp, random_walk, request_rate`},
+		{"events:\n  - kind: request_rate\n    at: 5s\n", "s.yaml:2: request_rate event needs factor"},
+		{"events:\n  - kind: request_rate\n    factor: 2\n", "s.yaml:2: request_rate event needs at"},
+		{"events:\n  - kind: request_rate\n    at: 5s\n    factor: 0\n", "s.yaml:4: factor: 0 must be positive (it multiplies the trace's request rate)"},
+		{"events:\n  - kind: request_rate\n    at: 5s\n    factor: -1.5\n", "s.yaml:4: factor: -1.5 must be positive"},
+		{"events:\n  - kind: request_rate\n    at: 5s\n    factor: lots\n", `s.yaml:4: factor: "lots" is not a number`},
+		{"events:\n  - kind: request_rate\n    at: 5\n    factor: 2\n", `s.yaml:3: at: "5" is not a duration`},
+		{"events:\n  - kind: request_rate\n    at: 5s\n    factor: 2\n    backend: b1\n", `s.yaml:5: unknown key "backend" (allowed: kind, at, factor)`},
+		{"events:\n  - kind: request_rate\n    at: 5s\n    factor: 2\n  - kind: request_rate\n    at: 5s\n    factor: 1\n", "s.yaml:5: the request rate is also set at 5s by line 2"},
 		{"events:\n  - kind: set\n    at: 1s\n    backend: b9\n    set: {rate: 1}\n", `s.yaml:4: backend "b9" is not in the topology (backends: b1, b2, b3)`},
 		{"events:\n  - kind: set\n    at: 1s\n    backends: [b1, b1]\n    set: {rate: 1}\n", `s.yaml:4: backend "b1" is listed twice`},
 		{"events:\n  - kind: set\n    at: 1s\n    backend: b1\n    backends: [b2]\n    set: {rate: 1}\n", "s.yaml:5: give backend or backends, not both"},
@@ -79,6 +87,40 @@ func TestValidationErrors(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("scenario\n%s\nerror = %v\n want %s", c.doc, err, c.want)
 		}
+	}
+}
+
+// request_rate events: the schedule in time order, no change of any backend,
+// no conflict with a set at the same time, a warning beyond the run.
+func TestRequestRate(t *testing.T) {
+	doc := "events:\n" +
+		"  - {kind: request_rate, at: 1m40s, factor: 1}\n" +
+		"  - {kind: set, at: 1m, backend: b1, set: {rate: 5}}\n" +
+		"  - {kind: request_rate, at: 1m, factor: 1.5}\n" +
+		"  - {kind: request_rate, at: 3m, factor: 2}\n"
+	sc, warns, err := Parse("s.yaml", []byte(doc), []string{"b1"}, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []RateChange{{At: time.Minute, Factor: 1.5, Line: 4}, {At: 100 * time.Second, Factor: 1, Line: 2}, {At: 3 * time.Minute, Factor: 2, Line: 5}}
+	if got := sc.RateSchedule(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("schedule %+v, want %+v", got, want)
+	}
+	if spec := RateScheduleSpec(sc.RateSchedule()); spec != "1m0s:1.5,1m40s:1,3m0s:2" {
+		t.Fatalf("spec %q", spec)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "s.yaml:5: request_rate at 3m0s is not before the end of the run") {
+		t.Fatalf("warnings %q", warns)
+	}
+	changes, err := sc.Expand(10*time.Minute, 1, nil)
+	if err != nil || len(changes) != 1 || changes[0].Backend != "b1" {
+		t.Fatalf("changes %+v %v", changes, err)
+	}
+	if r, err := sc.Replicas(&config.Topology{Backends: []config.Backend{{Name: "b1", Replicas: []config.Replica{{HTTP: "127.0.0.1:1"}}}}}); err != nil || len(r) != 1 {
+		t.Fatalf("replicas %v %v", r, err)
+	}
+	if sc, _, _ := Parse("s.yaml", []byte("events: []\n"), nil, 0); sc.RateSchedule() != nil {
+		t.Fatal("a scenario without request_rate events has a schedule")
 	}
 }
 

@@ -21,6 +21,7 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 	qpr := fs.Float64("queries-per-request", d.QueriesPerRequest, "mean queries per request with --match query")
 	types := fs.Int("types", d.Types, "number of request types to draw")
 	rate := fs.Float64("rate", d.Rate, "mean arrival rate, requests/s (Poisson); sets ts_ms")
+	rateSchedule := fs.String("rate-schedule", "", "piecewise-constant multipliers of --rate, AT:FACTOR,... (e.g. 0s:1,60s:1.5,100s:1): Poisson arrivals at the current rate")
 	seed := fs.Uint64("seed", d.Seed, "random seed: the same seed and flags give a byte-identical trace")
 	keys := fs.String("keys", strconv.Itoa(d.Keys.Default), "key-space size per backend: N or N,NAME=N,...")
 	zipf := fs.String("zipf", strconv.FormatFloat(d.Zipf.Default, 'g', -1, 64), "Zipf exponent of key popularity: S or S,NAME=S,...")
@@ -49,6 +50,9 @@ func Flags(fs *flag.FlagSet) func() (Options, error) {
 			return o, err
 		}
 		if o.MeanSize, err = perBackend("mean-size", *meanSize, d.MeanSize.Default, atof); err != nil {
+			return o, err
+		}
+		if o.RateSchedule, err = ParseRateSchedule(*rateSchedule); err != nil {
 			return o, err
 		}
 		return o, nil

@@ -21,7 +21,7 @@ type Batch struct {
 // following call. Do not mix Next and NextShape on one generator when the
 // requests must match a trace written by Next.
 func (g *Generator) NextShape(out []Batch) (tsMs float64, batches []Batch) {
-	g.now += g.rng.ExpFloat64() / g.rate * 1000
+	g.arrive()
 	g.n++
 	ty := &g.typ[g.types.sample(g.src.Uint64())]
 	out = out[:0]
@@ -46,7 +46,8 @@ func (g *Generator) QueriesPerRequest(b int) float64 {
 	return s
 }
 
-// Rate is the generator's mean arrival rate, requests/s.
+// Rate is the generator's base arrival rate, requests/s (RateFactor gives
+// the schedule's multiplier of the moment).
 func (g *Generator) Rate() float64 { return g.rate }
 
 // Keys is the size of backend index b's key space.

@@ -64,14 +64,17 @@ type Options struct {
 	Types             int
 	Seed              uint64
 	// Rate is the mean arrival rate in requests per second.
-	Rate        float64
-	Keys        PerBackend[int]
-	Zipf        PerBackend[float64]
-	MeanSize    PerBackend[float64]
-	SizeSigma   float64
-	MinSize     int64
-	MaxSize     int64
-	Uncacheable float64
+	Rate float64
+	// RateSchedule multiplies Rate piecewise (empty: Rate throughout):
+	// Poisson arrivals at the current rate.
+	RateSchedule []RateStep
+	Keys         PerBackend[int]
+	Zipf         PerBackend[float64]
+	MeanSize     PerBackend[float64]
+	SizeSigma    float64
+	MinSize      int64
+	MaxSize      int64
+	Uncacheable  float64
 }
 
 // DefaultOptions returns the onerf profile with the testbed defaults.
@@ -144,6 +147,8 @@ type Generator struct {
 	src   *rand.PCG
 	rng   *rand.Rand
 	rate  float64
+	// sched is the rate schedule; nil means the constant rate.
+	sched *schedule
 
 	n   int64   // requests drawn
 	now float64 // arrival time in ms
@@ -168,6 +173,9 @@ func New(o Options) (*Generator, error) {
 	}
 	if !(o.Rate > 0) || math.IsInf(o.Rate, 0) {
 		return nil, fmt.Errorf("rate: %v requests/s must be positive", o.Rate)
+	}
+	if err := checkSchedule(o.RateSchedule); err != nil {
+		return nil, err
 	}
 	names := o.Names
 	if len(names) == 0 {
@@ -206,7 +214,7 @@ func New(o Options) (*Generator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: %w", o.Profile, err)
 	}
-	g := &Generator{names: names, mix: mix, rate: o.Rate}
+	g := &Generator{names: names, mix: mix, rate: o.Rate, sched: newSchedule(o.RateSchedule, o.Rate)}
 	g.src = rand.NewPCG(o.Seed, 0x7472616365) // "trace"
 	g.rng = rand.New(g.src)
 	sizes := map[float64]*SizeDist{}
@@ -275,7 +283,7 @@ func (g *Generator) Mix() *Mix { return g.mix }
 // Next draws the next request. The returned request and its slices are
 // reused by the following call.
 func (g *Generator) Next() *trace.Request {
-	g.now += g.rng.ExpFloat64() / g.rate * 1000
+	g.arrive()
 	r := &g.req
 	r.T = g.n
 	r.TsMs = math.Round(g.now*1000) / 1000 // µs resolution keeps lines short
@@ -322,6 +330,21 @@ func (g *Generator) Next() *trace.Request {
 	r.Layers[0] = layer
 	return r
 }
+
+// arrive advances the clock to the next arrival: exponential gaps at the
+// rate, or, with a schedule, at the rate of the moment (one exponential
+// draw either way, so a trace without a schedule is what it always was).
+func (g *Generator) arrive() {
+	if g.sched == nil {
+		g.now += g.rng.ExpFloat64() / g.rate * 1000
+		return
+	}
+	g.now = g.sched.next(g.now, g.rng.ExpFloat64())
+}
+
+// RateFactor is the schedule's multiplier of the base rate at tMs (1
+// without a schedule).
+func (g *Generator) RateFactor(tMs float64) float64 { return g.sched.factorAt(tMs) }
 
 // appendBase36 appends v in base 36 with lowercase digits, as
 // strconv.FormatUint(v, 36) (KeyString) writes it.

@@ -1,15 +1,23 @@
-"""Oracle (beyond the paper): the allocation that minimizes the worst backend's
-load against its capacity, phase by phase, computed in advance from the run's trace
-and scenario — the bound every online policy is measured against.
+"""Oracle (beyond the paper): per scenario phase, the allocation with the lowest
+predicted request P99, computed in advance from the run's trace and scenario — the
+bound every online policy is measured against.
 
 ``tracegen scenario check --trace --json`` (docs/algorithms.md, "Feasibility and the
 oracle") computes, for every phase of the scenario (an interval with constant backend
-capacities), the allocation of this app server's budget that minimizes the highest
-load/capacity, from each backend's exact miss-ratio curve. The policy reads the run's
-trace, scenario and topology from ``controller.run`` (the testbed sets them), runs that
-analysis once, and at every tick applies the allocation of the phase the run is in
-(time since the run's start file; since the first tick without one). It moves the
-whole way at once: the mechanism still frees memory at memcached's pace.
+capacities), the allocation of this app server's budget that minimizes the request P99
+predicted by a latency model of each backend built from the capacity model (its gate —
+token bucket or workers — as a batch queue, its service times, the phase's miss-ratio
+curve read at what memcached holds), starting from the allocation that minimizes the
+worst load/capacity. With ``lookahead`` (the default: the oracle is the offline bound,
+it may use the future) it passes ``--lookahead``: a calm phase takes the next phase's
+allocation when its own predicted P99 stays within 10% of its best (and the SLO), so
+space moves a phase early and caches are full when a stressed phase begins.
+
+The policy reads the run's trace, scenario and topology from ``controller.run`` (the
+testbed sets them), runs that analysis once, and at every tick applies the allocation
+of the phase the run is in (time since the run's start file; since the first tick
+without one). It moves the whole way at once: the mechanism still frees memory at
+memcached's pace.
 """
 from __future__ import annotations
 
@@ -28,12 +36,18 @@ from .registry import register
 
 class OracleParams(Params):
     tracegen: str = Field("", description="path of bin/tracegen (default: $ROBINHOOD_BIN/tracegen, then PATH)")
+    lookahead: bool = Field(True, description="move space a phase early (scenario check --lookahead): a calm phase "
+                                              "takes the next phase's allocation when its own predicted P99 stays "
+                                              "within 10% of its best and the SLO, so caches fill before they are "
+                                              "needed")
 
 
 @register
 class Oracle(AllocationPolicy):
     name = "oracle"
-    summary = "per scenario phase, the allocation minimizing the worst load/capacity, computed in advance (beyond the paper)"
+    summary = ("per scenario phase, the allocation minimizing the request P99 a latency model of the backends "
+               "predicts (from the capacity model), computed in advance; with lookahead, space moves a phase early "
+               "(beyond the paper)")
     Params = OracleParams
     needs_run = True
     color = "#000000"
@@ -66,6 +80,8 @@ class Oracle(AllocationPolicy):
                               "(the testbed sets them)")
         args = [self._tracegen(), "scenario", "check", run.scenario, "--topology", run.topology,
                 "--duration", f"{run.seconds:g}s", "--trace", run.trace, "--app-server", self.ctx.app_server, "--json"]
+        if self.params.lookahead:  # type: ignore[attr-defined]
+            args.append("--lookahead")
         res = subprocess.run(args, capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
             raise PolicyError(f"oracle: {' '.join(args)} failed: {res.stderr.strip()}")

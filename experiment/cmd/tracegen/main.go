@@ -1,11 +1,13 @@
 // Command tracegen synthesizes OneRF-like request traces, prints their
-// structure, replays them open-loop against a topology's application servers
-// and checks capacity scenarios (docs/workloads.md):
+// structure, replays them open-loop against a topology's application servers,
+// checks capacity scenarios and draws them from the scenario zoo
+// (docs/workloads.md):
 //
-//	tracegen synth   [--profile onerf] [--backends 20] (--requests N | --duration D) [--out FILE] …
+//	tracegen synth   [--profile onerf] [--backends 20] (--requests N | --duration D) [--rate-schedule SPEC] [--out FILE] …
 //	tracegen stats   FILE [--json] [--skip-bad]
 //	tracegen replay  --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [--scenario FILE] …
-//	tracegen scenario check FILE --topology FILE [--duration D] [--print]
+//	tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--app-server ID] [--json]]
+//	tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--app-server ID] [--warmup D] [--out FILE] [--json]
 //	tracegen mrc     FILE [--sizes 1MiB,4MiB,…] [--format csv|table|json] [--sample R] [--plot FILE.svg]
 package main
 
@@ -32,6 +34,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/experiment/zoo"
 	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/bytesize"
 	"github.com/robinhoodcache/robinhood/lib/config"
@@ -46,7 +49,9 @@ Commands:
   synth           write a synthetic trace (OneRF-like structure, Zipf keys, heavy-tailed sizes)
   stats FILE      print a trace's structure: the columns of the paper's Table 1 and more
   replay          replay a trace open-loop against a topology's application servers
-  scenario check  validate a capacity scenario against a topology
+  scenario check  validate a capacity scenario against a topology (with --trace: phase by phase
+                  feasibility, the oracle's allocation and the scenario's class)
+  scenario generate  draw a capacity scenario from the scenario zoo's families for a topology and trace
   mrc FILE        each backend's LRU miss ratio as a function of cache bytes (exact, or sampled)
 
 Run 'tracegen <command> -h' for the flags of a command. docs/workloads.md has the details.
@@ -74,12 +79,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "replay":
 		err = cmdReplay(args[1:], stdout, stderr)
 	case "scenario":
-		if len(args) < 2 || args[1] != "check" {
-			fmt.Fprintln(stderr, "Usage: tracegen scenario check FILE --topology FILE [--duration D] [--print]")
+		switch {
+		case len(args) >= 2 && args[1] == "check":
+			cmd = "scenario check"
+			err = cmdScenarioCheck(args[2:], stdout, stderr)
+		case len(args) >= 2 && args[1] == "generate":
+			cmd = "scenario generate"
+			err = cmdScenarioGenerate(args[2:], stdout, stderr)
+		default:
+			fmt.Fprintln(stderr, "Usage: tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--json]]")
+			fmt.Fprintln(stderr, "       tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--out FILE]")
 			return 2
 		}
-		cmd = "scenario check"
-		err = cmdScenarioCheck(args[2:], stdout, stderr)
 	case "mrc":
 		err = cmdMRC(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
@@ -368,6 +379,10 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 		for _, w := range warns {
 			log.Warn("scenario", "warning", w)
 		}
+		if rs := sc.RateSchedule(); len(rs) > 0 && *rate > 0 {
+			return fmt.Errorf("--rate: the scenario's request_rate events (line %d) are carried by the trace's ts_ms, which --rate replaces with a constant rate; replay without --rate a trace synthesized with --rate-schedule %s",
+				rs[0].Line, scenario.RateScheduleSpec(rs))
+		}
 		cfg.Scenario = sc
 		if sc.Seed != nil {
 			cfg.ScenarioSeed = *sc.Seed
@@ -412,6 +427,7 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	tracePath := fs.String("trace", "", "also say, phase by phase, whether any allocation of the cache can keep every backend under its capacity (miss-ratio curves from this trace)")
 	appServer := fs.String("app-server", "", "with --trace: the partitioned app server whose budget is analysed (default: the first)")
 	asJSON := fs.Bool("json", false, "with --trace: print the analysis as JSON")
+	fs.BoolVar(&oracleLookahead, "lookahead", false, "with --trace: a calm phase takes the next phase's oracle allocation when its own predicted P99 stays within 10% of its best (and the SLO), so that caches fill before they are needed")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -441,10 +457,14 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	for _, e := range sc.Events {
 		kinds[e.Kind]++
 	}
-	fmt.Fprintf(stdout, "%s: ok: %d events (%d set, %d ramp, %d random_walk)\n", pos[0], len(sc.Events),
-		kinds[scenario.KindSet], kinds[scenario.KindRamp], kinds[scenario.KindRandomWalk])
+	rr := ""
+	if k := kinds[scenario.KindRequestRate]; k > 0 {
+		rr = fmt.Sprintf(", %d request_rate", k)
+	}
+	fmt.Fprintf(stdout, "%s: ok: %d events (%d set, %d ramp, %d random_walk%s)\n", pos[0], len(sc.Events),
+		kinds[scenario.KindSet], kinds[scenario.KindRamp], kinds[scenario.KindRandomWalk], rr)
 	if *tracePath != "" {
-		return feasibilityReport(stdout, sc, topo, *tracePath, *appServer, *duration, *seed, *asJSON)
+		return feasibilityReport(stdout, stderr, sc, topo, *tracePath, *appServer, *duration, *seed, *asJSON)
 	}
 	if !*print {
 		return nil
@@ -474,6 +494,74 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("scenario generate", "tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--app-server ID] [--warmup D] [--out FILE] [--json]", stderr)
+	topoPath := fs.String("topology", "", "topology file: the backends and their initial limits, the app server's cache (required)")
+	tracePath := fs.String("trace", "", "trace the run replays: drop depths are relative to each backend's miss load in it (required)")
+	duration := fs.Duration("duration", 0, "the run's length (required)")
+	seed := fs.Uint64("seed", 0, "seed of every draw, the family's too unless --family is given (required; development 1-999, evaluation 1000-1999)")
+	family := fs.String("family", "", "draw from this family: "+strings.Join(zoo.Families, ", ")+" (default: drawn from the seed)")
+	appServer := fs.String("app-server", "", "the partitioned app server whose configured allocation the miss loads are under (default: the first)")
+	warmup := fs.Duration("warmup", 0, "events start at or after this time (default: the topology's slo.warmup, else 30s)")
+	out := fs.String("out", "-", "write the scenario here (- for stdout)")
+	asJSON := fs.Bool("json", false, "print the family, seed, drawn parameters and the scenario as JSON on stdout")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, name := range []string{"topology", "trace", "duration", "seed"} {
+		if !set[name] {
+			return fmt.Errorf("--%s is required", name)
+		}
+	}
+	if *duration <= 0 {
+		return fmt.Errorf("--duration: %v must be positive", *duration)
+	}
+	if *family != "" && zoo.FamilyIndex(*family) < 0 {
+		return fmt.Errorf("--family: %q is not one of %s", *family, strings.Join(zoo.Families, ", "))
+	}
+	if set["warmup"] && *warmup < 0 {
+		return fmt.Errorf("--warmup: %v is negative", *warmup)
+	}
+	topo, err := config.LoadTopology(*topoPath)
+	if err != nil {
+		return err
+	}
+	in, err := zoo.Load(topo, *tracePath, *duration, *appServer)
+	if err != nil {
+		return err
+	}
+	if set["warmup"] {
+		in.Warmup = *warmup
+	}
+	if in.Warmup >= in.Duration {
+		return fmt.Errorf("--warmup: %v is not shorter than --duration %v", in.Warmup, in.Duration)
+	}
+	sc, err := zoo.Generate(in, *seed, *family)
+	if err != nil {
+		return err
+	}
+	if *out != "-" {
+		if err := os.WriteFile(*out, []byte(sc.YAML), 0o644); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sc)
+	}
+	if *out == "-" {
+		_, err = io.WriteString(stdout, sc.YAML)
+	}
+	return err
 }
 
 // DefaultMRCSizes are the cache sizes tracegen mrc evaluates unless told.
@@ -565,13 +653,27 @@ func cmdMRC(args []string, stdout, stderr io.Writer) error {
 	return w.Flush()
 }
 
-// feasibilityReport prints, for every phase of the scenario, the cache each
-// backend needs to stay under its capacity, whether the budget covers them
-// all at once, and the oracle's allocation (experiment/feasibility).
-func feasibilityReport(w io.Writer, sc *scenario.Scenario, topo *config.Topology, tracePath, appID string,
-	duration time.Duration, seed uint64, asJSON bool) error {
+// checked is the analysis of scenario check --trace: for the app server,
+// every phase's needs and oracle (experiment/feasibility) and the
+// scenario's class.
+type checked struct {
+	app           *config.AppServer
+	appServers    int
+	budget, floor int
+	backends      []feasibility.Backend
+	results       []feasibility.Result
+	class         feasibility.Class
+	worst         float64
+}
+
+// checkFeasibility analyses a scenario against a trace for one partitioned
+// app server (appID, or the first): the phases of its capacity changes and
+// request-rate schedule, each at the query rates the trace has within it,
+// with the whole trace's miss-ratio curves.
+func checkFeasibility(sc *scenario.Scenario, topo *config.Topology, tracePath, appID string,
+	duration time.Duration, seed uint64) (*checked, error) {
 	if duration <= 0 {
-		return errors.New("--trace needs --duration (the part of the trace the run replays)")
+		return nil, errors.New("--trace needs --duration (the part of the trace the run replays)")
 	}
 	var app *config.AppServer
 	n := len(topo.AppServers)
@@ -583,30 +685,58 @@ func feasibilityReport(w io.Writer, sc *scenario.Scenario, topo *config.Topology
 		}
 	}
 	if app == nil {
-		return fmt.Errorf("--app-server: no partitioned app server %q in the topology", appID)
+		return nil, fmt.Errorf("--app-server: no partitioned app server %q in the topology", appID)
 	}
 	if need := sc.NeedsInitial(); len(need) > 0 {
-		return fmt.Errorf("--trace: the random walk of %s.%s starts from the backend's current value; give it an initial value", need[0].Backend, need[0].Field)
+		return nil, fmt.Errorf("--trace: the random walk of %s.%s starts from the backend's current value; give it an initial value", need[0].Backend, need[0].Field)
 	}
 	if sc.Seed != nil {
 		seed = *sc.Seed
 	}
 	changes, err := sc.Expand(duration, seed, nil)
 	if err != nil {
-		return err
-	}
-	budget, floor := app.CacheBudgetMB, app.Controller.MinPartitionMB
-	backends, err := feasibility.FromTrace(tracePath, duration, n, budget)
-	if err != nil {
-		return err
+		return nil, err
 	}
 	initial := map[string]config.Limits{}
 	for _, b := range topo.Backends {
 		initial[b.Name] = b.Limits
 	}
-	results, err := feasibility.Analyze(backends, feasibility.Phases(initial, changes, duration), budget, floor, app.InitialAllocationMB())
+	phases := feasibility.Phases(initial, changes, duration, sc.RateSchedule()...)
+	c := &checked{app: app, appServers: n, budget: app.CacheBudgetMB, floor: app.Controller.MinPartitionMB}
+	if c.backends, err = feasibility.Measure(tracePath, duration, n, c.budget, phases); err != nil {
+		return nil, err
+	}
+	if c.results, err = feasibility.Analyze(c.backends, phases, c.budget, c.floor, app.InitialAllocationMB()); err != nil {
+		return nil, err
+	}
+	c.class, c.worst = feasibility.Classify(c.results)
+	return c, nil
+}
+
+// feasibilityReport prints, for every phase of the scenario, the cache each
+// backend needs to stay under its capacity, whether the budget covers them
+// all at once, the oracle's allocation (experiment/feasibility) and the
+// scenario's class.
+func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.Topology, tracePath, appID string,
+	duration time.Duration, seed uint64, asJSON bool) error {
+	c, err := checkFeasibility(sc, topo, tracePath, appID, duration, seed)
 	if err != nil {
 		return err
+	}
+	lat, err := refineOracle(c, sc, topo, tracePath, duration, seed)
+	if err != nil {
+		return err
+	}
+	app, n, budget, floor, backends, results := c.app, c.appServers, c.budget, c.floor, c.backends, c.results
+	phases := make([]feasibility.Phase, len(results))
+	rateChanges := false
+	for i, r := range results {
+		phases[i] = r.Phase
+		rateChanges = rateChanges || r.RateFactor != 1
+	}
+	for _, ph := range feasibility.UncarriedRates(phases) {
+		fmt.Fprintf(stderr, "warning: %v–%v: the scenario's request rate is ×%g, but the trace's query rate there is not: was it synthesized with --rate-schedule %s?\n",
+			ph.Start, ph.End, ph.RateFactor, scenario.RateScheduleSpec(sc.RateSchedule()))
 	}
 	finite := func(v float64) any {
 		if math.IsInf(v, 0) {
@@ -626,29 +756,47 @@ func feasibilityReport(w io.Writer, sc *scenario.Scenario, topo *config.Topology
 			OracleMB    map[string]int `json:"oracle_mb"`
 			OracleWorst any            `json:"oracle_worst_utilization"`
 			Configured  any            `json:"configured_worst_utilization"`
+			RateFactor  float64        `json:"request_rate_factor"`
+			QueryRate   map[string]any `json:"query_rate_qps"`
+			MinMaxMB    map[string]int `json:"min_max_mb"`
+			OracleP99   any            `json:"oracle_predicted_p99_ms"`
+			ConfP99     any            `json:"configured_predicted_p99_ms"`
+			MinMaxP99   any            `json:"min_max_predicted_p99_ms"`
+			OracleMeets any            `json:"oracle_meets_slo"`
+			OracleRho   any            `json:"oracle_predicted_utilization"`
+			ConfRho     any            `json:"configured_predicted_utilization"`
 		}
 		conf := app.InitialAllocationMB()
 		var rows []row
-		for _, r := range results {
-			caps, loads := map[string]any{}, map[string]any{}
+		for i, r := range results {
+			caps, loads, rates := map[string]any{}, map[string]any{}, map[string]any{}
 			for _, b := range backends {
 				caps[b.Name] = finite(r.Capacity[b.Name])
-				loads[b.Name] = b.Load(conf[b.Name])
+				pb := b.InPhase(r.Phase)
+				loads[b.Name] = pb.Load(conf[b.Name])
+				rates[b.Name] = pb.CacheableRate + pb.UncacheableRate
 			}
 			rows = append(rows, row{r.Start.Seconds(), r.End.Seconds(), caps, loads, r.Need, r.NeedTotal, r.Feasible,
-				r.Oracle, finite(r.OracleWorst), finite(r.Even)})
+				r.Oracle, finite(r.OracleWorst), finite(r.Even), r.RateFactor, rates, lat.phases[i].MinMax,
+				finite(lat.phases[i].OracleP99Ms), finite(lat.phases[i].ConfiguredP99Ms), finite(lat.phases[i].MinMaxP99Ms),
+				lat.meets(lat.phases[i].OracleP99Ms), finite(lat.phases[i].OracleRho), finite(lat.phases[i].ConfiguredRho)})
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"app_server": app.ID, "app_servers": n, "budget_mb": budget, "floor_mb": floor,
-			"configured_mb": conf, "phases": rows})
+			"configured_mb": conf, "slo_ms": lat.slo(), "phases": rows, "class": c.class, "worst_utilization": finite(c.worst),
+			"thresholds": map[string]float64{"margin": feasibility.MarginUtilization, "feasible": feasibility.FeasibleUtilization}})
 	}
-	fmt.Fprintf(w, "feasibility: app server %s, budget %d MB, floor %d MB, %d app server(s); miss-ratio curves from %s\n",
+	fmt.Fprintf(w, "feasibility: app server %s, budget %d MB, floor %d MB, %d app server(s); miss-ratio curves from %s, query rates per phase\n",
 		app.ID, budget, floor, n, tracePath)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\tneed MB (per backend)\ttotal\tfeasible\toracle worst util\tconfigured worst util\t")
-	infeasible := 0
-	for _, r := range results {
+	rateCol := ""
+	if rateChanges {
+		rateCol = "request rate\t"
+	}
+	fmt.Fprintln(tw, "phase\t"+rateCol+"need MB (per backend)\ttotal\tfeasible\toracle worst util\tconfigured worst util\toracle P99 ms (predicted)\tconfigured P99 ms (predicted)\t")
+	infeasible, overSLO := 0, 0
+	for i, r := range results {
 		var parts []string
 		for _, b := range backends {
 			need := "∞"
@@ -666,7 +814,15 @@ func feasibilityReport(w io.Writer, sc *scenario.Scenario, topo *config.Topology
 			ok = "NO"
 			infeasible++
 		}
-		fmt.Fprintf(tw, "%s–%s\t%s\t%s/%d\t%s\t%.2f\t%.2f\t\n", r.Start, r.End, strings.Join(parts, " "), total, budget, ok, r.OracleWorst, r.Even)
+		rate := ""
+		if rateChanges {
+			rate = "×" + strconv.FormatFloat(r.RateFactor, 'g', -1, 64) + "\t"
+		}
+		if lat.meets(lat.phases[i].OracleP99Ms) == false {
+			overSLO++
+		}
+		fmt.Fprintf(tw, "%s–%s\t%s%s\t%s/%d\t%s\t%.2f\t%.2f\t%s\t%s\t\n", r.Start, r.End, rate, strings.Join(parts, " "), total, budget, ok, r.OracleWorst, r.Even,
+			fmtMs(lat.phases[i].OracleP99Ms), fmtMs(lat.phases[i].ConfiguredP99Ms))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -675,6 +831,14 @@ func feasibilityReport(w io.Writer, sc *scenario.Scenario, topo *config.Topology
 		fmt.Fprintf(w, "%d of %d phases are infeasible: no allocation of %d MB keeps every backend under its capacity\n", infeasible, len(results), budget)
 	} else {
 		fmt.Fprintf(w, "every phase is feasible: some allocation of %d MB keeps every backend under its capacity\n", budget)
+	}
+	fmt.Fprintf(w, "class: %s (the oracle's hardest phase loads a backend to %.2f of its capacity; margin ≤ %g, tight ≤ %g, infeasible above)\n",
+		c.class, c.worst, feasibility.MarginUtilization, feasibility.FeasibleUtilization)
+	if lat.sloMs > 0 {
+		fmt.Fprintf(w, "latency model: the oracle's allocation minimizes the predicted request P99; it is above the %s SLO in %d of %d phases\n",
+			fmtMs(lat.sloMs)+" ms", overSLO, len(results))
+	} else {
+		fmt.Fprintln(w, "latency model: the oracle's allocation minimizes the predicted request P99 (the topology has no SLO)")
 	}
 	return nil
 }

@@ -312,6 +312,32 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def cmd_zoo(args: argparse.Namespace) -> int:
+    """Every arm on scenarios drawn from the zoo's family, in the simulator (docs/zoo.md)."""
+    from . import zoo
+    console = Console()
+    exp = _load(args)
+    seeds = zoo.parse_seeds(args.seeds)
+    if args.jobs < 1:
+        raise ExperimentError(f"--jobs: {args.jobs} must be at least 1")
+    arms = _arms(args, exp)  # policies and cache modes are checked before anything runs
+    if args.candidate and args.candidate not in [a.name for a in arms]:
+        raise ExperimentError(f"--candidate: {args.candidate!r} is not one of the arms ({', '.join(a.name for a in arms)})")
+    out = Path(args.out) if args.out else REPO / "runs" / f"zoo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and any(out.iterdir()):
+        raise ExperimentError(f"--out: {out} exists and is not empty")
+    start = time.monotonic()
+    with make_executor(args.executor, args.scheduler, args.jobs) as executor:
+        console.print(f"Scenario zoo: {exp.name}, {len(seeds)} {zoo.seed_range(seeds)} seeds, "
+                      f"{len(arms)} arms, {executor.describe()}, in the simulator; results in {out}")
+        rows = zoo.run(exp, lambda e: _arms(args, e), seeds, out, args.jobs, args.family,
+                       progress=console.print, executor=executor)
+    csv_path, md, png = zoo.write(rows, out, seeds, time.monotonic() - start, args.candidate)
+    console.print(md.read_text())
+    console.print(f"Every run: {csv_path}; summary: {md}; figure: {png}")
+    return 0
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
     """Every arm of several experiments for several seeds, in the simulator."""
     from . import matrix
@@ -577,6 +603,19 @@ def main(argv: list[str] | None = None) -> int:
     axes(mx)
     sim_options(mx)
     executor_options(mx)
+    zo = sub.add_parser("zoo", help="every arm on scenarios drawn from the zoo's family, in the simulator: "
+                        "median, P90 and worst SLO violations per policy (make zoo)")
+    zo.add_argument("--experiment", required=True, help="the experiment whose topology, trace and SLO the "
+                    "scenarios are drawn for (its own scenario is replaced)")
+    zo.add_argument("--seeds", default="dev", help="eval (1000-1099), dev (1-40), ranges A-B and seeds, "
+                    "comma-separated; development 1-999, evaluation 1000-1999 (default dev)")
+    zo.add_argument("--family", help="draw every scenario from this family (default: one per seed, drawn)")
+    zo.add_argument("--candidate", help="an arm whose goals (docs/zoo.md) the summary checks")
+    zo.add_argument("--out", help="results folder (default runs/zoo-<time>)")
+    zo.add_argument("--jobs", type=int, default=1, help="runs simulated at once here (default 1)")
+    zo.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
+    axes(zo)
+    executor_options(zo)
     vs = sub.add_parser("versus", help="hold the simulator to the testbed: two results folders of one experiment")
     vs.add_argument("--testbed", required=True, help="results folder of the testbed (engine testbed)")
     vs.add_argument("--sim", required=True, help="results folder of the simulator (engine sim)")
@@ -614,6 +653,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_sweep(args)
         if args.cmd == "matrix":
             return cmd_matrix(args)
+        if args.cmd == "zoo":
+            return cmd_zoo(args)
         if args.cmd == "chaos":
             return cmd_chaos(args)
         return cmd_compare(args)

@@ -23,6 +23,7 @@ from robinhood_common.units import format_duration
 
 from .deploy import build_topology
 from .experiment import Arm, Experiment, ExperimentError
+from .run import rate_schedule
 
 TOPOLOGY = "/etc/robinhood/topology.yaml"
 SCENARIO = "/etc/robinhood/scenario.yaml"
@@ -120,6 +121,7 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
              "--backend-names", ",".join(b.name for b in exp.backends), "--rate", f"{s.rate:g}",
              "--duration", format_duration(exp.duration + 10), "--seed", str(exp.seed),
              *[f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in s.params.items()],
+             *(["--rate-schedule", schedule] if (schedule := rate_schedule(exp)) else []),
              "--out", "/data/trace.jsonl"]
     replay = ["tracegen", "replay", "--topology", TOPOLOGY, "--trace", "/data/trace.jsonl", "--out", "/results/run",
               "--duration", format_duration(exp.duration), "--seed", str(exp.seed),

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import yaml
 
 from . import metrics
-from robinhood_common.units import format_duration
+from robinhood_common.units import format_duration, parse_duration
 
 from .deploy import Deployment, build_topology, check_appserver, controller_cmd, go_bin
 from .experiment import Arm, Experiment, ExperimentError
@@ -26,9 +26,35 @@ log = logging.getLogger(__name__)
 TRACE_SLACK_S = 10.0
 
 
+def rate_schedule(exp: Experiment) -> str | None:
+    """The scenario's request_rate events as tracegen synth --rate-schedule takes them
+    (``AT:FACTOR,...`` in time order), or None when it has none: the request rate is
+    the trace's, so a synthesized trace carries it. ExperimentError names an event whose
+    time or factor is not one (tracegen validates the rest)."""
+    data = exp.scenario_data()
+    events = data.get("events") if isinstance(data, dict) else None
+    steps: list[tuple[float, str]] = []
+    for i, ev in enumerate(events if isinstance(events, list) else []):
+        if not isinstance(ev, dict) or ev.get("kind") != "request_rate":
+            continue
+        at, factor = ev.get("at"), ev.get("factor")
+        try:
+            t = parse_duration(at)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise ExperimentError(f"scenario.events[{i}] (request_rate): at: {e}") from None
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+            raise ExperimentError(f"scenario.events[{i}] (request_rate): factor: {factor!r} is not a number")
+        steps.append((t, f"{at}:{factor!r}"))
+    if not steps:
+        return None
+    steps.sort(key=lambda st: st[0])
+    return ",".join(item for _, item in steps)
+
+
 def synth_args(exp: Experiment) -> list[str]:
     """The tracegen synth flags of the experiment's synthesized trace (without
-    --duration and --out): what tracegen writes, or what bin/sim --synth generates."""
+    --duration and --out): what tracegen writes, or what bin/sim --synth generates.
+    The scenario's request_rate events become --rate-schedule."""
     s = exp.trace.synth
     assert s is not None
     args = ["--profile", s.profile, "--backends", str(len(exp.backends)),
@@ -36,6 +62,9 @@ def synth_args(exp: Experiment) -> list[str]:
             "--rate", f"{s.rate:g}", "--seed", str(exp.seed)]
     for k, v in s.params.items():
         args.append(f"--{k}={str(v).lower() if isinstance(v, bool) else v}")
+    schedule = rate_schedule(exp)
+    if schedule is not None:
+        args += ["--rate-schedule", schedule]
     return args
 
 
@@ -48,6 +77,10 @@ def prepare_inputs(exp: Experiment, out_dir: Path, engine: str = "testbed") -> t
     every policy of a comparison. Returns (trace path, scenario path or None); in the
     simulator with ``sim.generate`` the trace is its synth flags instead (nothing is
     written: bin/sim generates it)."""
+    if exp.trace.file is not None and rate_schedule(exp) is not None:
+        raise ExperimentError(f"scenario: request_rate events change the trace's request rate, so they need a "
+                              f"synthesized trace (trace.synth; tracegen synth --rate-schedule); trace.file "
+                              f"{exp.trace.file} has its own arrival times")
     out_dir.mkdir(parents=True, exist_ok=True)
     if exp.trace.file is not None:
         trace: Path | Generated = exp.path(exp.trace.file).resolve()

@@ -8,7 +8,7 @@ import yaml
 from robinhood_testbed.deploy import build_topology
 from robinhood_testbed.experiment import Arm, ExperimentError, arms, load
 from robinhood_testbed.procs import PortAllocator
-from robinhood_testbed.run import check_scenario
+from robinhood_testbed.run import check_scenario, prepare_inputs, rate_schedule, synth_args
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -125,3 +125,50 @@ def test_shipped_experiments_are_valid(path: Path, tmp_path: Path, gobin) -> Non
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(exp.scenario_data()))
     check_scenario(scenario, topo_path, exp.duration)  # raises ExperimentError naming the problem
+
+
+RATE_EVENTS = [{"kind": "request_rate", "at": "40s", "factor": 1},
+               {"kind": "set", "at": "5s", "backend": "b", "set": {"rate": 100}},
+               {"kind": "request_rate", "at": "20s", "factor": 2.5}]
+
+
+def test_request_rate_events_become_the_synth_rate_schedule(tmp_path: Path, gobin) -> None:
+    """request_rate events are the trace's: synth_args passes them as --rate-schedule (in
+    time order), the generated trace carries them, and the scenario checks."""
+    gobin("tracegen")
+    exp = load(write(tmp_path, {**BASE, "scenario": {"events": RATE_EVENTS}}))
+    assert rate_schedule(exp) == "20s:2.5,40s:1"
+    args = synth_args(exp)
+    assert args[args.index("--rate-schedule") + 1] == "20s:2.5,40s:1"
+    assert "--rate-schedule" not in synth_args(load(write(tmp_path, BASE)))
+    sim = load(write(tmp_path, {**BASE, "scenario": {"events": RATE_EVENTS}, "sim": {"generate": True}}))
+    generated, _ = prepare_inputs(sim, tmp_path / "sim", "sim")
+    assert isinstance(generated, list) and "--rate-schedule" in generated
+    trace, scenario = prepare_inputs(exp, tmp_path / "tb")
+    assert isinstance(trace, Path) and scenario is not None
+    per_segment = [0, 0, 0]
+    for line in trace.read_text().splitlines():
+        ts = float(line.split('"ts_ms": ')[1].split(",")[0]) / 1000
+        if ts < 60:
+            per_segment[0 if ts < 20 else 1 if ts < 40 else 2] += 1
+    # 100 requests/s, then 250, then 100 again (Poisson: within 5 sigma).
+    for n, want in zip(per_segment, (2000, 5000, 2000)):
+        assert abs(n - want) < 5 * want ** 0.5, per_segment
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(yaml.safe_dump(build_topology(exp, arms(exp)[0], PortAllocator())))
+    check_scenario(scenario, topo, exp.duration)
+
+
+def test_request_rate_needs_a_synthesized_trace(tmp_path: Path) -> None:
+    (tmp_path / "t.jsonl").write_text('{"t": 0, "ts_ms": 1, "d": [{"a": {"S": [1], "U": ["k"], "C": [1]}}]}\n')
+    exp = load(write(tmp_path, {**BASE, "trace": {"file": "t.jsonl"}, "scenario": {"events": RATE_EVENTS}}))
+    with pytest.raises(ExperimentError, match="request_rate events change the trace's request rate, so they need a "
+                                              "synthesized trace"):
+        prepare_inputs(exp, tmp_path / "out")
+    assert not (tmp_path / "out").exists(), "nothing is written"
+    bad = load(write(tmp_path, {**BASE, "scenario": {"events": [{"kind": "request_rate", "at": "soon", "factor": 2}]}}))
+    with pytest.raises(ExperimentError, match=r"scenario.events\[0\] \(request_rate\): at: "):
+        synth_args(bad)
+    bad = load(write(tmp_path, {**BASE, "scenario": {"events": [{"kind": "request_rate", "at": "5s", "factor": "x"}]}}))
+    with pytest.raises(ExperimentError, match=r"factor: 'x' is not a number"):
+        synth_args(bad)

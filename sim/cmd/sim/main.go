@@ -28,6 +28,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/costmodel"
 	"github.com/robinhoodcache/robinhood/sim"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
@@ -194,7 +195,7 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *calPath != "" {
-		if cfg.Calibration, err = sim.LoadCalibration(*calPath); err != nil {
+		if cfg.Calibration, err = costmodel.LoadCalibration(*calPath); err != nil {
 			return err
 		}
 	}
@@ -209,6 +210,18 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 		cfg.Scenario = sc
 		if sc.Seed != nil {
 			cfg.ScenarioSeed = *sc.Seed
+		}
+		// request_rate events are the trace's: a generated one must be
+		// given them (the testbed passes them as --rate-schedule).
+		if rs := sc.RateSchedule(); len(rs) > 0 {
+			switch {
+			case cfg.Synth != nil && len(cfg.Synth.RateSchedule) == 0:
+				return fmt.Errorf("--scenario: line %d: a request_rate event changes the trace's request rate, but --synth has no --rate-schedule (add --rate-schedule %s)",
+					rs[0].Line, scenario.RateScheduleSpec(rs))
+			case cfg.Synth == nil:
+				cfg.Log.Warn("scenario", "warning", fmt.Sprintf("request_rate events (line %d) are not applied: the trace file's arrival times must carry them (tracegen synth --rate-schedule %s)",
+					rs[0].Line, scenario.RateScheduleSpec(rs)))
+			}
 		}
 	}
 	for _, a := range topo.AppServers {

@@ -1,4 +1,9 @@
-package sim
+// Package costmodel is what the real components cost: the measured
+// data-path times of cache lookups, RPCs and backend types (Calibration),
+// and memcached's memory charge per item (its slab classes). The simulator
+// (sim) charges its requests and fills its caches with it; the oracle's
+// latency model (experiment/feasibility) predicts with the same numbers.
+package costmodel
 
 import (
 	"bytes"
@@ -24,7 +29,8 @@ func (c Cost) Of(n int64) time.Duration {
 // model: how long a cache lookup, a backend RPC and a backend's data path
 // take. The defaults are measured on the real components (docs/simulator.md,
 // "Calibration", says how, and scripts/sim-calibrate.sh measures the data
-// paths again); a JSON file of the same shape (--calibration) replaces them.
+// paths again); a JSON file of the same shape (bin/sim --calibration)
+// replaces them.
 type Calibration struct {
 	// CacheLookup is one multi-get round trip to memcached, per KiB of the
 	// values it returns.

@@ -1,0 +1,125 @@
+"""The scenario zoo (docs/zoo.md): seeds, the summary and the goals on known rows, and
+one small zoo end to end in the simulator (drawn scenarios, their classes, every arm)."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from robinhood_testbed import zoo
+from robinhood_testbed.experiment import ExperimentError
+from test_testbed_e2e import cli_args
+
+
+def test_seeds() -> None:
+    assert zoo.parse_seeds("eval") == list(range(1000, 1100))
+    assert zoo.parse_seeds("dev") == list(range(1, 41))
+    assert zoo.parse_seeds("3-5,9,4") == [3, 4, 5, 9]
+    assert zoo.seed_range([1, 999]) == "development"
+    assert zoo.seed_range([1000, 1999]) == "evaluation"
+    assert zoo.seed_range([5, 1005]) == "mixed"
+    for bad, msg in (("x", "not an integer"), ("5-3", "ends before"), ("0", "outside"), ("1990-2001", "outside"),
+                     ("a-b", "range"), ("", "at least one")):
+        with pytest.raises(ExperimentError, match=msg):
+            zoo.parse_seeds(bad)
+
+
+def test_family_of_reads_the_generators_header() -> None:
+    assert zoo.family_of("# Scenario zoo\n# family: drop-recover-drop\n# seed: 4\nevents: []\n") == "drop-recover-drop"
+    assert zoo.family_of("events: []\n") == "?"
+
+
+def rows(table: dict[int, dict[str, float]], cls: str = "margin") -> list[dict[str, Any]]:
+    return [{"seed": s, "family": "drop", "class": cls, "arm": a, "violation_pct": v}
+            for s, arms in table.items() for a, v in arms.items()]
+
+
+def test_summary_and_goals_on_known_rows() -> None:
+    table = {
+        1: {"oracle": 0.0, "robinhood": 20.0, "lama++": 30.0, "static": 40.0, "cand": 4.0},
+        2: {"oracle": 10.0, "robinhood": 12.0, "lama++": 11.0, "static": 40.0, "cand": 10.0},
+        3: {"oracle": 10.0, "robinhood": 40.0, "lama++": 50.0, "static": 30.0, "cand": 38.0},
+        4: {"oracle": 0.0, "robinhood": 0.0, "lama++": 0.0, "static": 0.0, "cand": 9.0},
+    }
+    rs = rows(table) + rows({5: {"oracle": 90.0, "robinhood": 95.0, "lama++": 99.0, "static": 99.0, "cand": 99.0}},
+                            "infeasible")
+    s = {x["arm"]: x for x in zoo.summary(rs)}
+    assert s["cand"]["scenarios"] == 4  # the infeasible scenario is left out
+    assert s["cand"]["median"] == 9.5 and s["robinhood"]["median"] == 16.0
+    assert s["cand"]["p90"] == 38.0  # nearest rank
+    assert s["cand"]["best_share"] == 0.5 and s["oracle"]["best_share"] is None  # static is online too (seed 3)
+    assert s["cand"]["oracle_ratio"] == pytest.approx(61 / 20)
+    assert (s["cand"]["worst_seed"], s["cand"]["worst_pct"]) == (3, 38.0)  # 28 points above the oracle
+    g = zoo.goals(rs, "cand")
+    assert "met" in g[0] and "**not met**" not in g[0]          # 9.5 ≤ 2 × 5 (or within 5 points)
+    assert "3 of 4" in g[1] and "**not met**" in g[1]           # seed 4: 9 > 0 + 2
+    assert "1 of the 2" in g[2] and "**not met**" in g[2]       # seeds 1 and 3 are hard; only 1 beaten by > 2
+    assert "2 of 4" in g[3] and "**not met**" in g[3]           # seeds 3 and 4: more than 5 above static
+
+
+@pytest.fixture
+def built(gobin: Callable[[str], Path]) -> None:
+    for name in ("sim", "tracegen"):
+        gobin(name)
+
+
+SMALL = {
+    "name": "small-zoo",
+    "seed": 1,
+    "duration": "90s",
+    "backends": [{"name": n, "type": "kv", "limits": {"workers": 4, "extra_latency_ms": 3}} for n in ("a", "b", "c")],
+    "cache": {"budget_mb": 60},
+    "controller": {"interval": "1s", "min_partition_mb": 8},
+    "rbc_server": {"window": "4s"},
+    "slo": {"latency": "100ms", "step": "2s", "window": "6s", "warmup": "10s"},
+    "trace": {"synth": {"rate": 60, "params": {"queries-per-request": 6, "keys": 3000, "mean-size": 8192}}},
+}
+
+
+def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
+    exp = tmp_path / "small.yaml"
+    exp.write_text(yaml.safe_dump(SMALL))
+    out = tmp_path / "z"
+    res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "1-3", "--policies", "static,headroom",
+                                  "--cache-modes", "partitioned,shared", "--candidate", "headroom", "--jobs", "2",
+                                  "--out", str(out)), capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    with open(out / "zoo.csv") as f:
+        got = list(csv.DictReader(f))
+    assert len(got) == 3 * 3 and {r["arm"] for r in got} == {"static", "headroom", "shared"}
+    for seed in (1, 2, 3):
+        point = out / f"seed-{seed}"
+        family = zoo.family_of((point / "generated.yaml").read_text())
+        check = json.loads((point / "check.json").read_text())
+        assert check["class"] in ("margin", "tight", "infeasible")
+        for r in got:
+            if int(r["seed"]) == seed:
+                assert (r["family"], r["class"]) == (family, check["class"])
+        # The scenario each arm ran is the drawn one.
+        assert yaml.safe_load((point / "scenario.yaml").read_text()) == yaml.safe_load((point / "generated.yaml").read_text())
+    md = (out / "zoo.md").read_text()
+    assert "development seeds 1–3" in md and "| static |" in md
+    assert (out / "zoo.png").read_bytes()[:4] == b"\x89PNG"
+    # Drawing is deterministic: the same seed, the same scenario, byte for byte.
+    again = tmp_path / "again"
+    p = zoo.draw(zoo_experiment(exp), 2, again)
+    assert p.scenario.parent == again / "seed-2"
+    assert (again / "seed-2" / "generated.yaml").read_bytes() == (out / "seed-2" / "generated.yaml").read_bytes()
+    # Bad input: named, nothing run.
+    for args, msg in ((["--seeds", "0"], "outside"), (["--candidate", "nope"], "--candidate"),
+                      (["--policies", "nope"], "nope")):
+        res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--out", str(tmp_path / "bad"), *args),
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and msg in res.stderr, (args, res.stderr)
+        assert not (tmp_path / "bad").exists()
+
+
+def zoo_experiment(path: Path):  # type: ignore[no-untyped-def]
+    from robinhood_testbed.experiment import load
+    return load(str(path))
