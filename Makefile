@@ -113,7 +113,7 @@ hedging: build
 
 ## zoo: every allocation policy and the shared cache on 100 scenarios drawn from the zoo's family
 ## for the demo's topology (the evaluation seeds 1000-1099), in the simulator; the summary in
-## runs/zoo/zoo.md, the figure runs/zoo/zoo.png (docs/zoo.md; about half an hour on 2 cores)
+## runs/zoo/zoo.md, the figure runs/zoo/zoo.png (docs/zoo.md; about 16 minutes on 2 cores)
 ZOO_OUT ?= runs/zoo
 ZOO_SEEDS ?= eval
 zoo: build venv

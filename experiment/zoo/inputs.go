@@ -24,14 +24,7 @@ func Load(topo *config.Topology, tracePath string, duration time.Duration, appID
 	if duration <= 0 {
 		return in, fmt.Errorf("--duration: the run's length is needed")
 	}
-	var app *config.AppServer
-	for i := range topo.AppServers {
-		a := &topo.AppServers[i]
-		if a.CacheMode == config.CachePartitioned && (appID == "" || a.ID == appID) {
-			app = a
-			break
-		}
-	}
+	app := topo.PartitionedAppServer(appID)
 	if app == nil {
 		return in, fmt.Errorf("--app-server: no partitioned app server %q in the topology (drop depths are relative to the miss loads under a partitioned cache's configured allocation)", appID)
 	}

@@ -415,6 +415,19 @@ func (t *Topology) AppServer(id string) (*AppServer, bool) {
 	return nil, false
 }
 
+// PartitionedAppServer is the app server with this id whose cache is
+// partitioned, or the first partitioned one when id is ""; nil when there
+// is none.
+func (t *Topology) PartitionedAppServer(id string) *AppServer {
+	for i := range t.AppServers {
+		a := &t.AppServers[i]
+		if a.CacheMode == CachePartitioned && (id == "" || a.ID == id) {
+			return a
+		}
+	}
+	return nil
+}
+
 // AppServerIDs lists the app server ids, for messages.
 func (t *Topology) AppServerIDs() []string {
 	out := make([]string, len(t.AppServers))

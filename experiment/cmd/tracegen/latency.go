@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/feasibility"
-	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
 )
@@ -27,19 +26,7 @@ type latencyCheck struct {
 // minimizing the worst load/capacity) by the allocation minimizing the
 // request P99 the latency model predicts, with the simulator's default
 // calibration (costmodel.DefaultCalibration).
-func refineOracle(c *checked, sc *scenario.Scenario, topo *config.Topology, tracePath string,
-	duration time.Duration, seed uint64) (*latencyCheck, error) {
-	if sc.Seed != nil {
-		seed = *sc.Seed
-	}
-	changes, err := sc.Expand(duration, seed, nil)
-	if err != nil {
-		return nil, err
-	}
-	initial := map[string]config.Limits{}
-	for _, b := range topo.Backends {
-		initial[b.Name] = b.Limits
-	}
+func refineOracle(c *checked, topo *config.Topology, tracePath string, duration time.Duration) (*latencyCheck, error) {
 	phases := make([]feasibility.Phase, len(c.results))
 	for i, r := range c.results {
 		phases[i] = r.Phase
@@ -49,7 +36,7 @@ func refineOracle(c *checked, sc *scenario.Scenario, topo *config.Topology, trac
 		return nil, err
 	}
 	lm := feasibility.NewLatencyModel(c.backends, fan, topo.Backends, costmodel.DefaultCalibration())
-	limits := feasibility.PhaseLimits(initial, changes, phases)
+	limits := feasibility.PhaseLimits(c.initial, c.changes, phases)
 	inputs := make([]feasibility.PhaseInput, len(phases))
 	for i := range phases {
 		inputs[i] = feasibility.PhaseInput{Limits: limits[i], Rate: fan.PhaseRate[i], Miss: fan.PhaseMiss[i]}

@@ -657,7 +657,11 @@ func cmdMRC(args []string, stdout, stderr io.Writer) error {
 // every phase's needs and oracle (experiment/feasibility) and the
 // scenario's class.
 type checked struct {
-	app           *config.AppServer
+	app *config.AppServer
+	// initial and changes are the backends' limits at the start and the
+	// scenario's expanded timeline.
+	initial       map[string]config.Limits
+	changes       []scenario.Change
 	appServers    int
 	budget, floor int
 	backends      []feasibility.Backend
@@ -675,15 +679,8 @@ func checkFeasibility(sc *scenario.Scenario, topo *config.Topology, tracePath, a
 	if duration <= 0 {
 		return nil, errors.New("--trace needs --duration (the part of the trace the run replays)")
 	}
-	var app *config.AppServer
 	n := len(topo.AppServers)
-	for i := range topo.AppServers {
-		a := &topo.AppServers[i]
-		if a.CacheMode == config.CachePartitioned && (appID == "" || a.ID == appID) {
-			app = a
-			break
-		}
-	}
+	app := topo.PartitionedAppServer(appID)
 	if app == nil {
 		return nil, fmt.Errorf("--app-server: no partitioned app server %q in the topology", appID)
 	}
@@ -702,7 +699,8 @@ func checkFeasibility(sc *scenario.Scenario, topo *config.Topology, tracePath, a
 		initial[b.Name] = b.Limits
 	}
 	phases := feasibility.Phases(initial, changes, duration, sc.RateSchedule()...)
-	c := &checked{app: app, appServers: n, budget: app.CacheBudgetMB, floor: app.Controller.MinPartitionMB}
+	c := &checked{app: app, initial: initial, changes: changes, appServers: n, budget: app.CacheBudgetMB,
+		floor: app.Controller.MinPartitionMB}
 	if c.backends, err = feasibility.Measure(tracePath, duration, n, c.budget, phases); err != nil {
 		return nil, err
 	}
@@ -723,7 +721,7 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 	if err != nil {
 		return err
 	}
-	lat, err := refineOracle(c, sc, topo, tracePath, duration, seed)
+	lat, err := refineOracle(c, topo, tracePath, duration)
 	if err != nil {
 		return err
 	}
