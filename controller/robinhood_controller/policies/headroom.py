@@ -51,6 +51,10 @@ from .registry import register
 from .robinhood import RobinHoodSettings, plan_robinhood
 
 
+US_PER_S = 1_000_000
+"""Microseconds in a second (the statistics are in µs, the SLO in seconds)."""
+
+
 class HeadroomParams(RobinHoodSettings):
     short_ratio: float = Field(2.5, gt=1, le=100, description=(
         "a backend is short when the spread of its query latency is at least this × its baseline"))
@@ -275,7 +279,7 @@ class Headroom(AllocationPolicy):
 
     def plan(self, inp: PlanInput) -> Decision:
         p: HeadroomParams = self.params  # type: ignore[assignment]
-        slo_us = self.ctx.slo.latency * 1e6  # type: ignore[union-attr]
+        slo_us = self.ctx.slo.latency * US_PER_S  # type: ignore[union-attr]
         obs = {n: o for n, o in observe(inp.stats).items() if n in inp.targets}
         rh = plan_robinhood(inp.targets, inp.used, inp.rbc, p.step(self.ctx.floor_bytes), applied=inp.applied())
         step = plan_headroom(rh.targets, obs, inp.rbc, inp.p99_latency_us, self.state, p, self.ctx.floor_bytes, self.ctx.budget_bytes, slo_us)

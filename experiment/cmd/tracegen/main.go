@@ -504,7 +504,7 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "seed of every draw, the family's too unless --family is given (required; development 1-999, evaluation 1000-1999)")
 	family := fs.String("family", "", "draw from this family: "+strings.Join(zoo.Families, ", ")+" (default: drawn from the seed)")
 	appServer := fs.String("app-server", "", "the partitioned app server whose configured allocation the miss loads are under (default: the first)")
-	warmup := fs.Duration("warmup", 0, "events start at or after this time (default: the topology's slo.warmup, else 30s)")
+	warmup := fs.Duration("warmup", zoo.DefaultWarmup, "events start at or after this time (default: the topology's slo.warmup, else this)")
 	out := fs.String("out", "-", "write the scenario here (- for stdout)")
 	asJSON := fs.Bool("json", false, "print the family, seed, drawn parameters and the scenario as JSON on stdout")
 	pos, err := parse(fs, args)

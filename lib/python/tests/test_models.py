@@ -61,9 +61,10 @@ def test_shipped_examples_read(path: Path) -> None:
         for i in range(len(e.cache.app_initial_mb)):
             assert sum(e.initial_allocation(i).values()) == e.cache.budget_mb
         # Every shipped experiment has a capacity scenario but the chaos run's, whose
-        # faults come from robinhood-testbed chaos, and the replicated one's, whose
-        # stalls are in its backends' limits (docs/hedging.md).
-        assert (e.scenario_data() is not None) == (e.name not in ("chaos", "replicated"))
+        # faults come from robinhood-testbed chaos, the replicated one's, whose stalls
+        # are in its backends' limits (docs/hedging.md), and the zoo's, whose scenario
+        # robinhood-testbed zoo draws per seed (docs/zoo.md).
+        assert (e.scenario_data() is not None) == (e.name not in ("chaos", "replicated", "zoo"))
 
 
 def test_durations_are_seconds() -> None:
