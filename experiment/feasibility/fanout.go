@@ -3,14 +3,8 @@ package feasibility
 import (
 	"math"
 	"sort"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
-	"github.com/robinhoodcache/robinhood/lib/stackdist"
-	"github.com/robinhoodcache/robinhood/lib/trace"
-	"github.com/robinhoodcache/robinhood/workload/mrc"
 )
 
 // Fanout is the shape of a trace's requests, as the latency model needs it
@@ -30,24 +24,12 @@ type Fanout struct {
 	Shapes []Shape
 	// Rate is the trace's request rate over every app server, requests/s.
 	Rate float64
-	// PhaseRate is each phase's request rate: the phase's own when it
-	// differs from Rate by more than Poisson noise (3σ), else Rate.
-	PhaseRate []float64
 	// Layers is the most layers a request has. The model folds a request's
 	// layers into one (its latency is the slowest call, not a sum).
 	Layers int
 	// Slabs is, per backend, how memcached stores its values: a partition
 	// of m MiB holds Slabs[b].HeldMB(m) MiB of them.
 	Slabs []Slabs
-	// PhaseMiss is, per phase and backend, the miss ratio of the phase's
-	// cacheable queries with m = 0 … budget MiB of cache per app server
-	// (read at appServers × m, as FromTrace): LRU stack distances over the
-	// whole trace before them, counted within the phase, widened to at
-	// least 10 s around its middle (neighbouring phases' queries added).
-	// Early in a trace a cache is still filling and most misses are a key's
-	// first access; later most are capacity misses, so the whole trace's
-	// curve is wrong for both.
-	PhaseMiss [][][]float64
 }
 
 // Pair is one backend's share of a request: its cacheable and
@@ -199,202 +181,3 @@ func (s Slabs) HeldMB(m float64) float64 {
 	return math.Max(0, m-waste) / s.Charge
 }
 
-// MeasureFanout reads the requests of a trace file sent before duration
-// (as FromTrace does) and returns their fan-out, the request rate, and
-// every phase's request rate and miss-ratio curves, for appServers app
-// servers with up to budget MiB each.
-func MeasureFanout(path string, duration time.Duration, appServers, budget int, phases []Phase) (*Fanout, error) {
-	perMiB := int64(appServers) * MiB
-	type acc struct{ c, u int }
-	type backendAcc struct {
-		bytes   float64
-		queries float64
-		pairs   map[acc]int
-		slabs   slabs
-		stack   *stackdist.Stack
-		// per phase: accesses by the first MiB they hit at (budget+1:
-		// beyond the budget, or a key's first access)
-		hist [][]float64
-	}
-	per := map[string]*backendAcc{}
-	shapes := map[string]int{} // key: per request, "name:c:u;" sorted
-	var count int
-	phaseCount := make([]int, len(phases))
-	limit := float64(duration.Milliseconds())
-	var lastMs float64
-	layers := 0
-	cur := map[string]*acc{}
-	var names []string
-	var sb strings.Builder
-	err := mrc.EachRequest(path, func(r *trace.Request) {
-		if r.HasTs && r.TsMs >= limit {
-			return
-		}
-		phase := -1
-		if r.HasTs {
-			lastMs = r.TsMs
-			at := time.Duration(r.TsMs * float64(time.Millisecond))
-			i := sort.Search(len(phases), func(i int) bool { return phases[i].End > at })
-			if i < len(phases) && at >= phases[i].Start {
-				phaseCount[i]++
-				phase = i
-			}
-		} else if len(phases) == 1 {
-			phase = 0
-		}
-		count++
-		layers = max(layers, len(r.Layers))
-		clear(cur)
-		names = names[:0]
-		for _, l := range r.Layers {
-			for i := range l {
-				q := &l[i]
-				b := per[q.Backend]
-				if b == nil {
-					b = &backendAcc{pairs: map[acc]int{}, stack: stackdist.New(0), hist: make([][]float64, len(phases))}
-					for p := range b.hist {
-						b.hist[p] = make([]float64, budget+2)
-					}
-					per[q.Backend] = b
-				}
-				a := cur[q.Backend]
-				if a == nil {
-					a = &acc{}
-					cur[q.Backend] = a
-					names = append(names, q.Backend)
-				}
-				for j, c := range q.Cacheable {
-					if c {
-						a.c++
-						b.slabs.add(q.Keys[j], q.Sizes[j])
-						d, cold := b.stack.Access(q.Keys[j], q.Sizes[j], q.Sizes[j])
-						if phase < 0 {
-							continue
-						}
-						at := budget + 1
-						if !cold {
-							at = min(int((d+perMiB-1)/perMiB), budget+1)
-						}
-						b.hist[phase][at]++
-					} else {
-						a.u++
-					}
-					b.bytes += float64(q.Sizes[j])
-					b.queries++
-				}
-			}
-		}
-		sort.Strings(names)
-		sb.Reset()
-		for _, n := range names {
-			a := cur[n]
-			if a.c+a.u == 0 {
-				continue
-			}
-			per[n].pairs[*a]++
-			sb.WriteString(n)
-			sb.WriteByte(0)
-			sb.WriteString(strconv.Itoa(a.c))
-			sb.WriteByte(':')
-			sb.WriteString(strconv.Itoa(a.u))
-			sb.WriteByte(0)
-		}
-		shapes[sb.String()]++
-	})
-	if err != nil {
-		return nil, err
-	}
-	f := &Fanout{Layers: layers}
-	for n := range per {
-		f.Backends = append(f.Backends, n)
-	}
-	sort.Strings(f.Backends)
-	index := map[string]int{}
-	pairIndex := make([]map[acc]int32, len(f.Backends))
-	for i, n := range f.Backends {
-		index[n] = i
-		b := per[n]
-		mean := 0.0
-		if b.queries > 0 {
-			mean = b.bytes / b.queries
-		}
-		f.MeanSize = append(f.MeanSize, mean)
-		f.Slabs = append(f.Slabs, b.slabs.summary())
-		var ps []Pair
-		for a, k := range b.pairs {
-			ps = append(ps, Pair{Cacheable: a.c, Uncacheable: a.u, Weight: float64(k) / float64(max(count, 1))})
-		}
-		sort.Slice(ps, func(x, y int) bool {
-			if ps[x].Cacheable != ps[y].Cacheable {
-				return ps[x].Cacheable < ps[y].Cacheable
-			}
-			return ps[x].Uncacheable < ps[y].Uncacheable
-		})
-		pairIndex[i] = map[acc]int32{}
-		for j, p := range ps {
-			pairIndex[i][acc{p.Cacheable, p.Uncacheable}] = int32(j)
-		}
-		f.Pairs = append(f.Pairs, ps)
-	}
-	keys := make([]string, 0, len(shapes))
-	for k := range shapes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // deterministic order
-	for _, k := range keys {
-		s := Shape{Weight: float64(shapes[k]) / float64(max(count, 1)), Pair: make([]int32, len(f.Backends))}
-		for i := range s.Pair {
-			s.Pair[i] = -1
-		}
-		parts := strings.Split(k, "\x00")
-		for i := 0; i+1 < len(parts); i += 2 {
-			cu := strings.SplitN(parts[i+1], ":", 2)
-			c, _ := strconv.Atoi(cu[0])
-			u, _ := strconv.Atoi(cu[1])
-			b := index[parts[i]]
-			s.Pair[b] = pairIndex[b][acc{c, u}]
-		}
-		f.Shapes = append(f.Shapes, s)
-	}
-	secs := duration.Seconds()
-	if lastMs > 0 && lastMs/1000 < secs {
-		secs = lastMs / 1000 // a trace shorter than the run
-	}
-	if secs > 0 {
-		f.Rate = float64(count) / secs
-	}
-	for p := range phases {
-		// widen to 10 s: add the neighbours, the shorter side first
-		lo, hi := p, p
-		for phases[hi].End-phases[lo].Start < 10*time.Second && (lo > 0 || hi < len(phases)-1) {
-			if lo > 0 && (hi == len(phases)-1 || phases[p].Start-phases[lo].Start <= phases[hi].End-phases[p].End) {
-				lo--
-			} else {
-				hi++
-			}
-		}
-		row := make([][]float64, len(f.Backends))
-		for i, n := range f.Backends {
-			hist := make([]float64, budget+2)
-			for q := lo; q <= hi; q++ {
-				for k, v := range per[n].hist[q] {
-					hist[k] += v
-				}
-			}
-			row[i] = missCurve(hist)
-		}
-		f.PhaseMiss = append(f.PhaseMiss, row)
-	}
-	for i, ph := range phases {
-		f.PhaseRate = append(f.PhaseRate, f.Rate)
-		length := math.Min(ph.End.Seconds(), secs) - ph.Start.Seconds()
-		if length <= 0 {
-			continue
-		}
-		want := f.Rate * length
-		if math.Abs(float64(phaseCount[i])-want) > 3*math.Sqrt(want) {
-			f.PhaseRate[i] = float64(phaseCount[i]) / length
-		}
-	}
-	return f, nil
-}

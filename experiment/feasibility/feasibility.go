@@ -1,20 +1,22 @@
-// Package feasibility says, for every phase of a capacity scenario, whether
-// any allocation of the cache budget can keep every backend under its
-// capacity, and which allocation comes closest: the oracle (docs/algorithms.md,
-// "Feasibility and the oracle"). It is pure: the inputs are each backend's
-// query rates within each phase and its miss-ratio curve over the whole
-// trace (trace.go, workload/mrc), its capacity over time (from the
-// topology's limits and the scenario's changes; the scenario's request-rate
-// changes split phases too) and the budget. Classify (classify.go) puts a
-// scenario in a class by its hardest phase.
+// Package feasibility is the oracle's home (docs/algorithms.md,
+// "Feasibility and the oracle"): for a topology, a trace and a capacity
+// scenario, whether any allocation of the cache budget can keep every
+// backend under its capacity in every phase (the load model: Analyze,
+// Classify), and the allocation schedule that the latency model predicts
+// best (Oracle, oracle.go) — with foresight (the future's phases known in
+// advance) or reacting at each phase's start.
+//
+// Everything here is pure but the one pass over the trace (Scan,
+// workload.go): each backend's query rates and its miss-ratio curves over
+// time, split over the app servers as the replayer splits the requests.
 //
 // The load model: a backend receives its cacheable queries' misses and all
-// its uncacheable queries, load = λc·mr(s) + λu queries/s for a cache of s
-// bytes; its capacity is its token-bucket rate, or, without one, workers /
-// (extra latency + expected hiccup) — an upper bound, since the data path's
-// own time is not counted. With N app servers each gets 1/N of the requests
-// and its own budget; an LRU of s bytes over 1/N of an independent stream
-// behaves about like one of N·s bytes over all of it, so mr(s) is read at N·s.
+// its uncacheable queries, load = λc·mr(s) + λu queries/s with a cache of s
+// bytes on every app server (λ: every app server's queries; mr: one app
+// server's cache, over its share of the requests); its capacity is its
+// token-bucket rate, or, without one, workers / (extra latency + expected
+// hiccup) — an upper bound, since the data path's own time is not counted.
+// App servers are taken to be alike: each has the analysed one's budget.
 package feasibility
 
 import (
@@ -23,6 +25,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/lib/config"
 )
@@ -33,13 +36,14 @@ const MiB = 1 << 20
 // Backend is one backend's demand.
 type Backend struct {
 	Name string
-	// CacheableRate and UncacheableRate are queries/s (per app server).
+	// CacheableRate and UncacheableRate are queries/s, every app server.
 	CacheableRate, UncacheableRate float64
-	// MissRatio[m] is the miss ratio of an m-MiB cache (m = 0 … budget).
+	// MissRatio[m] is the miss ratio of one app server's m-MiB cache (m =
+	// 0 … budget; Workload).
 	MissRatio []float64
 }
 
-// Load is the backend's queries/s with an m-MiB cache.
+// Load is the backend's queries/s with an m-MiB cache on every app server.
 func (b Backend) Load(m int) float64 {
 	if m >= len(b.MissRatio) {
 		m = len(b.MissRatio) - 1
@@ -73,48 +77,58 @@ type Phase struct {
 	Start, End time.Duration
 	// Capacity per backend name, queries/s.
 	Capacity map[string]float64
+	// Limits are every backend's limits in the phase.
+	Limits map[string]config.Limits `json:"-"`
 	// RateFactor is the scenario's request-rate multiplier in the phase
 	// (request_rate events; 1 without). The trace carries it: the loads
 	// come from the query rates measured within the phase.
 	RateFactor float64
-	// Rates are each backend's query rates within the phase (Measure); a
-	// backend without an entry is analysed at its whole-trace rates.
-	Rates map[string]Rates
+	// Rates are each backend's query rates within the phase, and Curves
+	// its miss-ratio curve then (Workload.SetRates); a backend without an
+	// entry is analysed at its whole-trace rates and curve.
+	Rates  map[string]Rates     `json:"-"`
+	Curves map[string][]float64 `json:"-"`
 }
 
-// Rates are a backend's query rates per app server, queries/s.
+// Rates are a backend's query rates, every app server, queries/s.
 type Rates struct {
 	Cacheable, Uncacheable float64
 }
 
-// InPhase is the backend with the phase's own query rates, when the phase
-// has them.
+// InPhase is the backend with the phase's own query rates and miss-ratio
+// curve, when the phase has them.
 func (b Backend) InPhase(ph Phase) Backend {
 	if r, ok := ph.Rates[b.Name]; ok {
 		b.CacheableRate, b.UncacheableRate = r.Cacheable, r.Uncacheable
 	}
+	if c, ok := ph.Curves[b.Name]; ok {
+		b.MissRatio = c
+	}
 	return b
 }
 
-// Phases applies the scenario's changes to the initial limits and returns
-// the intervals between them (changes at the same time make one boundary);
-// the request-rate schedule's times (scenario.RateSchedule) are
-// boundaries too, and set each phase's RateFactor.
+// Phases applies the scenario's changes to the initial limits
+// (capacity.Patch: every limit field, as the backends and the simulator
+// apply them) and returns the intervals between them (changes at the same
+// time make one boundary); the request-rate schedule's times
+// (scenario.RateSchedule) are boundaries too, and set each phase's
+// RateFactor.
 func Phases(initial map[string]config.Limits, changes []scenario.Change, duration time.Duration, rates ...scenario.RateChange) []Phase {
 	limits := map[string]config.Limits{}
 	for n, l := range initial {
 		limits[n] = l
 	}
-	snapshot := func() map[string]float64 {
-		out := map[string]float64{}
+	phase := func(start time.Duration, factor float64) Phase {
+		ph := Phase{Start: start, Capacity: map[string]float64{}, Limits: map[string]config.Limits{}, RateFactor: factor}
 		for n, l := range limits {
-			out[n] = Capacity(l)
+			ph.Capacity[n] = Capacity(l)
+			ph.Limits[n] = l
 		}
-		return out
+		return ph
 	}
 	var out []Phase
 	factor := 1.0
-	cur := Phase{Start: 0, Capacity: snapshot(), RateFactor: factor}
+	cur := phase(0, factor)
 	for i, j := 0, 0; i < len(changes) || j < len(rates); {
 		at := time.Duration(math.MaxInt64)
 		if i < len(changes) {
@@ -124,11 +138,11 @@ func Phases(initial map[string]config.Limits, changes []scenario.Change, duratio
 			at = rates[j].At
 		}
 		for ; i < len(changes) && changes[i].At == at; i++ {
-			l := limits[changes[i].Backend]
+			var p capacity.Patch
 			for _, fv := range changes[i].Fields {
-				set(&l, fv.Field, fv.Value)
+				p.Set(fv.Field, fv.Value)
 			}
-			limits[changes[i].Backend] = l
+			limits[changes[i].Backend] = p.Apply(limits[changes[i].Backend])
 		}
 		for ; j < len(rates) && rates[j].At == at; j++ {
 			factor = rates[j].Factor
@@ -140,26 +154,30 @@ func Phases(initial map[string]config.Limits, changes []scenario.Change, duratio
 			cur.End = at
 			out = append(out, cur)
 		}
-		cur = Phase{Start: at, Capacity: snapshot(), RateFactor: factor}
+		cur = phase(at, factor)
 	}
 	cur.End = duration
 	return append(out, cur)
 }
 
-func set(l *config.Limits, field string, v float64) {
-	switch field {
-	case config.FieldWorkers:
-		l.Workers = int(v)
-	case config.FieldRate:
-		l.Rate = v
-	case config.FieldExtraLatencyMs:
-		l.ExtraLatencyMs = v
-	case config.FieldHiccupProb:
-		l.HiccupProb = v
-	case config.FieldHiccupMs:
-		l.HiccupMs = v
-	case config.FieldQueueLimit:
-		l.QueueLimit = int(v)
+// SetRates sets every phase's Rates and Curves from the workload: each
+// backend's query rates within the phase (every app server), over the part
+// of it the trace covers, and its miss-ratio curve then (MissCurve); a
+// phase the trace does not reach keeps none (it is analysed at the whole
+// trace's).
+func (w *Workload) SetRates(phases []Phase) {
+	for i := range phases {
+		ph := &phases[i]
+		_, c, u, ok := w.Rates(ph.Start, ph.End)
+		ph.Rates, ph.Curves = nil, nil
+		if !ok || !w.Timed {
+			continue
+		}
+		ph.Rates, ph.Curves = map[string]Rates{}, map[string][]float64{}
+		for b, n := range w.Backends {
+			ph.Rates[n] = Rates{Cacheable: c[b], Uncacheable: u[b]}
+			ph.Curves[n] = w.MissCurve(b, ph.Start, ph.End)
+		}
 	}
 }
 
@@ -184,21 +202,21 @@ type Result struct {
 
 // Analyze evaluates every phase for a budget (MiB) with a floor per
 // partition, against the configured allocation. Each phase is analysed at
-// its own query rates when it has them (Phase.Rates), with the backends'
-// miss-ratio curves.
+// its own query rates and miss-ratio curves when it has them (Phase.Rates,
+// Phase.Curves), else at the backends'.
 func Analyze(all []Backend, phases []Phase, budget, floor int, configured map[string]int) ([]Result, error) {
 	if floor*len(all) > budget {
 		return nil, fmt.Errorf("budget %d MB is below %d partitions × floor %d MB", budget, len(all), floor)
-	}
-	for _, b := range all {
-		if len(b.MissRatio) < budget+1 {
-			return nil, fmt.Errorf("backend %s: miss ratios for %d sizes, need %d", b.Name, len(b.MissRatio), budget+1)
-		}
 	}
 	out := make([]Result, 0, len(phases))
 	for _, ph := range phases {
 		r := Result{Phase: ph, Need: map[string]int{}}
 		backends := inPhase(all, ph)
+		for _, b := range backends {
+			if len(b.MissRatio) < budget+1 {
+				return nil, fmt.Errorf("backend %s: miss ratios for %d sizes, need %d", b.Name, len(b.MissRatio), budget+1)
+			}
+		}
 		for _, b := range backends {
 			n := need(b, ph.Capacity[b.Name], budget, floor)
 			r.Need[b.Name] = n

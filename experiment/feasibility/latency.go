@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/backends/capacity"
-	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
 )
@@ -143,6 +142,9 @@ type Queue struct {
 	// Rho is the gate's utilization; Overloaded when it is 1 or more.
 	Rho        float64
 	Overloaded bool
+	// Capacity is the queries/s the gate admits at most (its bucket rate,
+	// or its workers over the mean service time, stalls included).
+	Capacity float64
 	svc        service
 	// gate: time per query (ms) and the queries admitted without waiting
 	// from an idle gate; workers when the workers bind before the bucket.
@@ -203,6 +205,7 @@ func NewQueue(l config.Limits, dataMs float64, batch []float64, batchRate float6
 		}
 	}
 	q.Rho = lamQ * eg
+	q.Capacity = 1000 / eg
 	if q.Rho >= 1 {
 		q.Overloaded = true
 		return q
@@ -414,10 +417,7 @@ type stateKey struct {
 	b    int
 	lim  config.Limits
 	rate float64
-	// curve: the phase's miss-ratio curve (its first element), nil: the
-	// whole trace's
-	curve *float64
-	m     int
+	mr   float64
 }
 
 // bstate is one backend in one phase with one cache size.
@@ -425,6 +425,11 @@ type bstate struct {
 	q      *Queue // one replica's (replicas share the load evenly)
 	rho    float64
 	mr     float64
+	// lam is the queries/s reaching the backend (every replica), mu what
+	// it can admit; fill the share of them that are cacheable misses.
+	lam, mu, fill float64
+	// shifted caches rowShifted.
+	shifted map[int32][]float64
 	call   []float64 // scratch: P(call ≤ x | k misses)
 	binom  [][]float64
 	pairs  []Pair
@@ -491,27 +496,40 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // the miss-ratio curve of its cacheable queries (nil: the whole trace's)
 // and m MiB of cache (each app server's; -1: no cache).
 func (lm *LatencyModel) state(b int, lim config.Limits, rate float64, curve []float64, m int) *bstate {
-	key := stateKey{b: b, lim: lim, rate: rate, m: m}
 	if curve == nil {
 		curve = lm.curves[b].MissRatio
-	} else {
-		key.curve = &curve[0]
 	}
+	mr := 1.0
+	if m >= 0 {
+		// memcached's m MiB hold fewer MiB of values (slab chunks and pages)
+		mr = missAt(curve, lm.fan.Slabs[b].HeldMB(float64(m)))
+	}
+	return lm.stateMR(b, lim, rate, mr)
+}
+
+// missAt is a miss-ratio curve (at whole MiB) read at mb MiB, interpolated.
+func missAt(curve []float64, mb float64) float64 {
+	if len(curve) == 0 {
+		return 1
+	}
+	e := math.Min(math.Max(mb, 0), float64(len(curve)-1))
+	i := int(e)
+	mr := curve[i]
+	if i+1 < len(curve) {
+		mr += (e - float64(i)) * (curve[i+1] - curve[i])
+	}
+	return mr
+}
+
+// stateMR is backend b with limits lim, rate requests/s (every app server)
+// and a miss ratio mr of its cacheable queries.
+func (lm *LatencyModel) stateMR(b int, lim config.Limits, rate, mr float64) *bstate {
+	key := stateKey{b: b, lim: lim, rate: rate, mr: mr}
 	if s := lm.states[key]; s != nil {
 		return s
 	}
-	mr := 1.0
-	if m >= 0 && len(curve) > 0 {
-		// memcached's m MiB hold fewer MiB of values (slab chunks and pages)
-		e := math.Min(lm.fan.Slabs[b].HeldMB(float64(m)), float64(len(curve)-1))
-		i := int(e)
-		mr = curve[i]
-		if i+1 < len(curve) {
-			mr += (e - float64(i)) * (curve[i+1] - curve[i])
-		}
-	}
 	pairs := lm.fan.Pairs[b]
-	s := &bstate{mr: mr, pairs: pairs, rows: map[int32][]float64{}, call: make([]float64, lm.kmax[b]+1)}
+	s := &bstate{mr: mr, pairs: pairs, rows: map[int32][]float64{}, shifted: map[int32][]float64{}, call: make([]float64, lm.kmax[b]+1)}
 	// The batch of misses a request sends: Binomial(cacheable, mr) +
 	// uncacheable, over the requests that query the backend.
 	if cap(lm.batch) < lm.kmax[b]+1 {
@@ -551,6 +569,17 @@ func (lm *LatencyModel) state(b int, lim config.Limits, rate float64, curve []fl
 	q := NewQueue(lim, lm.dataMs[b], batch, rate*called/reps)
 	s.q = q
 	s.rho = q.Rho
+	s.lam = rate * meanK * called
+	s.mu = q.Capacity * reps
+	if misses := s.lam; misses > 0 {
+		cacheableMisses := 0.0
+		for i, p := range pairs {
+			for h, pr := range s.binom[i] {
+				cacheableMisses += p.Weight * pr * float64(h)
+			}
+		}
+		s.fill = math.Min(1, rate*cacheableMisses/misses)
+	}
 	if q.Overloaded {
 		s.rho = math.Max(q.Rho, 1)
 	}
@@ -636,7 +665,7 @@ type Prediction struct {
 // PhaseInput is what a phase changes: each backend's limits (missing: the
 // topology's), the request rate over every app server (requests/s), and
 // each backend's miss-ratio curve in the phase (by Fanout.Backends,
-// Fanout.PhaseMiss; nil: the whole trace's, FromTrace).
+// Workload.MissCurve; nil: the whole trace's).
 type PhaseInput struct {
 	Limits map[string]config.Limits
 	Rate   float64
@@ -770,6 +799,9 @@ func (lm *LatencyModel) Best(in PhaseInput, start map[string]int, floor int) (ma
 
 // PhaseLatency is the latency model's verdict on one phase.
 type PhaseLatency struct {
+	// Best is the allocation with the lowest predicted P99 in the phase's
+	// steady state.
+	Best map[string]int
 	// MinMax is the allocation minimizing the worst load/capacity (the
 	// search's start), and MinMaxP99Ms its predicted P99.
 	MinMax      map[string]int
@@ -802,6 +834,7 @@ func (lm *LatencyModel) Refine(results []Result, inputs []PhaseInput, floor int,
 		}
 		pl.OracleP99Ms, pl.OracleRho = pred.P99Ms, pred.WorstRho
 		r.Oracle = alloc
+		pl.Best = alloc
 		worst := 0.0
 		for _, b := range lm.curves {
 			if len(b.MissRatio) > 1 {
@@ -833,32 +866,6 @@ func copyAlloc(a map[string]int) map[string]int {
 	out := make(map[string]int, len(a))
 	for n, m := range a {
 		out[n] = m
-	}
-	return out
-}
-
-// PhaseLimits is every backend's limits in each phase: the initial ones
-// with the scenario's changes up to the phase's start applied.
-func PhaseLimits(initial map[string]config.Limits, changes []scenario.Change, phases []Phase) []map[string]config.Limits {
-	limits := map[string]config.Limits{}
-	for n, l := range initial {
-		limits[n] = l
-	}
-	out := make([]map[string]config.Limits, len(phases))
-	c := 0
-	for i, ph := range phases {
-		for ; c < len(changes) && changes[c].At <= ph.Start; c++ {
-			var p capacity.Patch
-			for _, fv := range changes[c].Fields {
-				p.Set(fv.Field, fv.Value)
-			}
-			limits[changes[c].Backend] = p.Apply(limits[changes[c].Backend])
-		}
-		snap := map[string]config.Limits{}
-		for n, l := range limits {
-			snap[n] = l
-		}
-		out[i] = snap
 	}
 	return out
 }

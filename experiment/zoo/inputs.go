@@ -12,7 +12,8 @@ import (
 // initial limits, and, for the partitioned app server appID (or the
 // first), each backend's query rate and miss load under the configured
 // allocation, measured from the trace's requests before duration
-// (feasibility.FromTrace: the same load model scenario check uses). The
+// (feasibility.Scan: the same load model scenario check uses), from every
+// app server. The
 // warm-up and SLO latency are the topology's slo block's, else
 // DefaultWarmup and the schema's default latency; the caller may override
 // the warm-up.
@@ -29,10 +30,11 @@ func Load(topo *config.Topology, tracePath string, duration time.Duration, appID
 		return in, fmt.Errorf("--app-server: no partitioned app server %q in the topology (drop depths are relative to the miss loads under a partitioned cache's configured allocation)", appID)
 	}
 	in.AppServer = app.ID
-	measured, err := feasibility.FromTrace(tracePath, duration, len(topo.AppServers), app.CacheBudgetMB)
+	w, err := feasibility.Scan(tracePath, duration, len(topo.AppServers), app.CacheBudgetMB)
 	if err != nil {
 		return in, fmt.Errorf("--trace: %w", err)
 	}
+	measured, _ := w.LoadModel(0, duration)
 	byName := map[string]feasibility.Backend{}
 	for _, b := range measured {
 		byName[b.Name] = b

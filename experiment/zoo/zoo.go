@@ -61,11 +61,11 @@ type Backend struct {
 	// Limits are its limits at the start of the run (the topology's).
 	Limits config.Limits
 	// Load is its miss load under the configured allocation: queries/s
-	// reaching it from one app server (the load model of
+	// reaching it from every app server (the load model of
 	// experiment/feasibility, whole trace).
 	Load float64
-	// QueryRate is its query rate (cacheable and uncacheable) from one app
-	// server.
+	// QueryRate is its query rate (cacheable and uncacheable) from every
+	// app server.
 	QueryRate float64
 	// ConfiguredMB is its partition under the configured allocation.
 	ConfiguredMB int

@@ -206,6 +206,7 @@ type Run struct {
 	Trace     string   `json:"trace,omitempty"`
 	Scenario  string   `json:"scenario,omitempty"`
 	Topology  string   `json:"topology,omitempty"`
+	Oracle    string   `json:"oracle,omitempty"`
 }
 
 // AppServer is one application server and its cache.

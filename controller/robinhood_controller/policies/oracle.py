@@ -1,31 +1,25 @@
-"""Oracle (beyond the paper): per scenario phase, the allocation with the lowest
-predicted request P99, computed in advance from the run's trace and scenario — the
-bound every online policy is measured against.
+"""Oracle (beyond the paper): the allocation schedule computed in advance from the run's
+trace, topology and capacity scenario — the bound every online policy is measured against.
 
-``tracegen scenario check --trace --json`` (docs/algorithms.md, "Feasibility and the
-oracle") computes, for every phase of the scenario (an interval with constant backend
-capacities), the allocation of this app server's budget that minimizes the request P99
-predicted by a latency model of each backend built from the capacity model (its gate —
-token bucket or workers — as a batch queue, its service times, the phase's miss-ratio
-curve read at what memcached holds), starting from the allocation that minimizes the
-worst load/capacity. With ``lookahead`` (the default: the oracle is the offline bound,
-it may use the future) it passes ``--lookahead``: a calm phase takes the next phase's
-allocation when its own predicted P99 stays within 10% of its best (and the SLO), so
-space moves a phase early and caches are full when a stressed phase begins.
+``tracegen oracle`` (``experiment/feasibility``; docs/algorithms.md, "The oracle") steps a
+model of the run through time — each backend's queue (its capacity model under the load its
+misses make), each partition filling at the rate its backend answers misses, a backlog
+outliving the phase that built it — and searches, segment by segment, for the allocation
+with the fewest predicted SLO violations. It writes two schedules per app server: with
+**foresight** (the run known in advance: space can move before a drop, while the partition
+can still fill) and **reactive** (each phase of the scenario learnt the instant it starts,
+nothing after it). The testbed runs it once per run and names the file in
+``controller.run.oracle``.
 
-The policy reads the run's trace, scenario and topology from ``controller.run`` (the
-testbed sets them), runs that analysis once, and at every tick applies the allocation
-of the phase the run is in (time since the run's start file; since the first tick
-without one). It moves the whole way at once: the mechanism still frees memory at
-memcached's pace.
+At every tick the policy applies its app server's schedule at the time since the run's start
+(the start file; else since its first tick). It moves the whole way at once: the mechanism
+still frees memory at memcached's pace.
 """
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -35,59 +29,54 @@ from .registry import register
 
 
 class OracleParams(Params):
-    tracegen: str = Field("", description="path of bin/tracegen (default: $ROBINHOOD_BIN/tracegen, then PATH)")
-    lookahead: bool = Field(True, description="move space a phase early (scenario check --lookahead): a calm phase "
-                                              "takes the next phase's allocation when its own predicted P99 stays "
-                                              "within 10% of its best and the SLO, so caches fill before they are "
-                                              "needed")
+    lookahead: bool = Field(True, description="apply the schedule with foresight (the run known in advance: the "
+                                              "bound); false: the reactive one, which learns each phase of the "
+                                              "scenario when it starts and nothing after it")
+
+
+def read_schedule(path: str, app_server: str, variant: str) -> list[tuple[float, dict[str, int]]]:
+    """An app server's schedule from ``tracegen oracle``'s JSON: (start s, MB per partition)
+    in time order. PolicyError names what is wrong with the file."""
+    try:
+        doc: Any = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise PolicyError(f"oracle: cannot read the schedule {path}: {e}") from None
+    try:
+        steps = doc["app_server_schedules"][app_server][variant]["steps"]
+        out = [(float(s["at_s"]), {str(k): int(v) for k, v in s["mb"].items()}) for s in steps]
+    except (KeyError, TypeError, ValueError) as e:
+        raise PolicyError(f"oracle: {path} has no {variant} schedule for app server {app_server} "
+                          f"(tracegen oracle writes app_server_schedules.<id>.<variant>.steps): {e!r}") from None
+    if not out or any(b[0] < a[0] for a, b in zip(out, out[1:])):
+        raise PolicyError(f"oracle: {path}: the {variant} schedule of {app_server} is empty or not in time order")
+    return out
 
 
 @register
 class Oracle(AllocationPolicy):
     name = "oracle"
-    summary = ("per scenario phase, the allocation minimizing the request P99 a latency model of the backends "
-               "predicts (from the capacity model), computed in advance; with lookahead, space moves a phase early "
-               "(beyond the paper)")
+    summary = ("the allocation schedule with the fewest SLO violations a model of the run predicts, computed in "
+               "advance from its trace and scenario (tracegen oracle): with foresight, or reacting to each phase "
+               "when it starts (lookahead: false); the bound online policies are measured against (beyond the paper)")
     Params = OracleParams
     needs_run = True
     color = "#000000"
 
     def __init__(self, params: Params, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(params, ctx)
-        self.phases: list[tuple[float, float, dict[str, int]]] | None = None
         self.start: float | None = None
-        self.schedule()  # fail at start (PolicyError), not at the first tick
+        self.steps = self.schedule()  # fail at start (PolicyError), not at the first tick
 
-    def _tracegen(self) -> str:
-        given = self.params.tracegen  # type: ignore[attr-defined]
-        if given:
-            return given
-        bin_dir = os.environ.get("ROBINHOOD_BIN")
-        if bin_dir and (Path(bin_dir) / "tracegen").exists():
-            return str(Path(bin_dir) / "tracegen")
-        found = shutil.which("tracegen")
-        if found is None:
-            raise PolicyError("oracle: bin/tracegen not found (set ROBINHOOD_BIN or the tracegen parameter)")
-        return found
-
-    def schedule(self) -> list[tuple[float, float, dict[str, int]]]:
-        """The phases (start s, end s, allocation MB), computed once."""
-        if self.phases is not None:
-            return self.phases
+    def schedule(self) -> list[tuple[float, dict[str, int]]]:
         run = self.ctx.run
-        if run is None or not (run.trace and run.scenario and run.topology and run.seconds):
-            raise PolicyError("oracle: controller.run must name the run's trace, scenario, topology and seconds "
-                              "(the testbed sets them)")
-        args = [self._tracegen(), "scenario", "check", run.scenario, "--topology", run.topology,
-                "--duration", f"{run.seconds:g}s", "--trace", run.trace, "--app-server", self.ctx.app_server, "--json"]
-        if self.params.lookahead:  # type: ignore[attr-defined]
-            args.append("--lookahead")
-        res = subprocess.run(args, capture_output=True, text=True, timeout=600)
-        if res.returncode != 0:
-            raise PolicyError(f"oracle: {' '.join(args)} failed: {res.stderr.strip()}")
-        doc = json.loads(res.stdout[res.stdout.index("{"):])
-        self.phases = [(p["start_s"], p["end_s"], p["oracle_mb"]) for p in doc["phases"]]
-        return self.phases
+        if run is None or not run.oracle:
+            raise PolicyError("oracle: controller.run.oracle must name the run's schedule file (tracegen oracle; "
+                              "the testbed writes it)")
+        return read_schedule(run.oracle, self.ctx.app_server, self.variant())
+
+    def variant(self) -> str:
+        """Which of the run's schedules it applies."""
+        return "foresight" if self.params.lookahead else "reactive"  # type: ignore[attr-defined]
 
     def plan(self, inp: PlanInput) -> Decision:
         if self.start is None:
@@ -95,9 +84,8 @@ class Oracle(AllocationPolicy):
         elif (s := self.ctx.run_start()) is not None:
             self.start = s
         t = inp.now - self.start
-        phases = self.schedule()
-        mb = phases[0][2]
-        for start, _, alloc in phases:
+        mb = self.steps[0][1]
+        for start, alloc in self.steps:
             if t >= start:
                 mb = alloc
         targets = {n: mb.get(n, 0) * MIB for n in inp.targets}

@@ -9,6 +9,7 @@
 //	tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--app-server ID] [--json]]
 //	tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--app-server ID] [--warmup D] [--out FILE] [--json]
 //	tracegen mrc     FILE [--sizes 1MiB,4MiB,…] [--format csv|table|json] [--sample R] [--plot FILE.svg]
+//	tracegen oracle  --topology FILE --trace FILE --duration D [--scenario FILE] [--variants foresight,reactive] --out FILE
 package main
 
 import (
@@ -19,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -30,7 +30,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/robinhoodcache/robinhood/experiment/feasibility"
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
@@ -53,6 +52,7 @@ Commands:
                   feasibility, the oracle's allocation and the scenario's class)
   scenario generate  draw a capacity scenario from the scenario zoo's families for a topology and trace
   mrc FILE        each backend's LRU miss ratio as a function of cache bytes (exact, or sampled)
+  oracle          the oracle's allocation schedules for a run (with foresight and reactive), as JSON
 
 Run 'tracegen <command> -h' for the flags of a command. docs/workloads.md has the details.
 `
@@ -93,6 +93,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	case "mrc":
 		err = cmdMRC(args[1:], stdout, stderr)
+	case "oracle":
+		err = cmdOracle(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -427,7 +429,7 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	tracePath := fs.String("trace", "", "also say, phase by phase, whether any allocation of the cache can keep every backend under its capacity (miss-ratio curves from this trace)")
 	appServer := fs.String("app-server", "", "with --trace: the partitioned app server whose budget is analysed (default: the first)")
 	asJSON := fs.Bool("json", false, "with --trace: print the analysis as JSON")
-	fs.BoolVar(&oracleLookahead, "lookahead", false, "with --trace: a calm phase takes the next phase's oracle allocation when its own predicted P99 stays within 10% of its best (and the SLO), so that caches fill before they are needed")
+	lookahead := fs.Bool("lookahead", true, "with --trace: the oracle's column is the schedule with foresight (false: the reactive one, which learns each phase when it starts)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -464,7 +466,7 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "%s: ok: %d events (%d set, %d ramp, %d random_walk%s)\n", pos[0], len(sc.Events),
 		kinds[scenario.KindSet], kinds[scenario.KindRamp], kinds[scenario.KindRandomWalk], rr)
 	if *tracePath != "" {
-		return feasibilityReport(stdout, stderr, sc, topo, *tracePath, *appServer, *duration, *seed, *asJSON)
+		return feasibilityReport(stdout, stderr, sc, topo, *tracePath, *appServer, *duration, *seed, *asJSON, *lookahead)
 	}
 	if !*print {
 		return nil
@@ -651,192 +653,4 @@ func cmdMRC(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(w, strings.Join(row, "\t")+"\t")
 	}
 	return w.Flush()
-}
-
-// checked is the analysis of scenario check --trace: for the app server,
-// every phase's needs and oracle (experiment/feasibility) and the
-// scenario's class.
-type checked struct {
-	app *config.AppServer
-	// initial and changes are the backends' limits at the start and the
-	// scenario's expanded timeline.
-	initial       map[string]config.Limits
-	changes       []scenario.Change
-	appServers    int
-	budget, floor int
-	backends      []feasibility.Backend
-	results       []feasibility.Result
-	class         feasibility.Class
-	worst         float64
-}
-
-// checkFeasibility analyses a scenario against a trace for one partitioned
-// app server (appID, or the first): the phases of its capacity changes and
-// request-rate schedule, each at the query rates the trace has within it,
-// with the whole trace's miss-ratio curves.
-func checkFeasibility(sc *scenario.Scenario, topo *config.Topology, tracePath, appID string,
-	duration time.Duration, seed uint64) (*checked, error) {
-	if duration <= 0 {
-		return nil, errors.New("--trace needs --duration (the part of the trace the run replays)")
-	}
-	n := len(topo.AppServers)
-	app := topo.PartitionedAppServer(appID)
-	if app == nil {
-		return nil, fmt.Errorf("--app-server: no partitioned app server %q in the topology", appID)
-	}
-	if need := sc.NeedsInitial(); len(need) > 0 {
-		return nil, fmt.Errorf("--trace: the random walk of %s.%s starts from the backend's current value; give it an initial value", need[0].Backend, need[0].Field)
-	}
-	if sc.Seed != nil {
-		seed = *sc.Seed
-	}
-	changes, err := sc.Expand(duration, seed, nil)
-	if err != nil {
-		return nil, err
-	}
-	initial := map[string]config.Limits{}
-	for _, b := range topo.Backends {
-		initial[b.Name] = b.Limits
-	}
-	phases := feasibility.Phases(initial, changes, duration, sc.RateSchedule()...)
-	c := &checked{app: app, initial: initial, changes: changes, appServers: n, budget: app.CacheBudgetMB,
-		floor: app.Controller.MinPartitionMB}
-	if c.backends, err = feasibility.Measure(tracePath, duration, n, c.budget, phases); err != nil {
-		return nil, err
-	}
-	if c.results, err = feasibility.Analyze(c.backends, phases, c.budget, c.floor, app.InitialAllocationMB()); err != nil {
-		return nil, err
-	}
-	c.class, c.worst = feasibility.Classify(c.results)
-	return c, nil
-}
-
-// feasibilityReport prints, for every phase of the scenario, the cache each
-// backend needs to stay under its capacity, whether the budget covers them
-// all at once, the oracle's allocation (experiment/feasibility) and the
-// scenario's class.
-func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.Topology, tracePath, appID string,
-	duration time.Duration, seed uint64, asJSON bool) error {
-	c, err := checkFeasibility(sc, topo, tracePath, appID, duration, seed)
-	if err != nil {
-		return err
-	}
-	lat, err := refineOracle(c, topo, tracePath, duration)
-	if err != nil {
-		return err
-	}
-	app, n, budget, floor, backends, results := c.app, c.appServers, c.budget, c.floor, c.backends, c.results
-	phases := make([]feasibility.Phase, len(results))
-	rateChanges := false
-	for i, r := range results {
-		phases[i] = r.Phase
-		rateChanges = rateChanges || r.RateFactor != 1
-	}
-	for _, ph := range feasibility.UncarriedRates(phases) {
-		fmt.Fprintf(stderr, "warning: %v–%v: the scenario's request rate is ×%g, but the trace's query rate there is not: was it synthesized with --rate-schedule %s?\n",
-			ph.Start, ph.End, ph.RateFactor, scenario.RateScheduleSpec(sc.RateSchedule()))
-	}
-	finite := func(v float64) any {
-		if math.IsInf(v, 0) {
-			return nil
-		}
-		return v
-	}
-	if asJSON {
-		type row struct {
-			StartS      float64        `json:"start_s"`
-			EndS        float64        `json:"end_s"`
-			Capacity    map[string]any `json:"capacity_qps"`
-			Load        map[string]any `json:"configured_load_qps"`
-			NeedMB      map[string]int `json:"need_mb"`
-			NeedTotal   int            `json:"need_total_mb"`
-			Feasible    bool           `json:"feasible"`
-			OracleMB    map[string]int `json:"oracle_mb"`
-			OracleWorst any            `json:"oracle_worst_utilization"`
-			Configured  any            `json:"configured_worst_utilization"`
-			RateFactor  float64        `json:"request_rate_factor"`
-			QueryRate   map[string]any `json:"query_rate_qps"`
-			MinMaxMB    map[string]int `json:"min_max_mb"`
-			OracleP99   any            `json:"oracle_predicted_p99_ms"`
-			ConfP99     any            `json:"configured_predicted_p99_ms"`
-			MinMaxP99   any            `json:"min_max_predicted_p99_ms"`
-			OracleMeets any            `json:"oracle_meets_slo"`
-			OracleRho   any            `json:"oracle_predicted_utilization"`
-			ConfRho     any            `json:"configured_predicted_utilization"`
-		}
-		conf := app.InitialAllocationMB()
-		var rows []row
-		for i, r := range results {
-			caps, loads, rates := map[string]any{}, map[string]any{}, map[string]any{}
-			for _, b := range backends {
-				caps[b.Name] = finite(r.Capacity[b.Name])
-				pb := b.InPhase(r.Phase)
-				loads[b.Name] = pb.Load(conf[b.Name])
-				rates[b.Name] = pb.CacheableRate + pb.UncacheableRate
-			}
-			rows = append(rows, row{r.Start.Seconds(), r.End.Seconds(), caps, loads, r.Need, r.NeedTotal, r.Feasible,
-				r.Oracle, finite(r.OracleWorst), finite(r.Even), r.RateFactor, rates, lat.phases[i].MinMax,
-				finite(lat.phases[i].OracleP99Ms), finite(lat.phases[i].ConfiguredP99Ms), finite(lat.phases[i].MinMaxP99Ms),
-				lat.meets(lat.phases[i].OracleP99Ms), finite(lat.phases[i].OracleRho), finite(lat.phases[i].ConfiguredRho)})
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"app_server": app.ID, "app_servers": n, "budget_mb": budget, "floor_mb": floor,
-			"configured_mb": conf, "slo_ms": lat.slo(), "phases": rows, "class": c.class, "worst_utilization": finite(c.worst),
-			"thresholds": map[string]float64{"margin": feasibility.MarginUtilization, "feasible": feasibility.FeasibleUtilization}})
-	}
-	fmt.Fprintf(w, "feasibility: app server %s, budget %d MB, floor %d MB, %d app server(s); miss-ratio curves from %s, query rates per phase\n",
-		app.ID, budget, floor, n, tracePath)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	rateCol := ""
-	if rateChanges {
-		rateCol = "request rate\t"
-	}
-	fmt.Fprintln(tw, "phase\t"+rateCol+"need MB (per backend)\ttotal\tfeasible\toracle worst util\tconfigured worst util\toracle P99 ms (predicted)\tconfigured P99 ms (predicted)\t")
-	infeasible, overSLO := 0, 0
-	for i, r := range results {
-		var parts []string
-		for _, b := range backends {
-			need := "∞"
-			if v := r.Need[b.Name]; v >= 0 {
-				need = strconv.Itoa(v)
-			}
-			parts = append(parts, b.Name+"="+need)
-		}
-		total := "∞"
-		if r.NeedTotal >= 0 {
-			total = strconv.Itoa(r.NeedTotal)
-		}
-		ok := "yes"
-		if !r.Feasible {
-			ok = "NO"
-			infeasible++
-		}
-		rate := ""
-		if rateChanges {
-			rate = "×" + strconv.FormatFloat(r.RateFactor, 'g', -1, 64) + "\t"
-		}
-		if lat.meets(lat.phases[i].OracleP99Ms) == false {
-			overSLO++
-		}
-		fmt.Fprintf(tw, "%s–%s\t%s%s\t%s/%d\t%s\t%.2f\t%.2f\t%s\t%s\t\n", r.Start, r.End, rate, strings.Join(parts, " "), total, budget, ok, r.OracleWorst, r.Even,
-			fmtMs(lat.phases[i].OracleP99Ms), fmtMs(lat.phases[i].ConfiguredP99Ms))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if infeasible > 0 {
-		fmt.Fprintf(w, "%d of %d phases are infeasible: no allocation of %d MB keeps every backend under its capacity\n", infeasible, len(results), budget)
-	} else {
-		fmt.Fprintf(w, "every phase is feasible: some allocation of %d MB keeps every backend under its capacity\n", budget)
-	}
-	fmt.Fprintf(w, "class: %s (the oracle's hardest phase loads a backend to %.2f of its capacity; margin ≤ %g, tight ≤ %g, infeasible above)\n",
-		c.class, c.worst, feasibility.MarginUtilization, feasibility.FeasibleUtilization)
-	if lat.sloMs > 0 {
-		fmt.Fprintf(w, "latency model: the oracle's allocation minimizes the predicted request P99; it is above the %s SLO in %d of %d phases\n",
-			fmtMs(lat.sloMs)+" ms", overSLO, len(results))
-	} else {
-		fmt.Fprintln(w, "latency model: the oracle's allocation minimizes the predicted request P99 (the topology has no SLO)")
-	}
-	return nil
 }

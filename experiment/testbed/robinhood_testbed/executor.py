@@ -338,7 +338,7 @@ class _ByValue:
 #: bin/sim's flags whose value is a path.
 PATH_FLAGS = ("--topology", "--trace", "--out", "--scenario", "--calibration")
 #: The topology's controller.run fields that are paths.
-RUN_PATHS = ("start_file", "topology", "trace", "scenario")
+RUN_PATHS = ("start_file", "topology", "trace", "scenario", "oracle")
 
 
 def worker_sim() -> str | None:

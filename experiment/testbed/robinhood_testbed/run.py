@@ -17,7 +17,7 @@ from . import metrics
 from robinhood_common.units import format_duration, parse_duration
 
 from .deploy import Deployment, build_topology, check_appserver, controller_cmd, go_bin
-from .experiment import Arm, Experiment, ExperimentError
+from .experiment import Arm, Experiment, ExperimentError, allocation
 from .procs import PortAllocator, StartError
 
 log = logging.getLogger(__name__)
@@ -234,6 +234,39 @@ def snapshot_appservers(dep: Deployment) -> tuple[dict[str, float], float | None
 RUN_START = "run-start"
 
 
+#: The oracle's schedules of a run (tracegen oracle), in the comparison's folder:
+#: computed once, read by every arm whose policy needs them (controller.run.oracle).
+ORACLE_FILE = "oracle.json"
+_oracle_lock = threading.Lock()
+
+
+def needs_schedule(arm: Arm) -> bool:
+    """Whether the arm's allocation policy applies the oracle's schedule."""
+    name = arm.policy_name
+    return name is not None and name in allocation.names() and allocation.get(name).needs_run
+
+
+def oracle_schedule(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Path | None) -> Path:
+    """The run's oracle schedules (``tracegen oracle``: every partitioned app server, with
+    foresight and reactive), computed once per comparison folder from the arm's topology
+    (every partitioned arm has the same backends, budgets and trace)."""
+    path = out_dir / ORACLE_FILE
+    with _oracle_lock:
+        if path.exists():
+            return path.resolve()
+        topo = out_dir / "oracle-topology.yaml"
+        topo.write_text(yaml.safe_dump(build_topology(exp, arm, FixedPorts()), sort_keys=False))
+        args = [str(go_bin("tracegen")), "oracle", "--topology", str(topo), "--trace", str(trace),
+                "--duration", format_duration(exp.duration), "--seed", str(exp.seed), "--out", str(path)]
+        if scenario is not None:
+            args += ["--scenario", str(scenario)]
+        res = subprocess.run(args, capture_output=True, text=True)
+        (out_dir / "tracegen-oracle.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
+        if res.returncode != 0:
+            raise ExperimentError(f"the oracle's schedule failed ({' '.join(args)}):\n{res.stderr.strip()}")
+        return path.resolve()
+
+
 def deployment(exp: Experiment, arm: Arm, run_dir: Path, data_dir: Path, prometheus: bool = False,
                replay: bool = False, trace: Path | None = None, scenario: Path | None = None) -> Deployment:
     """A deployment (not started) of one arm of an experiment. With a trace, every
@@ -244,6 +277,8 @@ def deployment(exp: Experiment, arm: Arm, run_dir: Path, data_dir: Path, prometh
                "trace": str(Path(trace).resolve()), "topology": str((run_dir / "topology.yaml").resolve())}
         if scenario is not None:
             run["scenario"] = str(Path(scenario).resolve())
+        if needs_schedule(arm):
+            run["oracle"] = str(oracle_schedule(exp, arm, run_dir.parent, Path(trace), scenario))
     return Deployment(build_topology(exp, arm, run=run), run_dir, data_dir, memcached_args=list(exp.cache.memcached_args),
                       prometheus=prometheus, replay=replay)
 
@@ -367,12 +402,19 @@ def prepare_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Gene
         run["trace"] = str(Path(trace).resolve())
     if scenario is not None:
         run["scenario"] = str(Path(scenario).resolve())
+    if needs_schedule(arm):
+        if isinstance(trace, list):
+            raise ExperimentError(f"arm {arm.name}: the oracle reads the trace file, and sim.generate writes none "
+                                  "(set sim.generate: false, or leave the oracle out)")
+        run["oracle"] = str(oracle_schedule(exp, arm, out_dir, Path(trace), scenario))
     doc = build_topology(exp, arm, FixedPorts(), run=run)
     topo_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     (run_dir / RUN_START).write_text(f"{SIM_EPOCH:.6f}\n")
     if scenario is not None:
         check_scenario(scenario, topo_path, exp.duration)
     inputs = [topo_path, run_dir / RUN_START]
+    if "oracle" in run:
+        inputs.append(Path(run["oracle"]))
     source = ["--synth", " ".join(trace)] if isinstance(trace, list) else ["--trace", str(trace)]
     if not isinstance(trace, list):
         inputs.append(Path(trace))

@@ -150,6 +150,7 @@ class Run(_Model):
     trace: str | None = None
     scenario: str | None = None
     topology: str | None = None
+    oracle: str | None = None
 
 
 class Controller(_Model):

@@ -1,0 +1,457 @@
+package feasibility
+
+// The oracle (docs/algorithms.md, "The oracle"): one function, Analyse,
+// from a topology, a trace and a capacity scenario to the load model's
+// verdict on every phase (feasible or not, the scenario's class) and to
+// the allocation schedules the transient model (transient.go) predicts
+// best, in two variants:
+//
+//   - foresight (the oracle proper, the bound): it knows the whole run in
+//     advance, so it may move space before a phase that needs it, while
+//     the partition can still fill from a backend that answers;
+//   - reactive: it learns each phase (its capacities, request rate, miss
+//     ratios and length) the instant the phase starts, and nothing after
+//     it — the best a policy could do that reacts perfectly but cannot
+//     foresee.
+//
+// The schedule is searched greedily, segment by segment in time order:
+// each segment tries a few candidate allocations — keep the current one,
+// the phase's steady-state best (Refine), halfway between, and with
+// foresight the steady-state bests of the phases ahead within the horizon
+// — and a descent moving chunks of MiB between partitions; a candidate is
+// scored by stepping the transient model over the segment and what
+// follows it (the horizon, the later phases at their steady-state bests),
+// on the expected number of SLO-series points violating the SLO, then on
+// the expected slow requests.
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/experiment/scenario"
+	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/costmodel"
+)
+
+// The schedules' variants.
+const (
+	// Foresight knows the whole run in advance.
+	Foresight = "foresight"
+	// Reactive learns each phase when it starts.
+	Reactive = "reactive"
+)
+
+// Variants lists the variants.
+var Variants = []string{Foresight, Reactive}
+
+// DefaultHorizon is how far ahead a foresight schedule looks from each
+// segment (and scores it over).
+const DefaultHorizon = 60 * time.Second
+
+// leadCuts are the times before a phase start at which a foresight
+// schedule may already move towards the phase's allocation.
+var leadCuts = []time.Duration{3 * time.Second, 6 * time.Second, 12 * time.Second, 24 * time.Second, 48 * time.Second}
+
+// Input is what the oracle is computed from.
+type Input struct {
+	Topology *config.Topology
+	// AppServer is the partitioned app server whose budget is allocated
+	// ("": the first); the others are taken to be alike.
+	AppServer string
+	// TracePath is the trace the run replays; Duration the run's length.
+	TracePath string
+	Duration  time.Duration
+	// Changes are the scenario's expanded capacity changes
+	// (scenario.Expand) and Rates its request-rate schedule.
+	Changes []scenario.Change
+	Rates   []scenario.RateChange
+}
+
+// Options tune the analysis.
+type Options struct {
+	// Variants are the schedules to compute (Foresight, Reactive); none:
+	// only the load model and the steady-state predictions.
+	Variants []string
+	// Horizon is DefaultHorizon when 0.
+	Horizon time.Duration
+	// Calibration is the data-path times (zero: costmodel.DefaultCalibration).
+	Calibration costmodel.Calibration
+}
+
+// Step is one change of a schedule: from At on, MB per partition on every
+// app server alike.
+type Step struct {
+	At time.Duration
+	MB map[string]int
+}
+
+// Schedule is one variant's allocation over the run.
+type Schedule struct {
+	Variant string
+	Steps   []Step
+	// Predicted is the transient model's prediction of its violations.
+	Predicted Violations
+}
+
+// At is the allocation in force at time t.
+func (s *Schedule) At(t time.Duration) map[string]int {
+	i := sort.Search(len(s.Steps), func(i int) bool { return s.Steps[i].At > t }) - 1
+	return s.Steps[max(i, 0)].MB
+}
+
+// Report is the oracle's analysis of a run.
+type Report struct {
+	AppServer              string
+	AppServers             int
+	Budget, Floor          int
+	Configured             map[string]int
+	SLO                    slo.Params
+	BackendTimeout         time.Duration
+	Backends               []Backend
+	Results                []Result
+	Steady                 []PhaseLatency
+	Class                  Class
+	Worst                  float64
+	Schedules              map[string]*Schedule
+	ConfiguredPredicted    Violations
+	workload               *Workload
+	dyn                    *dynamics
+	parts                  []string // the partitions, sorted
+	steadyVec, configVec   [][]int
+	partIndex              []int // by fan.Backends: the partition's index or -1
+	phaseStart, phaseEndAt []int // per phase: its first bucket and the bucket after its last
+}
+
+// Analyse reads the trace once and analyses the run (see the file's
+// comment).
+func Analyse(in Input, opt Options) (*Report, error) {
+	topo := in.Topology
+	if topo == nil {
+		return nil, errors.New("no topology")
+	}
+	if in.Duration <= 0 {
+		return nil, errors.New("the run's duration is needed")
+	}
+	app := topo.PartitionedAppServer(in.AppServer)
+	if app == nil {
+		return nil, fmt.Errorf("no partitioned app server %q in the topology", in.AppServer)
+	}
+	for _, v := range opt.Variants {
+		if v != Foresight && v != Reactive {
+			return nil, fmt.Errorf("oracle variant %q is not %s or %s", v, Foresight, Reactive)
+		}
+	}
+	if opt.Horizon <= 0 {
+		opt.Horizon = DefaultHorizon
+	}
+	if opt.Calibration.Service == nil {
+		opt.Calibration = costmodel.DefaultCalibration()
+	}
+	r := &Report{AppServer: app.ID, AppServers: len(topo.AppServers), Budget: app.CacheBudgetMB,
+		Floor: app.Controller.MinPartitionMB, Configured: app.InitialAllocationMB(),
+		BackendTimeout: time.Duration(app.BackendTimeout), Schedules: map[string]*Schedule{}}
+	s := config.DefaultSLO()
+	if topo.SLO != nil {
+		s = *topo.SLO
+	}
+	r.SLO = slo.Params{SLO: time.Duration(s.Latency), Step: time.Duration(s.Step), Window: time.Duration(s.Window), Warmup: time.Duration(s.Warmup)}
+	if r.BackendTimeout <= 0 {
+		r.BackendTimeout = time.Duration(app.RequestTimeout)
+	}
+	initial := map[string]config.Limits{}
+	for _, b := range topo.Backends {
+		initial[b.Name] = b.Limits
+	}
+	phases := Phases(initial, in.Changes, in.Duration, in.Rates...)
+	w, err := Scan(in.TracePath, in.Duration, r.AppServers, r.Budget)
+	if err != nil {
+		return nil, err
+	}
+	r.workload = w
+	w.SetRates(phases)
+	r.Backends, _ = w.LoadModel(0, in.Duration)
+	if r.Results, err = Analyze(r.Backends, phases, r.Budget, r.Floor, r.Configured); err != nil {
+		return nil, err
+	}
+	r.Class, r.Worst = Classify(r.Results)
+	lm := NewLatencyModel(r.Backends, &w.Fanout, topo.Backends, opt.Calibration)
+	r.dyn = newDynamics(lm, w, phases, r.SLO, r.BackendTimeout)
+	inputs := make([]PhaseInput, len(phases))
+	for i, ph := range phases {
+		miss := make([][]float64, len(w.Backends))
+		for b := range w.Backends {
+			miss[b] = w.MissCurve(b, ph.Start, ph.End)
+		}
+		inputs[i] = PhaseInput{Limits: ph.Limits, Rate: r.dyn.rate[w.BucketOf(ph.Start)], Miss: miss}
+	}
+	refined := make([]Result, len(r.Results))
+	copy(refined, r.Results)
+	r.Steady = lm.Refine(refined, inputs, r.Floor, r.Configured)
+	r.index(refined)
+	confVec := r.vec(r.Configured)
+	_, r.ConfiguredPredicted = r.dyn.predict(func(int) []int { return confVec })
+	for _, v := range opt.Variants {
+		r.Schedules[v] = r.optimize(v == Foresight, opt.Horizon)
+	}
+	return r, nil
+}
+
+// index sets the partitions, their vectors and the phases' buckets.
+func (r *Report) index(refined []Result) {
+	w := r.workload
+	for n := range r.Configured {
+		r.parts = append(r.parts, n)
+	}
+	sort.Strings(r.parts)
+	r.partIndex = make([]int, len(w.Backends))
+	for b, n := range w.Backends {
+		r.partIndex[b] = sort.SearchStrings(r.parts, n)
+		if r.partIndex[b] >= len(r.parts) || r.parts[r.partIndex[b]] != n {
+			r.partIndex[b] = -1
+		}
+	}
+	for i, res := range refined {
+		r.steadyVec = append(r.steadyVec, r.vec(res.Oracle))
+		r.phaseStart = append(r.phaseStart, w.BucketOf(res.Start))
+		end := w.Buckets()
+		if i+1 < len(refined) {
+			end = w.BucketOf(refined[i+1].Start)
+		}
+		r.phaseEndAt = append(r.phaseEndAt, end)
+	}
+}
+
+// vec is an allocation by partition name as MiB per trace backend
+// (Fanout.Backends order; -1 where the app server has no partition).
+func (r *Report) vec(mb map[string]int) []int {
+	out := make([]int, len(r.workload.Backends))
+	for b, n := range r.workload.Backends {
+		out[b] = -1
+		if r.partIndex == nil || r.partIndex[b] >= 0 {
+			if v, ok := mb[n]; ok {
+				out[b] = v
+			}
+		}
+	}
+	return out
+}
+
+// named is a vector as MiB by partition name (every partition; one the
+// trace does not query keeps its configured size... at the floor).
+func (r *Report) named(v []int, like map[string]int) map[string]int {
+	out := map[string]int{}
+	for n, m := range like {
+		out[n] = m
+	}
+	for b, n := range r.workload.Backends {
+		if v[b] >= 0 {
+			out[n] = v[b]
+		}
+	}
+	return out
+}
+
+// segment is a span of buckets [from, to) with one allocation.
+type segment struct {
+	from, to int
+	alloc    []int
+}
+
+// cuts are the segments' starts: every phase's, and with foresight the
+// lead cuts before a phase whose steady-state best differs from the one
+// before it.
+func (r *Report) cuts(foresight bool) []int {
+	w := r.workload
+	set := map[int]bool{0: true}
+	for p, b := range r.phaseStart {
+		set[b] = true
+		if !foresight || p == 0 || sameAlloc(r.steadyVec[p], r.steadyVec[p-1], 2) {
+			continue
+		}
+		for _, l := range leadCuts {
+			at := time.Duration(b)*w.Bucket - l
+			if at > 0 {
+				set[w.BucketOf(at)] = true
+			}
+		}
+	}
+	out := make([]int, 0, len(set))
+	for b := range set {
+		if b < w.Buckets() {
+			out = append(out, b)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// sameAlloc: every partition within tol MiB.
+func sameAlloc(a, b []int, tol int) bool {
+	for i := range a {
+		if d := a[i] - b[i]; d > tol || d < -tol {
+			return false
+		}
+	}
+	return true
+}
+
+// optimize builds one variant's schedule.
+func (r *Report) optimize(foresight bool, horizon time.Duration) *Schedule {
+	d := r.dyn
+	w := r.workload
+	nb := w.Buckets()
+	cuts := r.cuts(foresight)
+	hBuckets := max(1, int(horizon/w.Bucket))
+	committed := make([]float64, nb)
+	scratch := make([]float64, nb)
+	f := d.start()
+	cur := r.vec(r.Configured)
+	var segs []segment
+	for si, from := range cuts {
+		to := nb
+		if si+1 < len(cuts) {
+			to = cuts[si+1]
+		}
+		p := d.phaseOf[from]
+		end := r.phaseEndAt[p]
+		if foresight {
+			end = min(nb, max(to, from+hBuckets))
+		}
+		end = max(end, to)
+		copy(scratch, committed)
+		eval := func(c []int) score {
+			g := f.clone()
+			for t := from; t < end; t++ {
+				a := c
+				if t >= to {
+					a = r.steadyVec[d.phaseOf[t]]
+				}
+				scratch[t] = d.step(g, t, a)
+			}
+			return d.pointsScore(scratch, from, end)
+		}
+		cands := [][]int{cur, r.steadyVec[p], blendVec(cur, r.steadyVec[p])}
+		if foresight {
+			for q := p + 1; q < len(r.phaseStart) && r.phaseStart[q] < from+hBuckets; q++ {
+				cands = append(cands, r.steadyVec[q], blendVec(cur, r.steadyVec[q]), blendVec(r.steadyVec[p], r.steadyVec[q]))
+			}
+		}
+		best, bestScore := cands[0], eval(cands[0])
+		seen := map[string]bool{key(cands[0]): true}
+		for _, c := range cands[1:] {
+			if seen[key(c)] {
+				continue
+			}
+			seen[key(c)] = true
+			if sc := eval(c); sc.less(bestScore) {
+				best, bestScore = c, sc
+			}
+		}
+		if bestScore.violations > 0.01 {
+			best, bestScore = r.descend(best, bestScore, eval)
+		}
+		for t := from; t < to; t++ {
+			committed[t] = d.step(f, t, best)
+		}
+		if len(segs) > 0 && key(segs[len(segs)-1].alloc) == key(best) {
+			segs[len(segs)-1].to = to
+		} else {
+			segs = append(segs, segment{from: from, to: to, alloc: best})
+		}
+		cur = best
+	}
+	s := &Schedule{Variant: Reactive}
+	if foresight {
+		s.Variant = Foresight
+	}
+	for _, sg := range segs {
+		s.Steps = append(s.Steps, Step{At: time.Duration(sg.from) * w.Bucket, MB: r.named(sg.alloc, r.Configured)})
+	}
+	_, s.Predicted = d.predict(func(t int) []int {
+		i := sort.Search(len(segs), func(i int) bool { return segs[i].from > t }) - 1
+		return segs[max(i, 0)].alloc
+	})
+	return s
+}
+
+// descend moves chunks of MiB between two partitions (from a quarter of
+// the budget down to 1/64 of it) while the score improves.
+func (r *Report) descend(start []int, sc score, eval func([]int) score) ([]int, score) {
+	cur := append([]int(nil), start...)
+	var ix []int
+	for b, v := range cur {
+		if v >= 0 {
+			ix = append(ix, b)
+		}
+	}
+	chunk := 1
+	for chunk*2 <= r.Budget/4 {
+		chunk *= 2
+	}
+	for ; chunk >= max(1, r.Budget/64); chunk /= 2 {
+		for range 8 {
+			var bestC []int
+			bestS := sc
+			for _, from := range ix {
+				if cur[from]-chunk < r.Floor {
+					continue
+				}
+				for _, to := range ix {
+					if to == from {
+						continue
+					}
+					c := append([]int(nil), cur...)
+					c[from] -= chunk
+					c[to] += chunk
+					if s := eval(c); s.less(bestS) {
+						bestC, bestS = c, s
+					}
+				}
+			}
+			if bestC == nil {
+				break
+			}
+			cur, sc = bestC, bestS
+		}
+	}
+	return cur, sc
+}
+
+// blendVec is halfway between two allocations (blend, on vectors).
+func blendVec(a, b []int) []int {
+	ma, mb := map[string]int{}, map[string]int{}
+	for i := range a {
+		if a[i] >= 0 {
+			k := fmt.Sprint(i)
+			ma[k], mb[k] = a[i], b[i]
+		}
+	}
+	m := blend(ma, mb, 0.5)
+	out := append([]int(nil), a...)
+	for i := range a {
+		if a[i] >= 0 {
+			out[i] = m[fmt.Sprint(i)]
+		}
+	}
+	return out
+}
+
+func key(v []int) string { return fmt.Sprint(v) }
+
+// Series predicts every counted point of the SLO series under a schedule
+// (nil: the configured allocation throughout).
+func (r *Report) Series(s *Schedule) []SeriesPoint {
+	conf := r.vec(r.Configured)
+	return r.dyn.series(func(t int) []int {
+		if s == nil {
+			return conf
+		}
+		return r.vec(s.At(time.Duration(t) * r.workload.Bucket))
+	})
+}
+
+// Workload is the trace as the analysis measured it.
+func (r *Report) Workload() *Workload { return r.workload }

@@ -1,0 +1,455 @@
+package feasibility
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/stackdist"
+	"github.com/robinhoodcache/robinhood/lib/trace"
+	"github.com/robinhoodcache/robinhood/workload/mrc"
+)
+
+// Workload is what the oracle knows of a trace, measured in one pass over
+// it (Scan): the requests' fan-out (Fanout), and, per time bucket, the
+// requests sent, each backend's cacheable and uncacheable queries and the
+// LRU stack distances of its cacheable queries.
+//
+// The app servers: the replayer and the simulator send each request to an
+// app server drawn at random, so every app server's cache sees a random
+// 1/N of the requests, over all the keys. Scan splits the requests the
+// same way (a hash of the request's index) and measures each app server's
+// stack distances on its own share: a curve is the miss ratio of one app
+// server's cache of m MiB (averaged over the app servers), and a rate is
+// the queries every app server together send. (Reading the whole stream's
+// curve at N·m, as if each app server saw 1/N of the keys, made N app
+// servers look N times richer than they are.)
+type Workload struct {
+	Fanout
+	// AppServers is the number of app servers the requests are split over;
+	// MaxMB the largest cache, per app server, the curves reach.
+	AppServers, MaxMB int
+	// Bucket is the width of a time bucket; the last one may be cut by the
+	// run's end.
+	Bucket time.Duration
+	// Duration is the run's length; Covered the part of it the trace
+	// covers (up to its last ts_ms), Duration for a trace without ts_ms.
+	Duration, Covered time.Duration
+	// Timed says whether the trace has arrival times (ts_ms). Without them
+	// there is one bucket: the whole trace, spread evenly over the run.
+	Timed bool
+	// Requests[t] is the requests sent in bucket t, every app server.
+	Requests []float64
+	// Cacheable[t][b] and Uncacheable[t][b] are backend b's queries in
+	// bucket t (by Fanout.Backends), every app server.
+	Cacheable, Uncacheable [][]float64
+	// hist[t][b][k] counts backend b's cacheable accesses in bucket t by
+	// the first MiB of one app server's cache at which they hit (k =
+	// 1 … MaxMB; MaxMB+1: beyond it, or a first access).
+	hist [][][]float32
+	// curves caches MissCurve's smoothed per-bucket curves.
+	curves map[[2]int][]float64
+}
+
+// Smoothing is the span a per-bucket miss-ratio curve is measured over
+// (MissCurveAt): about 2,000 accesses a backend at the zoo's rates, and
+// short against a phase.
+const Smoothing = 10 * time.Second
+
+// maxHistCells bounds the stack-distance histograms' memory (float32
+// cells): long runs get wider buckets.
+const maxHistCells = 24 << 20
+
+// Scan reads the requests of a trace file sent before duration, split over
+// appServers app servers, with curves up to maxMB MiB per app server.
+func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload, error) {
+	if duration <= 0 {
+		return nil, fmt.Errorf("the run's duration %v must be positive", duration)
+	}
+	if appServers < 1 {
+		return nil, fmt.Errorf("%d app servers: need at least one", appServers)
+	}
+	if maxMB < 1 {
+		return nil, fmt.Errorf("cache of %d MB per app server: need at least 1", maxMB)
+	}
+	type acc struct{ c, u int }
+	type backendAcc struct {
+		idx     int
+		bytes   float64
+		queries float64
+		pairs   map[acc]int
+		slabs   slabs
+		stacks  []*stackdist.Stack // per app server
+	}
+	per := map[string]*backendAcc{}
+	var order []*backendAcc
+	shapes := map[string]int{}
+	buckets := 1
+	bucket := duration
+	// Per bucket, per backend (in order of first appearance): counts and
+	// histograms, grown as backends appear.
+	type cell struct {
+		c, u float64
+		hist []float32
+	}
+	var cells [][]*cell
+	var requests []float64
+	depth := int64(maxMB+1) * MiB
+	w := &Workload{AppServers: appServers, MaxMB: maxMB, Duration: duration}
+	limit := float64(duration.Milliseconds())
+	var lastMs float64
+	count, untimed := 0, 0
+	layers := 0
+	cur := map[string]*acc{}
+	var names []string
+	var sb strings.Builder
+	start := func(timed bool) {
+		w.Timed = timed
+		if timed {
+			bucket = time.Second
+			for {
+				n := int((duration + bucket - 1) / bucket)
+				if n <= 3600 {
+					buckets = n
+					break
+				}
+				bucket *= 2
+			}
+		}
+		cells = make([][]*cell, buckets)
+		requests = make([]float64, buckets)
+	}
+	err := mrc.EachRequest(path, func(r *trace.Request) {
+		if count == 0 && untimed == 0 {
+			start(r.HasTs)
+		}
+		if r.HasTs != w.Timed {
+			if !r.HasTs {
+				untimed++
+			}
+			return
+		}
+		if r.HasTs && r.TsMs >= limit {
+			return
+		}
+		t := 0
+		if r.HasTs {
+			lastMs = max(lastMs, r.TsMs)
+			t = min(int(time.Duration(r.TsMs*float64(time.Millisecond))/bucket), buckets-1)
+		}
+		app := int(splitmix(uint64(count)) % uint64(appServers))
+		count++
+		requests[t]++
+		layers = max(layers, len(r.Layers))
+		clear(cur)
+		names = names[:0]
+		for _, l := range r.Layers {
+			for i := range l {
+				q := &l[i]
+				b := per[q.Backend]
+				if b == nil {
+					b = &backendAcc{idx: len(order), pairs: map[acc]int{}, stacks: make([]*stackdist.Stack, appServers)}
+					for a := range b.stacks {
+						b.stacks[a] = stackdist.New(depth)
+					}
+					per[q.Backend] = b
+					order = append(order, b)
+				}
+				for len(cells[t]) <= b.idx {
+					cells[t] = append(cells[t], nil)
+				}
+				ce := cells[t][b.idx]
+				if ce == nil {
+					ce = &cell{}
+					cells[t][b.idx] = ce
+				}
+				a := cur[q.Backend]
+				if a == nil {
+					a = &acc{}
+					cur[q.Backend] = a
+					names = append(names, q.Backend)
+				}
+				for j, c := range q.Cacheable {
+					if c {
+						a.c++
+						ce.c++
+						b.slabs.add(q.Keys[j], q.Sizes[j])
+						d, cold := b.stacks[app].Access(q.Keys[j], q.Sizes[j], q.Sizes[j])
+						at := maxMB + 1
+						if !cold {
+							at = min(int((d+MiB-1)/MiB), maxMB+1)
+						}
+						if ce.hist == nil {
+							ce.hist = make([]float32, maxMB+2)
+						}
+						ce.hist[at]++
+					} else {
+						a.u++
+						ce.u++
+					}
+					b.bytes += float64(q.Sizes[j])
+					b.queries++
+				}
+			}
+		}
+		sort.Strings(names)
+		sb.Reset()
+		for _, n := range names {
+			a := cur[n]
+			if a.c+a.u == 0 {
+				continue
+			}
+			per[n].pairs[*a]++
+			sb.WriteString(n)
+			sb.WriteByte(0)
+			sb.WriteString(strconv.Itoa(a.c))
+			sb.WriteByte(':')
+			sb.WriteString(strconv.Itoa(a.u))
+			sb.WriteByte(0)
+		}
+		shapes[sb.String()]++
+	})
+	if err != nil {
+		return nil, err
+	}
+	if count == 0 {
+		return nil, fmt.Errorf("%s: no request sent before %v", path, duration)
+	}
+	if untimed > 0 {
+		return nil, fmt.Errorf("%s: %d requests have no ts_ms while others have: a trace has arrival times on every line or on none", path, untimed)
+	}
+	f := &w.Fanout
+	f.Layers = layers
+	for n := range per {
+		f.Backends = append(f.Backends, n)
+	}
+	sort.Strings(f.Backends)
+	index := map[string]int{}
+	pairIndex := make([]map[acc]int32, len(f.Backends))
+	for i, n := range f.Backends {
+		index[n] = i
+		b := per[n]
+		mean := 0.0
+		if b.queries > 0 {
+			mean = b.bytes / b.queries
+		}
+		f.MeanSize = append(f.MeanSize, mean)
+		f.Slabs = append(f.Slabs, b.slabs.summary())
+		var ps []Pair
+		for a, k := range b.pairs {
+			ps = append(ps, Pair{Cacheable: a.c, Uncacheable: a.u, Weight: float64(k) / float64(count)})
+		}
+		sort.Slice(ps, func(x, y int) bool {
+			if ps[x].Cacheable != ps[y].Cacheable {
+				return ps[x].Cacheable < ps[y].Cacheable
+			}
+			return ps[x].Uncacheable < ps[y].Uncacheable
+		})
+		pairIndex[i] = map[acc]int32{}
+		for j, p := range ps {
+			pairIndex[i][acc{p.Cacheable, p.Uncacheable}] = int32(j)
+		}
+		f.Pairs = append(f.Pairs, ps)
+	}
+	keys := make([]string, 0, len(shapes))
+	for k := range shapes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s := Shape{Weight: float64(shapes[k]) / float64(count), Pair: make([]int32, len(f.Backends))}
+		for i := range s.Pair {
+			s.Pair[i] = -1
+		}
+		parts := strings.Split(k, "\x00")
+		for i := 0; i+1 < len(parts); i += 2 {
+			cu := strings.SplitN(parts[i+1], ":", 2)
+			c, _ := strconv.Atoi(cu[0])
+			u, _ := strconv.Atoi(cu[1])
+			b := index[parts[i]]
+			s.Pair[b] = pairIndex[b][acc{c, u}]
+		}
+		f.Shapes = append(f.Shapes, s)
+	}
+	w.Covered = duration
+	if w.Timed {
+		w.Covered = min(duration, time.Duration(lastMs*float64(time.Millisecond)))
+		if w.Covered <= 0 {
+			w.Covered = min(duration, bucket)
+		}
+	}
+	f.Rate = float64(count) / w.Covered.Seconds()
+	// Reorder the cells by the sorted backends; buckets of the histograms
+	// beyond the budget of memory are merged (wider buckets).
+	w.Bucket = bucket
+	w.Requests = requests
+	nb := len(f.Backends)
+	w.Cacheable = make([][]float64, buckets)
+	w.Uncacheable = make([][]float64, buckets)
+	w.hist = make([][][]float32, buckets)
+	for t := range buckets {
+		w.Cacheable[t] = make([]float64, nb)
+		w.Uncacheable[t] = make([]float64, nb)
+		w.hist[t] = make([][]float32, nb)
+		for i, n := range f.Backends {
+			b := per[n]
+			if b.idx < len(cells[t]) && cells[t][b.idx] != nil {
+				ce := cells[t][b.idx]
+				w.Cacheable[t][i], w.Uncacheable[t][i], w.hist[t][i] = ce.c, ce.u, ce.hist
+			}
+		}
+	}
+	if cellsUsed := buckets * nb * (maxMB + 2); cellsUsed > maxHistCells {
+		w.coarsen(int(math.Ceil(float64(cellsUsed) / maxHistCells)))
+	}
+	w.curves = map[[2]int][]float64{}
+	return w, nil
+}
+
+// coarsen merges every k buckets into one.
+func (w *Workload) coarsen(k int) {
+	n := (len(w.Requests) + k - 1) / k
+	req := make([]float64, n)
+	c := make([][]float64, n)
+	u := make([][]float64, n)
+	h := make([][][]float32, n)
+	nb := len(w.Backends)
+	for t := range w.Requests {
+		i := t / k
+		if c[i] == nil {
+			c[i], u[i], h[i] = make([]float64, nb), make([]float64, nb), make([][]float32, nb)
+		}
+		req[i] += w.Requests[t]
+		for b := range nb {
+			c[i][b] += w.Cacheable[t][b]
+			u[i][b] += w.Uncacheable[t][b]
+			if src := w.hist[t][b]; src != nil {
+				if h[i][b] == nil {
+					h[i][b] = make([]float32, w.MaxMB+2)
+				}
+				for j, v := range src {
+					h[i][b][j] += v
+				}
+			}
+		}
+	}
+	w.Requests, w.Cacheable, w.Uncacheable, w.hist = req, c, u, h
+	w.Bucket *= time.Duration(k)
+}
+
+// splitmix is SplitMix64's finalizer: which app server a request goes to.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// Buckets is the number of time buckets.
+func (w *Workload) Buckets() int { return len(w.Requests) }
+
+// BucketOf is the bucket holding time t (the last one beyond the run).
+func (w *Workload) BucketOf(t time.Duration) int {
+	if !w.Timed || t <= 0 {
+		return 0
+	}
+	return min(int(t/w.Bucket), len(w.Requests)-1)
+}
+
+// bucketSpan is the part of bucket t within the trace's coverage, seconds.
+func (w *Workload) bucketSpan(t int) float64 {
+	if !w.Timed {
+		return w.Covered.Seconds()
+	}
+	from := time.Duration(t) * w.Bucket
+	to := min(from+w.Bucket, w.Covered)
+	return max(0, (to - from).Seconds())
+}
+
+// Rates is the request rate and each backend's cacheable and uncacheable
+// query rates (per second, every app server) over [from, to), from the
+// part of it the trace covers; ok is false when it covers none of it.
+func (w *Workload) Rates(from, to time.Duration) (req float64, c, u []float64, ok bool) {
+	nb := len(w.Backends)
+	c, u = make([]float64, nb), make([]float64, nb)
+	lo, hi := w.BucketOf(from), w.BucketOf(to-1)
+	if !w.Timed {
+		lo, hi = 0, 0
+	}
+	secs := 0.0
+	for t := lo; t <= hi; t++ {
+		span := w.bucketSpan(t)
+		if span <= 0 {
+			continue
+		}
+		secs += span
+		req += w.Requests[t]
+		for b := range nb {
+			c[b] += w.Cacheable[t][b]
+			u[b] += w.Uncacheable[t][b]
+		}
+	}
+	if secs <= 0 {
+		return 0, c, u, false
+	}
+	req /= secs
+	for b := range nb {
+		c[b] /= secs
+		u[b] /= secs
+	}
+	return req, c, u, true
+}
+
+// MissCurve is backend b's miss ratio at 0 … MaxMB MiB of one app server's
+// cache over the cacheable accesses in [from, to), widened to at least
+// Smoothing around its middle. Early in a trace a cache is still filling
+// and most misses are a key's first access; later most are capacity
+// misses: the curve is of its own time, not the whole trace's.
+func (w *Workload) MissCurve(b int, from, to time.Duration) []float64 {
+	lo, hi := w.BucketOf(from), w.BucketOf(to-1)
+	if !w.Timed {
+		lo, hi = 0, 0
+	}
+	for w.Timed && time.Duration(hi-lo+1)*w.Bucket < Smoothing && (lo > 0 || hi < len(w.Requests)-1) {
+		if lo > 0 && (hi == len(w.Requests)-1 || (from-time.Duration(lo)*w.Bucket) <= (time.Duration(hi+1)*w.Bucket-to)) {
+			lo--
+		} else {
+			hi++
+		}
+	}
+	key := [2]int{b<<20 | lo, hi}
+	if c := w.curves[key]; c != nil {
+		return c
+	}
+	hist := make([]float64, w.MaxMB+2)
+	for t := lo; t <= hi; t++ {
+		for k, v := range w.hist[t][b] {
+			hist[k] += float64(v)
+		}
+	}
+	c := missCurve(hist)
+	w.curves[key] = c
+	return c
+}
+
+// MissCurveAt is backend b's curve around bucket t (MissCurve over the
+// bucket, widened to Smoothing).
+func (w *Workload) MissCurveAt(b, t int) []float64 {
+	from := time.Duration(t) * w.Bucket
+	return w.MissCurve(b, from, from+w.Bucket)
+}
+
+// LoadModel is the backends' demand over [from, to) for the load model
+// (Analyze): their query rates and miss-ratio curves then. ok is false when
+// the trace covers none of the interval.
+func (w *Workload) LoadModel(from, to time.Duration) ([]Backend, bool) {
+	_, c, u, ok := w.Rates(from, to)
+	out := make([]Backend, len(w.Backends))
+	for i, n := range w.Backends {
+		out[i] = Backend{Name: n, CacheableRate: c[i], UncacheableRate: u[i], MissRatio: w.MissCurve(i, from, to)}
+	}
+	return out, ok
+}
