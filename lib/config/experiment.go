@@ -98,6 +98,17 @@ type Synth struct {
 	Profile string         `json:"profile"`
 	Rate    float64        `json:"rate"`
 	Params  map[string]any `json:"params"`
+	// Streams are real key streams by backend name (tracegen import).
+	Streams map[string]Stream `json:"streams,omitempty"`
+}
+
+// Stream is one backend's real key stream (docs/workloads.md, "Real key
+// streams"): a file relative to the experiment file, its format ("" when
+// detected) and the records skipped at its start.
+type Stream struct {
+	File   string `json:"file"`
+	Format string `json:"format,omitempty"`
+	Skip   int64  `json:"skip"`
 }
 
 // Scenario is a capacity scenario: a file, or inline events (validated by

@@ -1,8 +1,8 @@
 package mrc
 
 import (
-	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,29 +11,36 @@ import (
 )
 
 // EachRequest calls f for every line of a trace file, in order; a malformed
-// line is an error naming its line number.
+// line is an error naming its line number, and so is a line longer than
+// trace.MaxLineBytes (a file that is not a trace, such as /dev/zero, is
+// refused after reading at most that much of it).
 func EachRequest(path string, f func(*trace.Request)) error {
 	file, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer file.Close()
-	r := bufio.NewReaderSize(file, 1<<20)
-	for line := 1; ; line++ {
-		b, err := r.ReadBytes('\n')
-		if len(bytes.TrimSpace(b)) > 0 {
-			req, perr := trace.Parse(b)
-			if perr != nil {
-				return fmt.Errorf("%s: line %d: %w", path, line, perr)
-			}
-			f(req)
-		}
+	lr := trace.NewLineReader(file)
+	for {
+		b, err := lr.Next()
 		if err == io.EOF {
 			return nil
 		}
-		if err != nil {
-			return err
+		var long *trace.LineTooLongError
+		if errors.As(err, &long) {
+			return fmt.Errorf("%s: %w", path, err) // it names the line
 		}
+		if err != nil {
+			return fmt.Errorf("%s: reading line %d: %w", path, lr.Line()+1, err)
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		req, perr := trace.Parse(b)
+		if perr != nil {
+			return fmt.Errorf("%s: line %d: %w", path, lr.Line(), perr)
+		}
+		f(req)
 	}
 }
 

@@ -258,7 +258,8 @@ type partial struct {
 
 // Read parses a trace from r and returns its statistics. Blank lines are
 // ignored. A malformed line stops it with a *LineError naming the first bad
-// line, unless o.SkipBad.
+// line, unless o.SkipBad; a line longer than trace.MaxLineBytes (the input
+// is not a trace) always stops it, with a *trace.LineTooLongError.
 func Read(r io.Reader, o Options) (Result, error) {
 	workers := o.Workers
 	if workers <= 0 {
@@ -353,20 +354,32 @@ const chunkSize = 1 << 20
 // feed splits r into chunks of whole lines until EOF or stop. Chunks are
 // handed out in file order, so when a worker stops at a bad line every
 // chunk before it has been handed out too, and Read reports the smallest bad
-// line number.
+// line number. A line longer than trace.MaxLineBytes stops it with a
+// *trace.LineTooLongError, even with SkipBad: a file that is not a trace,
+// such as /dev/zero, costs at most that much memory, not all of it.
 func feed(r io.Reader, chunks chan<- chunk, stop <-chan struct{}) error {
 	br := bufio.NewReaderSize(r, chunkSize)
 	line := int64(1)
 	for {
 		buf := make([]byte, 0, chunkSize+4096)
 		var err error
+		cur := 0 // bytes of the line being read
 		for {
 			var part []byte
 			part, err = br.ReadSlice('\n')
 			buf = append(buf, part...)
+			cur += len(part)
+			if err != bufio.ErrBufferFull { // the line ends: its "\r\n" is not the line's
+				cur -= len(part) - len(bytes.TrimRight(part, "\r\n"))
+			}
+			if cur > trace.MaxLineBytes+1 || (err != bufio.ErrBufferFull && cur > trace.MaxLineBytes) { // +1: a "\r" still to come off
+				n := line + int64(bytes.Count(buf[:len(buf)-len(part)], []byte{'\n'}))
+				return &trace.LineTooLongError{Line: n}
+			}
 			if err == bufio.ErrBufferFull {
 				continue // the middle of a long line
 			}
+			cur = 0
 			if err != nil || len(buf) >= chunkSize {
 				break
 			}

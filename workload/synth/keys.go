@@ -298,6 +298,22 @@ func KeySize(backend string, rank int, d *SizeDist) int64 {
 	return d.Size(mix64(fnv64(backend) ^ uint64(rank)))
 }
 
+// SizeOf returns the synthesized size of any key string at the named
+// backend: a quantile of the backend's size distribution (--mean-size,
+// --size-sigma, --min-size, --max-size) chosen by a hash of (backend, key),
+// so the same key always gets the same size. `tracegen import` gives it to a
+// real key whose stream has no size for it. ok is false for a backend the
+// generator does not have.
+func (g *Generator) SizeOf(backend, key string) (size int64, ok bool) {
+	for i, name := range g.names {
+		if name == backend {
+			ks := g.ks[i]
+			return ks.sizes.Size(mix64(ks.seed ^ mix64(fnv64(key)^0x6b6579737472))), true // "keystr"
+		}
+	}
+	return 0, false
+}
+
 func fnv64(s string) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(s); i++ {

@@ -427,11 +427,43 @@ type Limit struct {
 // buffered writer and one reused line buffer. It returns the number of
 // requests written.
 func (g *Generator) Write(w io.Writer, lim Limit) (int64, error) {
+	return g.WriteEach(w, lim, nil)
+}
+
+// WriteEach is Write with each called on every request before it is
+// written (nil: none): the hook through which `tracegen import` puts real
+// keys into the generated requests. each may change the request's keys,
+// sizes and flags in place (the request and its slices are the generator's,
+// reused by the next request; IDs must be cleared when keys change); an
+// error from it stops the trace and is returned.
+func (g *Generator) WriteEach(w io.Writer, lim Limit, each func(*trace.Request) error) (int64, error) {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var line []byte
+	n, err := g.Each(lim, func(r *trace.Request) error {
+		if each != nil {
+			if err := each(r); err != nil {
+				return err
+			}
+		}
+		line = trace.AppendJSON(line[:0], r)
+		line = append(line, '\n')
+		_, err := bw.Write(line)
+		return err
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, bw.Flush()
+}
+
+// Each calls f with every request of the trace up to the limit, in order —
+// the requests Write would write — and returns how many it was called with
+// successfully; f's first error stops it and is returned. The request and
+// its slices are reused by the next request.
+func (g *Generator) Each(lim Limit, f func(*trace.Request) error) (int64, error) {
 	if lim.Requests <= 0 && lim.Duration <= 0 {
 		return 0, errors.New("give --requests or --duration")
 	}
-	bw := bufio.NewWriterSize(w, 1<<20)
-	var line []byte
 	var n int64
 	endMs := float64(lim.Duration) / float64(time.Millisecond)
 	for lim.Requests <= 0 || n < lim.Requests {
@@ -439,12 +471,10 @@ func (g *Generator) Write(w io.Writer, lim Limit) (int64, error) {
 		if lim.Duration > 0 && r.TsMs >= endMs {
 			break
 		}
-		line = trace.AppendJSON(line[:0], r)
-		line = append(line, '\n')
-		if _, err := bw.Write(line); err != nil {
+		if err := f(r); err != nil {
 			return n, err
 		}
 		n++
 	}
-	return n, bw.Flush()
+	return n, nil
 }

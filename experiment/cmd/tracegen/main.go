@@ -4,6 +4,7 @@
 // (docs/workloads.md):
 //
 //	tracegen synth   [--profile onerf] [--backends 20] (--requests N | --duration D) [--rate-schedule SPEC] [--out FILE] …
+//	tracegen import  --stream BACKEND=FILE[,format=arc|fetchers|keysize][,skip=N] … (--requests N | --duration D) [synth flags] [--out FILE]
 //	tracegen stats   FILE [--json] [--skip-bad]
 //	tracegen replay  --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [--scenario FILE] …
 //	tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--app-server ID] [--json]]
@@ -46,6 +47,7 @@ const usage = `Usage: tracegen <command> [flags]
 
 Commands:
   synth           write a synthetic trace (OneRF-like structure, Zipf keys, heavy-tailed sizes)
+  import          a synthesized trace whose backends' keys come from real key streams (--stream BACKEND=FILE)
   stats FILE      print a trace's structure: the columns of the paper's Table 1 and more
   replay          replay a trace open-loop against a topology's application servers
   scenario check  validate a capacity scenario against a topology (with --trace: phase by phase
@@ -74,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "synth":
 		err = cmdSynth(args[1:], stdout, stderr)
+	case "import":
+		err = cmdImport(args[1:], stdout, stderr)
 	case "stats":
 		err = cmdStats(args[1:], stdout, stderr)
 	case "replay":

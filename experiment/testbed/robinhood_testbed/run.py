@@ -68,6 +68,22 @@ def synth_args(exp: Experiment) -> list[str]:
     return args
 
 
+def stream_args(exp: Experiment) -> list[str]:
+    """The tracegen import --stream flags of the experiment's real key streams
+    (``trace.synth.streams``, files resolved against the experiment file); [] without
+    streams."""
+    streams = exp.trace.synth.streams if exp.trace.synth is not None else None
+    args: list[str] = []
+    for name, st in (streams or {}).items():
+        spec = f"{name}={exp.path(st.file).resolve()}"
+        if st.format is not None:
+            spec += f",format={st.format}"
+        if st.skip:
+            spec += f",skip={st.skip}"
+        args += ["--stream", spec]
+    return args
+
+
 #: A trace the simulator generates in process: the synth flags.
 Generated = list
 
@@ -76,7 +92,14 @@ def prepare_inputs(exp: Experiment, out_dir: Path, engine: str = "testbed") -> t
     """Synthesise (or locate) the trace and write the scenario; both are shared by
     every policy of a comparison. Returns (trace path, scenario path or None); in the
     simulator with ``sim.generate`` the trace is its synth flags instead (nothing is
-    written: bin/sim generates it)."""
+    written: bin/sim generates it). With real key streams (``trace.synth.streams``) the
+    trace is ``tracegen import``'s: the same synth flags, the streams' keys."""
+    streams = stream_args(exp)
+    if streams and exp.sim.generate:
+        raise ExperimentError("sim.generate: true and trace.synth.streams cannot go together: the simulator "
+                              "generates synthetic keys only, and the streams' real keys are put into a trace "
+                              "file by tracegen import; set sim.generate: false (the simulator then reads that "
+                              "file) or remove trace.synth.streams")
     if exp.trace.file is not None and rate_schedule(exp) is not None:
         raise ExperimentError(f"scenario: request_rate events change the trace's request rate, so they need a "
                               f"synthesized trace (trace.synth; tracegen synth --rate-schedule); trace.file "
@@ -88,12 +111,14 @@ def prepare_inputs(exp: Experiment, out_dir: Path, engine: str = "testbed") -> t
         trace = synth_args(exp)
     else:
         trace = out_dir / "trace.jsonl"
-        args = [str(go_bin("tracegen")), "synth", *synth_args(exp),
+        command = "import" if streams else "synth"
+        args = [str(go_bin("tracegen")), command, *synth_args(exp), *streams,
                 "--duration", format_duration(exp.duration + TRACE_SLACK_S), "--out", str(trace)]
         res = subprocess.run(args, capture_output=True, text=True)
-        (out_dir / "tracegen-synth.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
+        (out_dir / f"tracegen-{command}.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
         if res.returncode != 0:
-            raise ExperimentError(f"trace synthesis failed ({' '.join(args)}):\n{res.stderr.strip()}")
+            what = "trace import" if streams else "trace synthesis"
+            raise ExperimentError(f"{what} failed ({' '.join(args)}):\n{res.stderr.strip()}")
     scenario = None
     data = exp.scenario_data()
     if data is not None:

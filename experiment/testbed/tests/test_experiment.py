@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ import yaml
 from robinhood_testbed.deploy import build_topology
 from robinhood_testbed.experiment import Arm, ExperimentError, arms, load
 from robinhood_testbed.procs import PortAllocator
-from robinhood_testbed.run import check_scenario, prepare_inputs, rate_schedule, synth_args
+from robinhood_testbed.run import check_scenario, prepare_inputs, rate_schedule, stream_args, synth_args
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -47,6 +48,11 @@ def test_valid_experiment_and_allocation(tmp_path: Path) -> None:
     ({"colour": "red"}, "colour: unknown field"),
     ({"slo": {"warmup": "90s"}}, "slo.warmup: 1m30s is not shorter than duration 1m0s"),
     ({"scenario": "missing.yaml"}, "scenario.file: cannot read"),
+    ({"trace": {"synth": {"rate": 100, "streams": {"zz": "keys.txt"}}}},
+     'trace.synth.streams.zz: no backend of this experiment is named "zz"'),
+    ({"trace": {"synth": {"rate": 100, "streams": {"a": "missing.txt"}}}}, "trace.synth.streams.a.file: "),
+    ({"trace": {"synth": {"rate": 100, "streams": {"a": {"file": "k.txt", "format": "csv"}}}}},
+     'trace.synth.streams.a.format: "csv" is not one of arc, fetchers, keysize'),
 ])
 def test_invalid_experiments(tmp_path: Path, patch: dict, message: str) -> None:
     with pytest.raises(ExperimentError, match=None) as ei:
@@ -172,3 +178,48 @@ def test_request_rate_needs_a_synthesized_trace(tmp_path: Path) -> None:
     bad = load(write(tmp_path, {**BASE, "scenario": {"events": [{"kind": "request_rate", "at": "5s", "factor": "x"}]}}))
     with pytest.raises(ExperimentError, match=r"factor: 'x' is not a number"):
         synth_args(bad)
+
+
+def test_real_key_streams_make_the_trace_with_tracegen_import(tmp_path: Path, gobin) -> None:
+    """trace.synth.streams: prepare_inputs runs tracegen import with the synth flags and
+    one --stream per backend (files relative to the experiment file); the trace is synth's
+    with those backends' keys from the streams, in order."""
+    gobin("tracegen")
+    (tmp_path / "streams").mkdir()
+    keys = tmp_path / "streams" / "keys.txt"
+    keys.write_text("# key size\n" + "".join(f"k{i} {100 + i % 50}\n" for i in range(20000)))
+    synth = {"rate": 100, "params": {"queries-per-request": 4},
+             "streams": {"a": "streams/keys.txt", "b": {"file": "streams/keys.txt", "format": "keysize", "skip": 7}}}
+    exp = load(write(tmp_path, {**BASE, "duration": "5s", "slo": {"warmup": "1s"}, "trace": {"synth": synth}}))
+    assert stream_args(exp) == ["--stream", f"a={keys.resolve()}", "--stream", f"b={keys.resolve()},format=keysize,skip=7"]
+    trace, _ = prepare_inputs(exp, tmp_path / "out")
+    assert isinstance(trace, Path)
+    log = (tmp_path / "out" / "tracegen-import.log").read_text()
+    assert log.startswith("$ ") and " import " in log.splitlines()[0] and "trace written" in log
+    plain = load(write(tmp_path, {**BASE, "duration": "5s", "slo": {"warmup": "1s"},
+                                  "trace": {"synth": {"rate": 100, "params": {"queries-per-request": 4}}}}))
+    (tmp_path / "exp.yaml").rename(tmp_path / "plain.yaml")
+    synthetic, _ = prepare_inputs(plain, tmp_path / "plain")
+    imported, synthesized = trace.read_text().splitlines(), synthetic.read_text().splitlines()
+    assert len(imported) == len(synthesized) > 1000  # 15 s (the run and its slack) at 100 requests/s
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+    for got, want in zip(imported, synthesized):
+        g, w = json.loads(got), json.loads(want)
+        assert g["ts_ms"] == w["ts_ms"] and g["d"][0].keys() == w["d"][0].keys()
+        for name, q in g["d"][0].items():
+            assert len(q["U"]) == len(w["d"][0][name]["U"]) and q["C"] == w["d"][0][name]["C"]
+            seen[name] += q["U"]
+    assert seen["a"][:3] == ["k0", "k1", "k2"] and seen["b"][:3] == ["k7", "k8", "k9"]
+    assert seen["a"] == [f"k{i}" for i in range(len(seen["a"]))]
+
+
+def test_real_key_streams_refuse_sim_generate(tmp_path: Path) -> None:
+    """The simulator generates synthetic keys only: sim.generate with streams is refused,
+    naming both settings, before anything is written."""
+    (tmp_path / "keys.txt").write_text("k 1\n")
+    exp = load(write(tmp_path, {**BASE, "trace": {"synth": {"rate": 100, "streams": {"a": "keys.txt"}}},
+                                "sim": {"generate": True}}))
+    for engine in ("sim", "testbed"):
+        with pytest.raises(ExperimentError, match=r"sim.generate: true and trace.synth.streams cannot go together"):
+            prepare_inputs(exp, tmp_path / "out", engine)
+    assert not (tmp_path / "out").exists(), "nothing is written"

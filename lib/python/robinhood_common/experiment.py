@@ -48,10 +48,20 @@ class Cache(_Model):
     memcached_args: list[str]
 
 
+class Stream(_Model):
+    """One backend's real key stream (``trace.synth.streams``; tracegen import)."""
+
+    file: str
+    format: str | None = None
+    skip: int = 0
+
+
 class Synth(_Model):
     profile: str
     rate: float
     params: dict[str, Any]
+    #: Real key streams by backend name; None: every key is synthetic.
+    streams: dict[str, Stream] | None = None
 
 
 class Trace(_Model):
@@ -168,6 +178,10 @@ def load(path: str | Path) -> Experiment:
         raise ExperimentError(f"experiment {p}: {e}") from None
     if exp.trace.file is not None and not exp.path(exp.trace.file).exists():
         raise ExperimentError(f"experiment {p}: trace.file: {exp.path(exp.trace.file)} does not exist")
+    streams = exp.trace.synth.streams if exp.trace.synth is not None else None
+    for name, stream in (streams or {}).items():
+        if not exp.path(stream.file).exists():
+            raise ExperimentError(f"experiment {p}: trace.synth.streams.{name}.file: {exp.path(stream.file)} does not exist")
     try:
         exp.scenario_data()
     except ConfigError as e:

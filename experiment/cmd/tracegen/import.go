@@ -1,0 +1,308 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/trace"
+	"github.com/robinhoodcache/robinhood/workload/keystream"
+	"github.com/robinhoodcache/robinhood/workload/synth"
+)
+
+// streamSpec is one --stream BACKEND=FILE[,format=F][,skip=N].
+type streamSpec struct {
+	text    string
+	backend string
+	file    string
+	format  keystream.Format
+	skip    int64
+}
+
+// streamFlags collects the repeated --stream flag.
+type streamFlags []streamSpec
+
+// String is the flags as given.
+func (s *streamFlags) String() string {
+	parts := make([]string, len(*s))
+	for i, sp := range *s {
+		parts[i] = sp.text
+	}
+	return strings.Join(parts, " ")
+}
+
+// Set parses BACKEND=FILE[,format=F][,skip=N]. The options are read from
+// the end, so a file name may hold commas and '=' (but not end in
+// ",format=…" or ",skip=…").
+func (s *streamFlags) Set(v string) error {
+	backend, rest, ok := strings.Cut(v, "=")
+	if !ok || backend == "" || rest == "" {
+		return fmt.Errorf("%q is not BACKEND=FILE[,format=arc|fetchers|keysize][,skip=N]", v)
+	}
+	sp := streamSpec{text: v, backend: backend}
+	seen := map[string]bool{}
+	for {
+		i := strings.LastIndexByte(rest, ',')
+		if i < 0 {
+			break
+		}
+		name, val, isOpt := strings.Cut(rest[i+1:], "=")
+		if !isOpt || !optionName(name) {
+			break
+		}
+		if seen[name] {
+			return fmt.Errorf("%q: %s is given twice", v, name)
+		}
+		seen[name] = true
+		switch name {
+		case "format":
+			f, err := keystream.ParseFormat(val)
+			if err != nil || val == "" {
+				return fmt.Errorf("%q: format %q is not one of arc, fetchers, keysize", v, val)
+			}
+			sp.format = f
+		case "skip":
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("%q: skip=%s is not a number of records (a whole number ≥ 0)", v, val)
+			}
+			sp.skip = n
+		default:
+			return fmt.Errorf("%q: unknown option %q (known: format, skip)", v, name)
+		}
+		rest = rest[:i]
+	}
+	if rest == "" {
+		return fmt.Errorf("%q: no file", v)
+	}
+	sp.file = rest
+	for _, o := range *s {
+		if o.backend == backend {
+			return fmt.Errorf("%q: backend %s already has a stream (%s)", v, backend, o.text)
+		}
+	}
+	*s = append(*s, sp)
+	return nil
+}
+
+// optionName reports whether s looks like an option's name (lowercase
+// letters), which must then be a known one.
+func optionName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'a' || s[i] > 'z' {
+			return false
+		}
+	}
+	return true
+}
+
+// feed is one backend's stream during an import.
+type feed struct {
+	spec  streamSpec
+	r     *keystream.Reader
+	used  int64 // records put into the trace
+	total int64 // records in the stream, once drained
+}
+
+func (f *feed) name() string {
+	return fmt.Sprintf("stream %s (backend %s)", f.spec.file, f.spec.backend)
+}
+
+// errShort stops the generation when a stream runs out.
+type errShort struct{ f *feed }
+
+// Error names the stream.
+func (e *errShort) Error() string { return e.f.name() + " ran out" }
+
+func cmdImport(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("import", "tracegen import (--requests N | --duration D) --stream BACKEND=FILE[,format=arc|fetchers|keysize][,skip=N] ... [synth flags]", stderr)
+	build := synth.Flags(fs)
+	requests := fs.Int64("requests", 0, "number of requests to write")
+	duration := fs.Duration("duration", 0, "trace length in arrival time (e.g. 30m)")
+	out := fs.String("out", "-", "output file (- for stdout); written to a temporary file beside it and renamed at the end")
+	describe := fs.Bool("describe", false, "print the fitted request mix's expected Table 1 instead of a trace (as tracegen synth)")
+	var streams streamFlags
+	fs.Var(&streams, "stream", "BACKEND=FILE[,format=arc|fetchers|keysize][,skip=N]: the backend's keys (and sizes) in order from FILE, after skipping N records (repeatable; format detected unless given)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	o, err := build()
+	if err != nil {
+		return err
+	}
+	if *requests < 0 || *duration < 0 {
+		return errors.New("--requests and --duration must not be negative")
+	}
+	if !*describe && *requests == 0 && *duration == 0 {
+		return errors.New("give --requests N or --duration D (or --describe)")
+	}
+	if len(streams) == 0 && !*describe {
+		return errors.New("give at least one --stream BACKEND=FILE (without one, tracegen synth writes the same trace)")
+	}
+	g, err := synth.New(o)
+	if err != nil {
+		return err
+	}
+	names := g.Names()
+	feeds := map[string]*feed{}
+	for _, sp := range streams {
+		known := false
+		for _, n := range names {
+			known = known || n == sp.backend
+		}
+		if !known {
+			sorted := append([]string(nil), names...)
+			sort.Strings(sorted)
+			return fmt.Errorf("--stream %s: the trace has no backend %q (backends: %s; --backend-names names them)", sp.text, sp.backend, strings.Join(sorted, ","))
+		}
+	}
+	if *describe {
+		return writeDescription(stdout, g)
+	}
+	defer func() {
+		for _, f := range feeds {
+			f.r.Close()
+		}
+	}()
+	for _, sp := range streams {
+		r, err := keystream.Open(sp.file, keystream.Options{Format: sp.format, Skip: sp.skip, MinSize: o.MinSize, MaxSize: o.MaxSize})
+		if err != nil {
+			return fmt.Errorf("--stream %s: %w", sp.text, err)
+		}
+		feeds[sp.backend] = &feed{spec: sp, r: r}
+	}
+	lim := synth.Limit{Requests: *requests, Duration: *duration}
+	each := func(req *trace.Request) error {
+		for _, layer := range req.Layers {
+			for i := range layer {
+				q := &layer[i]
+				f := feeds[q.Backend]
+				if f == nil {
+					continue
+				}
+				q.IDs = q.IDs[:0] // the ids name the synthetic keys
+				for j := range q.Keys {
+					rec, err := f.r.Next()
+					if err == io.EOF {
+						return &errShort{f}
+					}
+					if err != nil {
+						return fmt.Errorf("--stream %s: %w", f.spec.text, err)
+					}
+					q.Keys[j] = rec.Key
+					if rec.HasSize {
+						q.Sizes[j] = rec.Size
+					} else {
+						q.Sizes[j], _ = g.SizeOf(q.Backend, rec.Key)
+					}
+					f.used++
+				}
+			}
+		}
+		return nil
+	}
+
+	// The trace, then the rest of every stream: a stream is checked to its
+	// end (a malformed line or a truncated zstd stream past the records the
+	// run used is an error too), before anything appears at --out.
+	write := func(w io.Writer) (int64, error) {
+		n, err := g.WriteEach(w, lim, each)
+		if err != nil {
+			return n, err
+		}
+		for _, sp := range streams {
+			f := feeds[sp.backend]
+			if f.total, err = f.r.Drain(); err != nil {
+				return n, fmt.Errorf("--stream %s: %w", sp.text, err)
+			}
+		}
+		return n, nil
+	}
+	start := time.Now()
+	var n int64
+	if *out == "-" {
+		n, err = write(stdout)
+	} else {
+		n, err = writeAtomically(*out, write)
+	}
+	var short *errShort
+	if errors.As(err, &short) {
+		return shortStream(o, lim, short.f)
+	}
+	if err != nil {
+		return err
+	}
+	el := time.Since(start)
+	attrs := []any{"requests", n, "out", *out, "seconds", el.Round(time.Millisecond).Seconds()}
+	for _, sp := range streams {
+		f := feeds[sp.backend]
+		attrs = append(attrs, "records_"+sp.backend, f.used, "of_"+sp.backend, f.total, "format_"+sp.backend, string(f.r.Format()))
+	}
+	slog.New(slog.NewTextHandler(stderr, nil)).Info("trace written", attrs...)
+	return nil
+}
+
+// shortStream is the error of a stream that ran out: it counts, on a fresh
+// generator, how many queries the whole run sends the backend.
+func shortStream(o synth.Options, lim synth.Limit, f *feed) error {
+	g, err := synth.New(o)
+	if err != nil {
+		return err
+	}
+	var need int64
+	if _, err := g.Each(lim, func(r *trace.Request) error {
+		for _, l := range r.Layers {
+			for i := range l {
+				if l[i].Backend == f.spec.backend {
+					need += int64(l[i].Len())
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	had := f.r.Count()
+	return fmt.Errorf("%s ran out: it has %d records (%d after skip=%d), the run needs %d (its queries to %s); give a shorter --duration or --requests, a smaller skip, or a longer stream",
+		f.name(), had, had-f.spec.skip, f.spec.skip, need, f.spec.backend)
+}
+
+// writeAtomically writes a file through a temporary file in its folder,
+// renamed over it at the end; on any error the temporary file is removed and
+// nothing appears at path.
+func writeAtomically(path string, write func(io.Writer) (int64, error)) (n int64, err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if n, err = write(tmp); err != nil {
+		return n, err
+	}
+	if err = tmp.Chmod(0o644); err != nil {
+		return n, err
+	}
+	if err = tmp.Close(); err != nil {
+		return n, err
+	}
+	return n, os.Rename(tmp.Name(), path)
+}
