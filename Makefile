@@ -18,7 +18,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600 --durations=15
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: collector-check build test demo sim-demo hedging zoo paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: collector-check build test demo sim-demo hedging zoo oracle-check paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -111,14 +111,21 @@ hedging: build
 	@for e in $(HEDGING_EXPERIMENTS); do \
 		bin/sim hedging --experiment examples/hedging/$$e.yaml --out $(HEDGING_OUT)/$$e || exit 1; echo; done
 
-## zoo: every allocation policy and the shared cache on 100 scenarios drawn from the zoo's family
-## for the demo's topology (the evaluation seeds 1000-1099), in the simulator; the summary in
-## runs/zoo/zoo.md, the figure runs/zoo/zoo.png (docs/zoo.md; about 16 minutes on 2 cores)
+## zoo: every allocation policy and the shared cache on scenarios drawn from the zoo's family, on
+## two key sources (the Zipf keys of examples/zoo.yaml, the real ARC streams of examples/zoo-real.yaml)
+## and three topologies (1, 2 and 4 app servers), the evaluation seeds, in the simulator; the summary
+## in runs/zoo/zoo.md, the figure runs/zoo/zoo.png (docs/zoo.md; time in docs/benchmarks.md)
 ZOO_OUT ?= runs/zoo
 ZOO_SEEDS ?= eval
+ZOO_EXPERIMENTS ?= examples/zoo.yaml,examples/zoo-real.yaml
 zoo: build venv
-	$(VENV)/bin/robinhood-testbed zoo --experiment examples/zoo.yaml --seeds $(ZOO_SEEDS) --policies all \
-		--cache-modes partitioned,shared --candidate headroom --jobs 2 --out $(ZOO_OUT)
+	$(VENV)/bin/robinhood-testbed zoo --experiment $(ZOO_EXPERIMENTS) --app-servers 1,2,4 --seeds $(ZOO_SEEDS) \
+		--policies all --cache-modes partitioned,shared --jobs 2 --out $(ZOO_OUT)
+
+## oracle-check: the oracle's model against the simulator, per phase, with 1, 2 and 4 app servers and
+## phases of 5 s to 3 minutes (scripts/oracle_model_check.py; docs/algorithms.md)
+oracle-check: build venv
+	$(VENV)/bin/python scripts/oracle_model_check.py --out runs/oracle-model-check
 
 ## paper: the paper's experiments at its scale in the simulator (examples/paper): each file's
 ## compare arms (compare.policies: robinhood, robinhood-queue, static and the paper's competitors,

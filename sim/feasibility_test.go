@@ -187,11 +187,11 @@ func TestFeasibilityChargeAgainstCacheModel(t *testing.T) {
 	if err := os.WriteFile(path, lines, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fan, err := feasibility.MeasureFanout(path, time.Hour, 1, 0, nil)
+	w, err := feasibility.Scan(path, time.Hour, 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	slabs := fan.Slabs[0]
+	slabs := w.Slabs[0]
 	const MiB = feasibility.MiB
 	for _, mb := range []int64{16, 40, 112} {
 		c := NewCache(mb * MiB)

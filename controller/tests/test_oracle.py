@@ -1,10 +1,9 @@
-"""The oracle policy against a stand-in for bin/tracegen: what it asks `tracegen
-scenario check` (with --lookahead unless told not to) and how it applies the phases'
-allocations."""
+"""The oracle policies read the run's schedule file (``tracegen oracle``'s JSON, named in
+controller.run.oracle): which schedule each applies, how it follows it in time, and what
+it says of a file it cannot use."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,65 +15,63 @@ from robinhood_controller.plan import MIB
 from robinhood_controller.policies import PlanInput, PolicyContext
 from robinhood_controller.policies.base import PolicyError
 
-PHASES = {"phases": [
-    {"start_s": 0, "end_s": 30, "oracle_mb": {"a": 64, "b": 64}},
-    {"start_s": 30, "end_s": 60, "oracle_mb": {"a": 96, "b": 32}},
-]}
+SCHEDULES = {"app_server_schedules": {"app0": {
+    "foresight": {"steps": [{"at_s": 0, "mb": {"a": 64, "b": 64}}, {"at_s": 25, "mb": {"a": 96, "b": 32}}],
+                  "predicted_violation_pct": 1.0},
+    "reactive": {"steps": [{"at_s": 0, "mb": {"a": 64, "b": 64}}, {"at_s": 30, "mb": {"a": 112, "b": 16}}],
+                 "predicted_violation_pct": 9.0},
+}}}
 
 
-def fake_tracegen(tmp: Path, code: int = 0) -> tuple[Path, Path]:
-    """An executable that records its arguments and prints PHASES (or fails)."""
-    args = tmp / "args.json"
-    exe = tmp / "tracegen"
-    exe.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                   f"open({str(args)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
-                   f"print('note: a line before the document')\n"
-                   f"print({json.dumps(json.dumps(PHASES))})\n"
-                   f"sys.stderr.write('boom')\nsys.exit({code})\n")
-    exe.chmod(0o755)
-    return exe, args
+def schedule_file(tmp: Path, doc: object = SCHEDULES) -> Path:
+    p = tmp / "oracle.json"
+    p.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
+    return p
 
 
-def oracle(tmp: Path, exe: Path, **params: object) -> policies.AllocationPolicy:
-    run = Run(seconds=60, trace=str(tmp / "trace.jsonl"), scenario=str(tmp / "scenario.yaml"),
-              topology=str(tmp / "topology.yaml"))
+def build(name: str, path: Path | None, app: str = "app0", **params: object) -> policies.AllocationPolicy:
+    run = Run(seconds=60, oracle=str(path) if path else None)
     ctx = PolicyContext(budget_bytes=128 * MIB, configured={"a": 64 * MIB, "b": 64 * MIB}, floor_bytes=8 * MIB,
-                        app_server="app0", run=run)
-    return policies.build("oracle", {"tracegen": str(exe), **params}, ctx)
+                        app_server=app, run=run)
+    return policies.build(name, dict(params), ctx)
 
 
-def test_oracle_looks_ahead_by_default(tmp_path: Path) -> None:
-    exe, args = fake_tracegen(tmp_path)
-    oracle(tmp_path, exe)
-    got = json.loads(args.read_text())
-    assert got[:3] == ["scenario", "check", str(tmp_path / "scenario.yaml")]
-    assert "--lookahead" in got and "--json" in got
-    assert got[got.index("--app-server") + 1] == "app0" and got[got.index("--duration") + 1] == "60s"
-
-
-def test_oracle_without_lookahead(tmp_path: Path) -> None:
-    exe, args = fake_tracegen(tmp_path)
-    oracle(tmp_path, exe, lookahead=False)
-    assert "--lookahead" not in json.loads(args.read_text())
-
-
-def test_oracle_applies_the_phase_it_is_in(tmp_path: Path) -> None:
-    exe, _ = fake_tracegen(tmp_path)
-    pol = oracle(tmp_path, exe)
+def targets_at(pol: policies.AllocationPolicy, *times: float) -> list[dict[str, int]]:
     cur = {"a": 64 * MIB, "b": 64 * MIB}
-    d = pol.plan(PlanInput(targets=cur, used=cur, rbc={}, stats={}, now=1000.0))  # the run starts here
-    assert d.targets == cur and not d.moved
-    d = pol.plan(PlanInput(targets=cur, used=cur, rbc={}, stats={}, now=1031.0))
-    assert d.targets == {"a": 96 * MIB, "b": 32 * MIB} and d.moved
+    return [{n: v // MIB for n, v in pol.plan(PlanInput(targets=cur, used=cur, rbc={}, stats={}, now=t)).targets.items()}
+            for t in times]
 
 
-def test_oracle_fails_at_start_when_tracegen_does(tmp_path: Path) -> None:
-    exe, _ = fake_tracegen(tmp_path, code=1)
-    with pytest.raises(PolicyError, match="boom"):
-        oracle(tmp_path, exe)
+def test_the_oracle_applies_the_schedule_with_foresight(tmp_path: Path) -> None:
+    pol = build("oracle", schedule_file(tmp_path))
+    # The run starts at the first tick (no start file): 1000 s.
+    assert targets_at(pol, 1000.0, 1024.0, 1025.0, 1059.0) == [
+        {"a": 64, "b": 64}, {"a": 64, "b": 64}, {"a": 96, "b": 32}, {"a": 96, "b": 32}]
 
 
-def test_oracle_lookahead_must_be_a_bool(tmp_path: Path) -> None:
-    exe, _ = fake_tracegen(tmp_path)
+def test_the_reactive_oracle_and_lookahead_false_apply_the_reactive_schedule(tmp_path: Path) -> None:
+    path = schedule_file(tmp_path)
+    for pol in (build("oracle-reactive", path), build("oracle", path, lookahead=False)):
+        assert targets_at(pol, 1000.0, 1029.0, 1030.0) == [{"a": 64, "b": 64}, {"a": 64, "b": 64}, {"a": 112, "b": 16}]
+
+
+def test_a_schedule_it_cannot_use_is_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="controller.run.oracle"):
+        build("oracle", None)
+    with pytest.raises(PolicyError, match="cannot read"):
+        build("oracle", tmp_path / "missing.json")
+    with pytest.raises(PolicyError, match="cannot read"):
+        build("oracle", schedule_file(tmp_path, "{not json"))
+    with pytest.raises(PolicyError, match="no foresight schedule for app server app9"):
+        build("oracle", schedule_file(tmp_path), app="app9")
+    bad = {"app_server_schedules": {"app0": {"foresight": {"steps": [{"at_s": 5, "mb": {"a": 1}}, {"at_s": 2, "mb": {}}]}}}}
+    with pytest.raises(PolicyError, match="not in time order"):
+        build("oracle", schedule_file(tmp_path, bad))
     with pytest.raises(PolicyError):
-        oracle(tmp_path, exe, lookahead="sometimes")
+        build("oracle", schedule_file(tmp_path), lookahead="sometimes")
+
+
+def test_a_step_that_does_not_fit_the_budget_keeps_the_targets(tmp_path: Path) -> None:
+    doc = {"app_server_schedules": {"app0": {"foresight": {"steps": [{"at_s": 0, "mb": {"a": 100, "b": 100}}]}}}}
+    pol = build("oracle", schedule_file(tmp_path, doc))
+    assert targets_at(pol, 1000.0) == [{"a": 64, "b": 64}]

@@ -180,4 +180,3 @@ func (s Slabs) HeldMB(m float64) float64 {
 	}
 	return math.Max(0, m-waste) / s.Charge
 }
-

@@ -145,7 +145,7 @@ type Queue struct {
 	// Capacity is the queries/s the gate admits at most (its bucket rate,
 	// or its workers over the mean service time, stalls included).
 	Capacity float64
-	svc        service
+	svc      service
 	// gate: time per query (ms) and the queries admitted without waiting
 	// from an idle gate; workers when the workers bind before the bucket.
 	g, slack float64
@@ -408,6 +408,13 @@ type LatencyModel struct {
 	initial []config.Limits
 	kmax    []int // the most queries a request sends the backend
 	states  map[stateKey]*bstate
+	// held[b][m] caches heldMB; work, when set, measured it.
+	held [][]float64
+	work *Workload
+	// rowIDs numbers the rows rowShifted makes; cdfMemo caches the request
+	// CDF of a combination of them (requestCDFWaiting).
+	rowIDs  int
+	cdfMemo map[string]float64
 	// scratch
 	batch []float64
 	rows  [][]float64
@@ -422,20 +429,20 @@ type stateKey struct {
 
 // bstate is one backend in one phase with one cache size.
 type bstate struct {
-	q      *Queue // one replica's (replicas share the load evenly)
-	rho    float64
-	mr     float64
+	q   *Queue // one replica's (replicas share the load evenly)
+	rho float64
+	mr  float64
 	// lam is the queries/s reaching the backend (every replica), mu what
 	// it can admit; fill the share of them that are cacheable misses.
 	lam, mu, fill float64
 	// shifted caches rowShifted.
-	shifted map[int32][]float64
-	call   []float64 // scratch: P(call ≤ x | k misses)
-	binom  [][]float64
-	pairs  []Pair
-	lookup float64
-	rpc    float64
-	rows   map[int32][]float64
+	shifted map[int64]shiftedRow
+	call    []float64 // scratch: P(call ≤ x | k misses)
+	binom   [][]float64
+	pairs   []Pair
+	lookup  float64
+	rpc     float64
+	rows    map[int32][]float64
 }
 
 // NewLatencyModel builds the model from the backends' miss-ratio curves
@@ -447,7 +454,8 @@ func NewLatencyModel(curves []Backend, fan *Fanout, topo []config.Backend, cal c
 	if cal.Service == nil {
 		cal = costmodel.DefaultCalibration()
 	}
-	lm := &LatencyModel{fan: fan, cal: cal, states: map[stateKey]*bstate{}}
+	lm := &LatencyModel{fan: fan, cal: cal, states: map[stateKey]*bstate{}, cdfMemo: map[string]float64{}}
+	lm.held = make([][]float64, len(fan.Backends))
 	byName := map[string]Backend{}
 	for _, c := range curves {
 		byName[c.Name] = c
@@ -502,9 +510,32 @@ func (lm *LatencyModel) state(b int, lim config.Limits, rate float64, curve []fl
 	mr := 1.0
 	if m >= 0 {
 		// memcached's m MiB hold fewer MiB of values (slab chunks and pages)
-		mr = missAt(curve, lm.fan.Slabs[b].HeldMB(float64(m)))
+		mr = missAt(curve, lm.heldMB(b, m))
 	}
 	return lm.stateMR(b, lim, rate, mr)
+}
+
+// heldMB is what m whole MiB of backend b's partition are worth in MiB of
+// an LRU (Workload.HeldMB when the model has the workload, else
+// Slabs.HeldMB), cached.
+func (lm *LatencyModel) heldMB(b, m int) float64 {
+	h := lm.held[b]
+	if m >= len(h) {
+		n := len(h)
+		h = append(h, make([]float64, m+1-n)...)
+		for i := n; i <= m; i++ {
+			h[i] = -1
+		}
+		lm.held[b] = h
+	}
+	if h[m] < 0 {
+		if lm.work != nil {
+			h[m] = lm.work.HeldMB(b, float64(m))
+		} else {
+			h[m] = lm.fan.Slabs[b].HeldMB(float64(m))
+		}
+	}
+	return h[m]
 }
 
 // missAt is a miss-ratio curve (at whole MiB) read at mb MiB, interpolated.
@@ -529,7 +560,7 @@ func (lm *LatencyModel) stateMR(b int, lim config.Limits, rate, mr float64) *bst
 		return s
 	}
 	pairs := lm.fan.Pairs[b]
-	s := &bstate{mr: mr, pairs: pairs, rows: map[int32][]float64{}, shifted: map[int32][]float64{}, call: make([]float64, lm.kmax[b]+1)}
+	s := &bstate{mr: mr, pairs: pairs, rows: map[int32][]float64{}, shifted: map[int64]shiftedRow{}, call: make([]float64, lm.kmax[b]+1)}
 	// The batch of misses a request sends: Binomial(cacheable, mr) +
 	// uncacheable, over the requests that query the backend.
 	if cap(lm.batch) < lm.kmax[b]+1 {

@@ -233,8 +233,9 @@ func TestRefine(t *testing.T) {
 		"b": {Workers: 8, Rate: 80, ExtraLatencyMs: 3, HiccupProb: 0.01, HiccupMs: 25},
 	}
 	changes := []scenario.Change{{At: time.Minute, Backend: "b", Fields: []scenario.FieldValue{{Field: "rate", Value: 1}}}}
-	lims := PhaseLimits(initial, changes, phases)
-	if lims[0]["b"].Rate != 80 || lims[1]["b"].Rate != 1 || lims[1]["a"].Rate != 120 {
+	ph := Phases(initial, changes, 2*time.Minute)
+	lims := []map[string]config.Limits{ph[0].Limits, ph[1].Limits}
+	if lims[0]["b"].Rate != 80 || lims[1]["b"].Rate != 1 || lims[1]["a"].Rate != 120 || lims[1]["b"].HiccupMs != 25 {
 		t.Fatalf("%+v", lims)
 	}
 	pl := lm.Refine(res, []PhaseInput{{Limits: lims[0], Rate: 100}, {Limits: lims[1], Rate: 100}}, floor, map[string]int{"a": 32, "b": 32})

@@ -9,10 +9,9 @@ package feasibility
 //   - foresight (the oracle proper, the bound): it knows the whole run in
 //     advance, so it may move space before a phase that needs it, while
 //     the partition can still fill from a backend that answers;
-//   - reactive: it learns each phase (its capacities, request rate, miss
-//     ratios and length) the instant the phase starts, and nothing after
-//     it — the best a policy could do that reacts perfectly but cannot
-//     foresee.
+//   - reactive: it learns each phase (its capacities and request rate)
+//     the instant the phase starts, and expects it to last — the best a
+//     policy could do that reacts perfectly but cannot foresee.
 //
 // The schedule is searched greedily, segment by segment in time order:
 // each segment tries a few candidate allocations — keep the current one,
@@ -22,7 +21,8 @@ package feasibility
 // scored by stepping the transient model over the segment and what
 // follows it (the horizon, the later phases at their steady-state bests),
 // on the expected number of SLO-series points violating the SLO, then on
-// the expected slow requests.
+// the expected slow requests. The reactive search scores a candidate over
+// the same horizon as if the phase in hand went on, the candidate kept.
 
 import (
 	"errors"
@@ -172,12 +172,27 @@ func Analyse(in Input, opt Options) (*Report, error) {
 	}
 	r.workload = w
 	w.SetRates(phases)
-	r.Backends, _ = w.LoadModel(0, in.Duration)
+	raw, _ := w.LoadModel(0, in.Duration)
+	// The load model reads the curves at what a partition is worth
+	// (Workload.HeldMB: memcached's slab classes), as the latency model does.
+	r.Backends = make([]Backend, len(raw))
+	for i, b := range raw {
+		b.MissRatio = w.AsHeld(i, b.MissRatio)
+		r.Backends[i] = b
+	}
+	for i := range phases {
+		for b, n := range w.Backends {
+			if c, ok := phases[i].Curves[n]; ok {
+				phases[i].Curves[n] = w.AsHeld(b, c)
+			}
+		}
+	}
 	if r.Results, err = Analyze(r.Backends, phases, r.Budget, r.Floor, r.Configured); err != nil {
 		return nil, err
 	}
 	r.Class, r.Worst = Classify(r.Results)
-	lm := NewLatencyModel(r.Backends, &w.Fanout, topo.Backends, opt.Calibration)
+	lm := NewLatencyModel(raw, &w.Fanout, topo.Backends, opt.Calibration)
+	lm.work = w
 	r.dyn = newDynamics(lm, w, phases, r.SLO, r.BackendTimeout)
 	inputs := make([]PhaseInput, len(phases))
 	for i, ph := range phases {
@@ -195,6 +210,22 @@ func Analyse(in Input, opt Options) (*Report, error) {
 	_, r.ConfiguredPredicted = r.dyn.predict(func(int) []int { return confVec })
 	for _, v := range opt.Variants {
 		r.Schedules[v] = r.optimize(v == Foresight, opt.Horizon)
+	}
+	if f := r.Schedules[Foresight]; f != nil {
+		// The run known in advance, the oracle may also take a whole
+		// schedule the greedy search did not reach: the reactive one, or
+		// the configured allocation throughout, when predicted better.
+		rs := r.Schedules[Reactive]
+		if rs == nil {
+			rs = r.optimize(false, opt.Horizon)
+		}
+		conf := &Schedule{Variant: Foresight, Steps: []Step{{At: 0, MB: r.Configured}}, Predicted: r.ConfiguredPredicted}
+		for _, alt := range []*Schedule{rs, conf} {
+			if alt.Predicted.Pct < f.Predicted.Pct-1e-9 {
+				f = &Schedule{Variant: Foresight, Steps: alt.Steps, Predicted: alt.Predicted}
+			}
+		}
+		r.Schedules[Foresight] = f
 	}
 	return r, nil
 }
@@ -308,7 +339,10 @@ func (r *Report) optimize(foresight bool, horizon time.Duration) *Schedule {
 	committed := make([]float64, nb)
 	scratch := make([]float64, nb)
 	f := d.start()
-	cur := r.vec(r.Configured)
+	// The first phase is known from the start: its steady-state best is
+	// where the search starts (the configured allocation a candidate).
+	cur := r.steadyVec[0]
+	conf := r.vec(r.Configured)
 	var segs []segment
 	for si, from := range cuts {
 		to := nb
@@ -316,24 +350,42 @@ func (r *Report) optimize(foresight bool, horizon time.Duration) *Schedule {
 			to = cuts[si+1]
 		}
 		p := d.phaseOf[from]
-		end := r.phaseEndAt[p]
+		end := min(nb, max(to, from+hBuckets))
 		if foresight {
-			end = min(nb, max(to, from+hBuckets))
+			// a candidate made for a phase ahead is judged over that
+			// phase and the one after it (a ramp's steps, then its hold),
+			// up to three horizons
+			for q := p + 1; q < len(r.phaseStart) && r.phaseStart[q] < from+hBuckets; q++ {
+				last := min(q+1, len(r.phaseEndAt)-1)
+				end = max(end, min(nb, r.phaseEndAt[last], from+3*hBuckets))
+			}
 		}
-		end = max(end, to)
 		copy(scratch, committed)
 		eval := func(c []int) score {
 			g := f.clone()
+			if !foresight {
+				d.persist = p
+				defer func() { d.persist = -1 }()
+			}
+			tail := 0.0
 			for t := from; t < end; t++ {
 				a := c
-				if t >= to {
+				if t >= to && foresight && d.phaseOf[t] != p {
+					// later phases at their steady-state best; the rest
+					// of this one keeps the candidate
 					a = r.steadyVec[d.phaseOf[t]]
 				}
 				scratch[t] = d.step(g, t, a)
+				tail += w.Requests[t] * d.tail
 			}
-			return d.pointsScore(scratch, from, end)
+			sc := d.pointsScore(scratch, from, end)
+			sc.tail = tail
+			return sc
 		}
 		cands := [][]int{cur, r.steadyVec[p], blendVec(cur, r.steadyVec[p])}
+		if si == 0 {
+			cands = append(cands, conf)
+		}
 		if foresight {
 			for q := p + 1; q < len(r.phaseStart) && r.phaseStart[q] < from+hBuckets; q++ {
 				cands = append(cands, r.steadyVec[q], blendVec(cur, r.steadyVec[q]), blendVec(r.steadyVec[p], r.steadyVec[q]))

@@ -68,11 +68,11 @@ func writeTrace(t *testing.T, secs int, rate func(s int) int, per int) string {
 	return p
 }
 
-// Measure gives each phase the query rates within it (per app server),
-// the whole-trace rates stay as FromTrace's, and Analyze judges each phase
-// at its own rates: a phase at triple the request rate can be infeasible
-// where the whole trace's average is not.
-func TestMeasurePerPhaseRates(t *testing.T) {
+// SetRates gives each phase the query rates within it (every app server)
+// and its own miss-ratio curve; the whole trace's stay as LoadModel's; and
+// Analyze judges each phase at its own rates: a phase at triple the request
+// rate can be infeasible where the whole trace's average is not.
+func TestPerPhaseRates(t *testing.T) {
 	rate := func(s int) int {
 		if s >= 10 && s < 20 {
 			return 30
@@ -80,31 +80,30 @@ func TestMeasurePerPhaseRates(t *testing.T) {
 		return 10
 	}
 	path := writeTrace(t, 30, rate, 4)
-	phases := []Phase{{Start: 0, End: 10 * time.Second, Capacity: map[string]float64{"a": 12, "b": math.Inf(1)}},
-		{Start: 10 * time.Second, End: 20 * time.Second, Capacity: map[string]float64{"a": 12, "b": math.Inf(1)}},
-		{Start: 20 * time.Second, End: 40 * time.Second, Capacity: map[string]float64{"a": 12, "b": math.Inf(1)}},
-		{Start: 40 * time.Second, End: 50 * time.Second, Capacity: map[string]float64{"a": 12, "b": math.Inf(1)}}}
-	all, err := Measure(path, 50*time.Second, 2, 4, phases)
+	c := map[string]float64{"a": 24, "b": math.Inf(1)}
+	phases := []Phase{{Start: 0, End: 10 * time.Second, Capacity: c},
+		{Start: 10 * time.Second, End: 20 * time.Second, Capacity: c},
+		{Start: 20 * time.Second, End: 40 * time.Second, Capacity: c},
+		{Start: 40 * time.Second, End: 50 * time.Second, Capacity: c}}
+	w, err := Scan(path, 50*time.Second, 2, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole, err := FromTrace(path, 50*time.Second, 2, 4)
-	if err != nil {
-		t.Fatal(err)
+	all, ok := w.LoadModel(0, 50*time.Second)
+	if !ok || len(all) != 2 || all[0].Name != "a" {
+		t.Fatalf("whole trace: %+v", all)
 	}
-	if len(all) != 2 || all[0].Name != "a" || all[0].CacheableRate != whole[0].CacheableRate || all[0].UncacheableRate != whole[0].UncacheableRate {
-		t.Fatalf("whole-trace rates differ: %+v vs %+v", all, whole)
-	}
+	w.SetRates(phases)
 	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-6*want+1e-9 }
-	// Per app server (2): phase 1 has 10 requests/s × 3 cacheable queries to a.
-	for i, want := range []Rates{{15, 5}, {45, 15}} {
+	// Every app server: phase 1 has 30 requests/s × 3 cacheable queries to a.
+	for i, want := range []Rates{{30, 10}, {90, 30}} {
 		if got := phases[i].Rates["a"]; !near(got.Cacheable, want.Cacheable) || !near(got.Uncacheable, want.Uncacheable) {
 			t.Errorf("phase %d: a's rates %+v, want %+v", i, got, want)
 		}
 	}
-	// The last request is at 29.95 s: phase 3 is measured over 20 s–29.95 s.
-	if got := phases[2].Rates["b"].Cacheable; !near(got, 100/9.95/2) {
-		t.Errorf("phase 2: b's rate %v, want %v", got, 100/9.95/2)
+	// The last request is at 29.95 s: phase 2 is measured over 20 s–29.95 s.
+	if got := phases[2].Rates["b"].Cacheable; !near(got, 100/9.95) {
+		t.Errorf("phase 2: b's rate %v, want %v", got, 100/9.95)
 	}
 	if phases[3].Rates != nil {
 		t.Errorf("a phase beyond the trace has rates %+v; it keeps the whole trace's", phases[3].Rates)
@@ -112,8 +111,13 @@ func TestMeasurePerPhaseRates(t *testing.T) {
 	if b := all[0].InPhase(phases[3]); b.CacheableRate != all[0].CacheableRate {
 		t.Error("InPhase without rates changed the rates")
 	}
-	// Capacity 12 queries/s of a: phase 2 has 15 uncacheable queries/s
-	// alone, beyond it; the whole trace's average (8.4) is not.
+	// The first phase's curve counts the keys' first accesses (50 keys on
+	// each of the 2 app servers); the last one's almost none.
+	if first, last := phases[0].Curves["a"][4], phases[2].Curves["a"][4]; first < 0.2 || last > first/2 {
+		t.Errorf("miss ratio at 4 MiB: %v at the start, %v at the end", first, last)
+	}
+	// Capacity 24 queries/s of a: phase 1 has 30 uncacheable queries/s
+	// alone, beyond it; the whole trace's average (16.7) is not.
 	res, err := Analyze(all, phases, 4, 1, map[string]int{"a": 2, "b": 2})
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +125,7 @@ func TestMeasurePerPhaseRates(t *testing.T) {
 	if !res[0].Feasible || res[1].Feasible || !res[2].Feasible || !res[3].Feasible {
 		t.Fatalf("feasible per phase: %v %v %v %v", res[0].Feasible, res[1].Feasible, res[2].Feasible, res[3].Feasible)
 	}
-	if all[0].Load(4) > 12 {
+	if all[0].Load(4) > 24 {
 		t.Fatalf("the whole trace's load %v should fit", all[0].Load(4))
 	}
 	if c, w := Classify(res); c != ClassInfeasible || w <= 1 {

@@ -19,6 +19,7 @@ package feasibility
 // requests of its window) a probability of violating the SLO.
 
 import (
+	"encoding/binary"
 	"math"
 	"time"
 
@@ -50,6 +51,11 @@ type dynamics struct {
 	// per bucket: its phase, and the request rate the model uses
 	phaseOf []int
 	rate    []float64
+	// phaseBucket is each phase's first bucket.
+	phaseBucket []int
+	// persist, when a phase's index, has the later phases' buckets step
+	// with its limits and request rate (what a reactive view expects).
+	persist int
 	dt      float64 // a bucket, seconds
 	apps    float64
 	sloMs   float64
@@ -64,14 +70,21 @@ type dynamics struct {
 	// t+1)
 	pointsEnding [][]int
 	// scratch
-	st   []*bstate
-	wait []float64
-	rows [][]float64
+	st, sat []*bstate
+	wait    [][]float64 // per sub-bucket, per backend
+	rows    [][]float64
+	key     []byte
+	// tail is the last step's share of requests slower than
+	// tailShare × the SLO.
+	tail float64
 }
 
 func newDynamics(lm *LatencyModel, w *Workload, phases []Phase, params slo.Params, backendTimeout time.Duration) *dynamics {
 	d := &dynamics{lm: lm, w: w, phases: phases, dt: w.Bucket.Seconds(), apps: float64(w.AppServers), params: params,
-		sloMs: float64(params.SLO) / float64(time.Millisecond)}
+		sloMs: float64(params.SLO) / float64(time.Millisecond), persist: -1}
+	for _, ph := range phases {
+		d.phaseBucket = append(d.phaseBucket, min(w.BucketOf(ph.Start), w.Buckets()-1))
+	}
 	nb := w.Buckets()
 	d.phaseOf = make([]int, nb)
 	p := 0
@@ -125,7 +138,11 @@ func newDynamics(lm *LatencyModel, w *Workload, phases []Phase, params slo.Param
 		}
 	}
 	nbk := len(w.Backends)
-	d.st, d.wait, d.rows = make([]*bstate, nbk), make([]float64, nbk), make([][]float64, nbk)
+	d.st, d.sat, d.rows = make([]*bstate, nbk), make([]*bstate, nbk), make([][]float64, nbk)
+	d.wait = make([][]float64, w.Sub)
+	for j := range d.wait {
+		d.wait[j] = make([]float64, nbk)
+	}
 	return d
 }
 
@@ -141,14 +158,21 @@ func (d *dynamics) start() fluid {
 func (d *dynamics) step(f fluid, t int, alloc []int) float64 {
 	ph := d.phases[d.phaseOf[t]]
 	rate := d.rate[t]
+	if d.persist >= 0 && d.persist < d.phaseOf[t] {
+		// a reactive view: the phase in hand goes on
+		ph, rate = d.phases[d.persist], d.rate[d.phaseBucket[d.persist]]
+	}
+	sub := d.w.Sub
+	dts := d.dt / float64(sub)
 	for b, name := range d.w.Backends {
 		lim, ok := ph.Limits[name]
 		if !ok {
 			lim = d.lm.initial[b]
 		}
 		mr := 1.0
+		hold := 0.0
 		if alloc[b] >= 0 {
-			hold := d.lm.fan.Slabs[b].HeldMB(float64(alloc[b]))
+			hold = d.lm.heldMB(b, alloc[b])
 			f.held[b] = math.Min(f.held[b], hold)
 			mr = missAt(d.w.MissCurveAt(b, t), f.held[b])
 		} else {
@@ -156,41 +180,109 @@ func (d *dynamics) step(f fluid, t int, alloc []int) float64 {
 		}
 		mr = math.Round(mr/mrStep) * mrStep
 		st := d.lm.stateMR(b, lim, rate, mr)
-		in := st.lam * d.dt
-		q0 := f.queue[b]
-		var served, q1 float64
-		if st.mu > 0 && !math.IsInf(st.mu, 1) {
-			served = math.Min(q0+in, st.mu*d.dt)
-			q1 = math.Min(q0+in-served, st.mu*d.timeoutS[b])
-		} else if st.mu > 0 {
-			served = q0 + in
-		}
-		f.queue[b] = q1
-		if alloc[b] >= 0 {
-			hold := d.lm.fan.Slabs[b].HeldMB(float64(alloc[b]))
-			f.held[b] = math.Min(hold, f.held[b]+served*st.fill*d.lm.fan.MeanSize[b]/MiB/d.apps)
-		}
-		d.wait[b] = 0
 		d.st[b] = st
-		switch {
-		case st.mu <= 0:
-			d.wait[b] = math.Inf(1)
-		case q0 > 0 || q1 > 0 || st.q.Overloaded:
-			d.wait[b] = (q0 + q1) / 2 / st.mu * 1000
-			if st.rho > saturation {
-				d.st[b] = d.lm.stateMR(b, lim, rate*saturation/st.rho, mr)
+		sat := st
+		if st.rho > saturation {
+			sat = d.lm.stateMR(b, lim, rate*saturation/st.rho, mr)
+		}
+		d.sat[b] = sat
+		// The queue steps through the sub-buckets with their own misses: a
+		// burst of them (a scan of new keys) builds a backlog an average
+		// over the bucket would hide.
+		in := st.lam * dts
+		served := 0.0
+		for j := range sub {
+			x := t*sub + j
+			if d.w.Timed {
+				span := d.w.subSpan(x)
+				if span <= 0 {
+					in = 0
+				} else if cm, ok := d.w.SubMisses(b, x, f.held[b]); ok {
+					in = (cm + d.w.subU[x][b]) * dts / span
+				} else {
+					in = d.w.subU[x][b] * dts / span
+				}
+			}
+			q0 := f.queue[b]
+			var out, q1 float64
+			switch {
+			case st.mu <= 0:
+				q1 = q0 + in
+			case math.IsInf(st.mu, 1):
+				out = q0 + in
+			default:
+				out = math.Min(q0+in, st.mu*dts)
+				q1 = math.Min(q0+in-out, st.mu*d.timeoutS[b])
+			}
+			f.queue[b] = q1
+			served += out
+			w := 0.0
+			switch {
+			case st.mu <= 0:
+				w = math.Inf(1)
+			case q0 > 0 || q1 > 0 || st.q.Overloaded:
+				w = (q0 + q1) / 2 / st.mu * 1000
+			}
+			d.wait[j][b] = w
+			if alloc[b] >= 0 && f.held[b] < hold {
+				f.held[b] = math.Min(hold, f.held[b]+out*st.fill*d.lm.fan.MeanSize[b]/MiB/d.apps)
 			}
 		}
 	}
-	return 1 - d.requestCDFWaiting()
+	d.tail = 1 - d.requestCDFMix(t, d.sloMs*tailShare)
+	return 1 - d.requestCDFMix(t, d.sloMs)
 }
 
-// requestCDFWaiting is P(a request is done within the SLO) with the
-// backends in d.st, each call waiting d.wait (ms) before its queue.
-func (d *dynamics) requestCDFWaiting() float64 {
-	for b, s := range d.st {
-		d.rows[b] = s.rowShifted(d.sloMs, d.wait[b])
+// tailShare is the latency, as a share of the SLO, at which the search's
+// last tie-break counts requests (the tail of a calm phase: hiccups and
+// short queues, which the latency model's P99 follows).
+const tailShare = 1.0 / 3
+
+// requestCDFMix is P(a request of bucket t is done within x ms): the
+// sub-buckets' own, by their requests.
+func (d *dynamics) requestCDFMix(t int, x float64) float64 {
+	sub := d.w.Sub
+	var F, n float64
+	for j := range sub {
+		w := 1.0
+		if d.w.Timed {
+			w = d.w.subReq[t*sub+j]
+		}
+		if w <= 0 {
+			continue
+		}
+		F += w * d.requestCDFWaiting(d.wait[j], x)
+		n += w
 	}
+	if n == 0 {
+		return d.requestCDFWaiting(d.wait[0], x)
+	}
+	return F / n
+}
+
+// requestCDFWaiting is P(a request is done within x ms) with the backends
+// in d.st (d.sat where it waits behind a backlog), each call waiting
+// wait[b] ms before its queue.
+func (d *dynamics) requestCDFWaiting(wait []float64, x float64) float64 {
+	d.key = d.key[:0]
+	for b, s := range d.st {
+		if wait[b] > 0 {
+			s = d.sat[b]
+		}
+		var id int
+		d.rows[b], id = s.rowShifted(x, wait[b], d.lm)
+		d.key = binary.AppendUvarint(d.key, uint64(id))
+	}
+	if F, ok := d.lm.cdfMemo[string(d.key)]; ok {
+		return F
+	}
+	F := d.shapesCDF()
+	d.lm.cdfMemo[string(d.key)] = F
+	return F
+}
+
+// shapesCDF is P(a request is done) from each backend's row in d.rows.
+func (d *dynamics) shapesCDF() float64 {
 	F := 0.0
 	for _, sh := range d.lm.fan.Shapes {
 		p := sh.Weight
@@ -207,15 +299,16 @@ func (d *dynamics) requestCDFWaiting() float64 {
 // rowShifted is, per pair of the backend, P(its call is done within x ms)
 // when its queries first wait w ms (a call without misses does not wait);
 // x − w is read on the latency grid.
-func (s *bstate) rowShifted(x, w float64) []float64 {
+func (s *bstate) rowShifted(x, w float64, lm *LatencyModel) ([]float64, int) {
 	y := x - w
 	i := int32(-1)
 	if y >= gridMinMs {
 		i = int32(math.Round(math.Log(y/gridMinMs) / math.Log(gridStep)))
 		i = min(i, gridLen-1)
 	}
-	if r := s.shifted[i]; r != nil {
-		return r
+	key := int64(i)<<32 | int64(math.Float64bits(x)>>32)
+	if r, ok := s.shifted[key]; ok {
+		return r.row, r.id
 	}
 	if i >= 0 {
 		s.q.batchCDF(gridMs[i]-s.lookup-s.rpc, s.call)
@@ -236,8 +329,15 @@ func (s *bstate) rowShifted(x, w float64) []float64 {
 		}
 		r[p] = F
 	}
-	s.shifted[i] = r
-	return r
+	lm.rowIDs++
+	s.shifted[key] = shiftedRow{r, lm.rowIDs}
+	return r, lm.rowIDs
+}
+
+// shiftedRow is a row of rowShifted and its number.
+type shiftedRow struct {
+	row []float64
+	id  int
 }
 
 // violationProb is the probability that a point of the SLO series whose
@@ -254,21 +354,25 @@ func violationProb(slow, n float64) float64 {
 }
 
 // score is a schedule's predicted cost over a span: the expected number of
-// SLO-series points that violate the SLO, and the expected requests slower
-// than it.
+// SLO-series points that violate the SLO, the expected requests slower than
+// it, and those slower than tailShare × the SLO.
 type score struct {
-	violations, slow float64
+	violations, slow, tail float64
 }
 
 // less: fewer expected violations (by more than 0.05 of a point), then
-// fewer slow requests (by at least one, and 0.1%). A candidate that is not
-// less than the one in hand does not replace it: the search keeps what it
-// has (the current allocation first) unless moving helps.
+// fewer slow requests (by at least one, and 0.1%), then a shorter tail (by
+// at least one request and 5%). A candidate that is not less than the one
+// in hand does not replace it: the search keeps what it has (the current
+// allocation first) unless moving helps.
 func (a score) less(b score) bool {
 	if math.Abs(a.violations-b.violations) > 0.05 {
 		return a.violations < b.violations
 	}
-	return a.slow < b.slow-math.Max(1, 1e-3*b.slow)
+	if math.Abs(a.slow-b.slow) >= math.Max(1, 1e-3*b.slow) {
+		return a.slow < b.slow
+	}
+	return a.tail < b.tail-math.Max(1, 0.05*b.tail)
 }
 
 // pointsScore scores the points whose window ends in [from, to), from the
@@ -336,9 +440,9 @@ type SeriesPoint struct {
 // request latency distributions), slow share and violation probability.
 func (d *dynamics) series(allocAt func(t int) []int) []SeriesPoint {
 	type snap struct {
-		st   []*bstate
-		wait []float64
-		rho  float64
+		st, sat []*bstate
+		wait    [][]float64
+		rho     float64
 	}
 	f := d.start()
 	nb := d.w.Buckets()
@@ -346,7 +450,10 @@ func (d *dynamics) series(allocAt func(t int) []int) []SeriesPoint {
 	slow := make([]float64, nb)
 	for t := range nb {
 		slow[t] = d.step(f, t, allocAt(t))
-		sn := snap{st: append([]*bstate(nil), d.st...), wait: append([]float64(nil), d.wait...)}
+		sn := snap{st: append([]*bstate(nil), d.st...), sat: append([]*bstate(nil), d.sat...)}
+		for _, w := range d.wait {
+			sn.wait = append(sn.wait, append([]float64(nil), w...))
+		}
 		for _, s := range sn.st {
 			if s.mu > 0 {
 				sn.rho = math.Max(sn.rho, s.lam/s.mu)
@@ -355,20 +462,25 @@ func (d *dynamics) series(allocAt func(t int) []int) []SeriesPoint {
 		snaps[t] = sn
 	}
 	cdf := func(t int, x float64) float64 {
-		for b, s := range snaps[t].st {
-			d.rows[b] = s.rowShifted(x, snaps[t].wait[b])
-		}
-		F := 0.0
-		for _, sh := range d.lm.fan.Shapes {
-			p := sh.Weight
-			for b, j := range sh.Pair {
-				if j >= 0 {
-					p *= d.rows[b][j]
-				}
+		var F, n float64
+		for j, wait := range snaps[t].wait {
+			wt := 1.0
+			if d.w.Timed {
+				wt = d.w.subReq[t*d.w.Sub+j]
 			}
-			F += p
+			if wt <= 0 && j > 0 {
+				continue
+			}
+			for b, s := range snaps[t].st {
+				if wait[b] > 0 {
+					s = snaps[t].sat[b]
+				}
+				d.rows[b], _ = s.rowShifted(x, wait[b], d.lm)
+			}
+			F += math.Max(wt, 1e-12) * d.shapesCDF()
+			n += math.Max(wt, 1e-12)
 		}
-		return F
+		return F / n
 	}
 	out := make([]SeriesPoint, 0, len(d.points))
 	for k, pt := range d.points {

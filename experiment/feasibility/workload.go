@@ -46,12 +46,24 @@ type Workload struct {
 	// Cacheable[t][b] and Uncacheable[t][b] are backend b's queries in
 	// bucket t (by Fanout.Backends), every app server.
 	Cacheable, Uncacheable [][]float64
-	// hist[t][b][k] counts backend b's cacheable accesses in bucket t by
-	// the first MiB of one app server's cache at which they hit (k =
-	// 1 … MaxMB; MaxMB+1: beyond it, or a first access).
-	hist [][][]float32
+	// Sub is how many sub-buckets a bucket has (SubBuckets when the trace
+	// is timed and short enough, else 1): the transient model steps the
+	// backends' queues through them, so that a burst of misses shorter
+	// than a bucket builds the backlog it does.
+	Sub int
+	// subReq[s] and subU[s][b] are sub-bucket s's requests and backend
+	// b's uncacheable queries; hist[s][b][k] counts its cacheable
+	// accesses by the first MiB of one app server's cache at which they
+	// hit (k = 1 … MaxMB; MaxMB+1: beyond it, or a first access).
+	subReq []float64
+	subU   [][]float64
+	hist   [][][]float32
 	// curves caches MissCurve's smoothed per-bucket curves.
 	curves map[[2]int][]float64
+	// heldGrid and worth[b] are the partition sizes probed and what each
+	// is worth to backend b (held.go).
+	heldGrid []int
+	worth    [][]float64
 }
 
 // Smoothing is the span a per-bucket miss-ratio curve is measured over
@@ -60,8 +72,11 @@ type Workload struct {
 const Smoothing = 10 * time.Second
 
 // maxHistCells bounds the stack-distance histograms' memory (float32
-// cells): long runs get wider buckets.
+// cells): long runs lose their sub-buckets, then get wider buckets.
 const maxHistCells = 24 << 20
+
+// SubBuckets is the number of sub-buckets of a bucket (Workload.Sub).
+const SubBuckets = 10
 
 // Scan reads the requests of a trace file sent before duration, split over
 // appServers app servers, with curves up to maxMB MiB per app server.
@@ -83,12 +98,14 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		pairs   map[acc]int
 		slabs   slabs
 		stacks  []*stackdist.Stack // per app server
+		held    *heldProbe         // on app server 0's share
 	}
 	per := map[string]*backendAcc{}
 	var order []*backendAcc
 	shapes := map[string]int{}
 	buckets := 1
 	bucket := duration
+	sub := 1
 	// Per bucket, per backend (in order of first appearance): counts and
 	// histograms, grown as backends appear.
 	type cell struct {
@@ -98,6 +115,7 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 	var cells [][]*cell
 	var requests []float64
 	depth := int64(maxMB+1) * MiB
+	grid := heldGrid(maxMB)
 	w := &Workload{AppServers: appServers, MaxMB: maxMB, Duration: duration}
 	limit := float64(duration.Milliseconds())
 	var lastMs float64
@@ -118,9 +136,10 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 				}
 				bucket *= 2
 			}
+			sub = SubBuckets
 		}
-		cells = make([][]*cell, buckets)
-		requests = make([]float64, buckets)
+		cells = make([][]*cell, buckets*sub)
+		requests = make([]float64, buckets*sub)
 	}
 	err := mrc.EachRequest(path, func(r *trace.Request) {
 		if count == 0 && untimed == 0 {
@@ -135,10 +154,10 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		if r.HasTs && r.TsMs >= limit {
 			return
 		}
-		t := 0
+		t := 0 // the sub-bucket
 		if r.HasTs {
 			lastMs = max(lastMs, r.TsMs)
-			t = min(int(time.Duration(r.TsMs*float64(time.Millisecond))/bucket), buckets-1)
+			t = min(int(time.Duration(r.TsMs*float64(time.Millisecond))*time.Duration(sub)/bucket), buckets*sub-1)
 		}
 		app := int(splitmix(uint64(count)) % uint64(appServers))
 		count++
@@ -151,7 +170,8 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 				q := &l[i]
 				b := per[q.Backend]
 				if b == nil {
-					b = &backendAcc{idx: len(order), pairs: map[acc]int{}, stacks: make([]*stackdist.Stack, appServers)}
+					b = &backendAcc{idx: len(order), pairs: map[acc]int{}, stacks: make([]*stackdist.Stack, appServers),
+						held: newHeldProbe(grid, maxMB)}
 					for a := range b.stacks {
 						b.stacks[a] = stackdist.New(depth)
 					}
@@ -186,6 +206,9 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 							ce.hist = make([]float32, maxMB+2)
 						}
 						ce.hist[at]++
+						if app == 0 {
+							b.held.access(q.Keys[j], q.Sizes[j], at)
+						}
 					} else {
 						a.u++
 						ce.u++
@@ -229,6 +252,7 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 	sort.Strings(f.Backends)
 	index := map[string]int{}
 	pairIndex := make([]map[acc]int32, len(f.Backends))
+	w.heldGrid = grid
 	for i, n := range f.Backends {
 		index[n] = i
 		b := per[n]
@@ -238,6 +262,8 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		}
 		f.MeanSize = append(f.MeanSize, mean)
 		f.Slabs = append(f.Slabs, b.slabs.summary())
+		sl := f.Slabs[i]
+		w.worth = append(w.worth, b.held.worth(sl.HeldMB))
 		var ps []Pair
 		for a, k := range b.pairs {
 			ps = append(ps, Pair{Cacheable: a.c, Uncacheable: a.u, Weight: float64(k) / float64(count)})
@@ -282,50 +308,72 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		}
 	}
 	f.Rate = float64(count) / w.Covered.Seconds()
-	// Reorder the cells by the sorted backends; buckets of the histograms
-	// beyond the budget of memory are merged (wider buckets).
-	w.Bucket = bucket
-	w.Requests = requests
+	// Reorder the cells by the sorted backends; the histograms beyond the
+	// budget of memory lose their sub-buckets, then get wider buckets.
+	w.Bucket, w.Sub = bucket, sub
+	w.subReq = requests
 	nb := len(f.Backends)
-	w.Cacheable = make([][]float64, buckets)
-	w.Uncacheable = make([][]float64, buckets)
-	w.hist = make([][][]float32, buckets)
-	for t := range buckets {
-		w.Cacheable[t] = make([]float64, nb)
-		w.Uncacheable[t] = make([]float64, nb)
+	w.subU = make([][]float64, len(cells))
+	w.hist = make([][][]float32, len(cells))
+	cacheable := make([][]float64, len(cells))
+	for t := range cells {
+		w.subU[t] = make([]float64, nb)
 		w.hist[t] = make([][]float32, nb)
+		cacheable[t] = make([]float64, nb)
 		for i, n := range f.Backends {
 			b := per[n]
 			if b.idx < len(cells[t]) && cells[t][b.idx] != nil {
 				ce := cells[t][b.idx]
-				w.Cacheable[t][i], w.Uncacheable[t][i], w.hist[t][i] = ce.c, ce.u, ce.hist
+				cacheable[t][i], w.subU[t][i], w.hist[t][i] = ce.c, ce.u, ce.hist
 			}
 		}
 	}
-	if cellsUsed := buckets * nb * (maxMB + 2); cellsUsed > maxHistCells {
-		w.coarsen(int(math.Ceil(float64(cellsUsed) / maxHistCells)))
+	if used := len(cells) * nb * (maxMB + 2); used > maxHistCells && w.Sub > 1 {
+		cacheable = w.merge(w.Sub, cacheable)
+		w.Sub = 1
+	}
+	if used := len(w.subReq) * nb * (maxMB + 2); used > maxHistCells {
+		k := int(math.Ceil(float64(used) / maxHistCells))
+		cacheable = w.merge(k, cacheable)
+		w.Bucket *= time.Duration(k)
+	}
+	// The buckets' counts.
+	nbk := len(w.subReq) / w.Sub
+	w.Requests = make([]float64, nbk)
+	w.Cacheable = make([][]float64, nbk)
+	w.Uncacheable = make([][]float64, nbk)
+	for t := range nbk {
+		w.Cacheable[t], w.Uncacheable[t] = make([]float64, nb), make([]float64, nb)
+		for s := t * w.Sub; s < (t+1)*w.Sub; s++ {
+			w.Requests[t] += w.subReq[s]
+			for b := range nb {
+				w.Cacheable[t][b] += cacheable[s][b]
+				w.Uncacheable[t][b] += w.subU[s][b]
+			}
+		}
 	}
 	w.curves = map[[2]int][]float64{}
 	return w, nil
 }
 
-// coarsen merges every k buckets into one.
-func (w *Workload) coarsen(k int) {
-	n := (len(w.Requests) + k - 1) / k
+// merge merges every k sub-buckets into one and returns the merged
+// cacheable counts.
+func (w *Workload) merge(k int, cacheable [][]float64) [][]float64 {
+	n := (len(w.subReq) + k - 1) / k
+	nb := len(w.Backends)
 	req := make([]float64, n)
 	c := make([][]float64, n)
 	u := make([][]float64, n)
 	h := make([][][]float32, n)
-	nb := len(w.Backends)
-	for t := range w.Requests {
+	for t := range w.subReq {
 		i := t / k
 		if c[i] == nil {
 			c[i], u[i], h[i] = make([]float64, nb), make([]float64, nb), make([][]float32, nb)
 		}
-		req[i] += w.Requests[t]
+		req[i] += w.subReq[t]
 		for b := range nb {
-			c[i][b] += w.Cacheable[t][b]
-			u[i][b] += w.Uncacheable[t][b]
+			c[i][b] += cacheable[t][b]
+			u[i][b] += w.subU[t][b]
 			if src := w.hist[t][b]; src != nil {
 				if h[i][b] == nil {
 					h[i][b] = make([]float32, w.MaxMB+2)
@@ -336,8 +384,8 @@ func (w *Workload) coarsen(k int) {
 			}
 		}
 	}
-	w.Requests, w.Cacheable, w.Uncacheable, w.hist = req, c, u, h
-	w.Bucket *= time.Duration(k)
+	w.subReq, w.subU, w.hist = req, u, h
+	return c
 }
 
 // splitmix is SplitMix64's finalizer: which app server a request goes to.
@@ -366,6 +414,17 @@ func (w *Workload) bucketSpan(t int) float64 {
 	}
 	from := time.Duration(t) * w.Bucket
 	to := min(from+w.Bucket, w.Covered)
+	return max(0, (to - from).Seconds())
+}
+
+// subSpan is the part of sub-bucket s within the trace's coverage, seconds.
+func (w *Workload) subSpan(s int) float64 {
+	if !w.Timed {
+		return w.Covered.Seconds()
+	}
+	step := w.Bucket / time.Duration(w.Sub)
+	from := time.Duration(s) * step
+	to := min(from+step, w.Covered)
 	return max(0, (to - from).Seconds())
 }
 
@@ -425,7 +484,7 @@ func (w *Workload) MissCurve(b int, from, to time.Duration) []float64 {
 		return c
 	}
 	hist := make([]float64, w.MaxMB+2)
-	for t := lo; t <= hi; t++ {
+	for t := lo * w.Sub; t < (hi+1)*w.Sub; t++ {
 		for k, v := range w.hist[t][b] {
 			hist[k] += float64(v)
 		}
@@ -433,6 +492,32 @@ func (w *Workload) MissCurve(b int, from, to time.Duration) []float64 {
 	c := missCurve(hist)
 	w.curves[key] = c
 	return c
+}
+
+// SubMisses is how many of backend b's cacheable accesses in sub-bucket s
+// miss one app server's LRU of held MiB (on average over the app servers),
+// from the sub-bucket's own stack distances: no smoothing, so that a burst
+// of misses (a scan of new keys) shows where it is. ok is false when the
+// sub-bucket has no cacheable access.
+func (w *Workload) SubMisses(b, s int, held float64) (misses float64, ok bool) {
+	h := w.hist[s][b]
+	if h == nil {
+		return 0, false
+	}
+	// bin k counts the accesses that first hit at k MiB: they miss an LRU
+	// of held < k MiB; the bin held straddles is split evenly.
+	last := len(h) - 1
+	k := int(math.Ceil(held))
+	for j := max(k, 1); j <= last; j++ {
+		misses += float64(h[j])
+	}
+	if k >= 1 && k < last {
+		misses -= float64(h[k]) * (held - float64(k-1))
+	}
+	if k == 0 {
+		misses += float64(h[0])
+	}
+	return math.Max(misses, 0), true
 }
 
 // MissCurveAt is backend b's curve around bucket t (MissCurve over the

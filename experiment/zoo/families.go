@@ -406,3 +406,40 @@ func (d *drawer) requestRate() error {
 	}
 	return nil
 }
+
+// flapping: one backend's rate limit drops at once to f × its miss load
+// and comes back, period after period.
+func (d *drawer) flapping() error {
+	b := d.pick(1)[0]
+	f := round2(d.uniform(DropDepth))
+	period := max(2, int(math.Round(d.logUniform(FlapPeriodS))))
+	duty := d.uniform(FlapDuty)
+	cycles := d.intIn(FlapCycles)
+	if fit := d.room / period; cycles > fit {
+		cycles = max(fit, 2)
+	}
+	if cycles*period > d.room { // a short run: two shorter periods
+		period = d.room / cycles
+	}
+	if period < 2 {
+		return fmt.Errorf("the run leaves %d s for two periods of flapping: too short", d.room)
+	}
+	down := min(period-1, max(1, int(math.Round(duty*float64(period)))))
+	_, to, rec := rateLimits(b, f)
+	start := d.place(cycles * period)
+	for c := range cycles {
+		at := start + c*period
+		d.events = append(d.events,
+			event{kind: scenario.KindSet, backend: b.Name, field: config.FieldRate, at: at, value: to},
+			event{kind: scenario.KindSet, backend: b.Name, field: config.FieldRate, at: at + down, value: rec})
+	}
+	d.param("flap.backend", b.Name)
+	d.param("flap.miss_load_qps", round2(b.Load))
+	d.param("flap.depth", f)
+	d.param("flap.rate", to)
+	d.param("flap.period_s", period)
+	d.param("flap.down_s", down)
+	d.param("flap.cycles", cycles)
+	d.param("flap.start_s", start)
+	return nil
+}

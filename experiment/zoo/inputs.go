@@ -35,6 +35,9 @@ func Load(topo *config.Topology, tracePath string, duration time.Duration, appID
 		return in, fmt.Errorf("--trace: %w", err)
 	}
 	measured, _ := w.LoadModel(0, duration)
+	for i := range measured { // at what a partition is worth (memcached's slab classes)
+		measured[i].MissRatio = w.AsHeld(i, measured[i].MissRatio)
+	}
 	byName := map[string]feasibility.Backend{}
 	for _, b := range measured {
 		byName[b.Name] = b

@@ -2,7 +2,8 @@
 // scenario zoo of docs/workloads.md — with depths relative to each backend's
 // miss load in the trace. The families: a drop, overlapping drops, a drop
 // then another, slow ramps, random walks, a slow backend off the critical
-// path, the most popular backend dropping, a rise of the request rate. The
+// path, the most popular backend dropping, a rise of the request rate, one
+// backend's capacity flapping. The
 // ranges are drawn from uniformly, so the zoo holds scenarios with margin,
 // tight ones and infeasible ones without anybody choosing which.
 //
@@ -42,12 +43,13 @@ const (
 	FamilySlowOffPath     = "slow-off-path"
 	FamilyPopularDrop     = "popular-drop"
 	FamilyRequestRate     = "request-rate"
+	FamilyFlapping        = "flapping"
 )
 
 // Families lists every family; a seed without a family draws one of them
 // uniformly.
 var Families = []string{FamilyDrop, FamilyOverlap, FamilyDropRecoverDrop, FamilyRamp, FamilyRandomWalk,
-	FamilySlowOffPath, FamilyPopularDrop, FamilyRequestRate}
+	FamilySlowOffPath, FamilyPopularDrop, FamilyRequestRate, FamilyFlapping}
 
 // The seed ranges (inclusive).
 const (
@@ -141,6 +143,13 @@ var (
 	// factor for this long.
 	RateFactor = [2]float64{1.2, 2.0}
 	RateS      = [2]int{20, 60}
+	// FlapPeriodS and FlapDuty: flapping drops one backend to its depth
+	// and frees it again, over and over: a period of seconds to a minute
+	// (log-uniform), a share of it down; FlapCycles times, as many as the
+	// room holds.
+	FlapPeriodS = [2]float64{4, 60}
+	FlapDuty    = [2]float64{0.3, 0.7}
+	FlapCycles  = [2]int{3, 10}
 )
 
 const (
@@ -219,6 +228,8 @@ func Generate(in Inputs, seed uint64, family string) (*Scenario, error) {
 		err = d.popularDrop()
 	case FamilyRequestRate:
 		err = d.requestRate()
+	case FamilyFlapping:
+		err = d.flapping()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("family %s: %w", family, err)

@@ -170,7 +170,7 @@ func checkShape(t *testing.T, in Inputs, sc *Scenario, parsed *scenario.Scenario
 			ramps[e.backend] = e
 		case scenario.KindSet:
 			sets[e.backend] = append(sets[e.backend], e)
-			if e.field == config.FieldRate && e.value != byName(in, e.backend).Limits.Rate {
+			if e.field == config.FieldRate && e.value != byName(in, e.backend).Limits.Rate && sc.Family != FamilyFlapping {
 				fail("%s recovers to %v, not its initial rate", e.backend, e.value)
 			}
 		}
@@ -262,6 +262,23 @@ func checkShape(t *testing.T, in Inputs, sc *Scenario, parsed *scenario.Scenario
 		}
 		if _, dropped := ramps[slowed]; slowed == "" || dropped || len(ramps) != 1 || len(sets[slowed]) != 2 {
 			fail("slowed %q, ramps %v", slowed, ramps)
+		}
+	case FamilyFlapping:
+		if len(sets) != 1 || kinds[scenario.KindSet] < 4 || kinds[scenario.KindSet]%2 != 0 || len(kinds) != 1 {
+			fail("kinds %v on %d backends", kinds, len(sets))
+		}
+		for _, evs := range sets {
+			b := byName(in, evs[0].backend)
+			for i, e := range evs {
+				depth := e.value / b.Load
+				down := i%2 == 0
+				if down && (depth < DropDepth[0]-0.01 || depth > DropDepth[1]+0.01) || !down && e.value != b.Limits.Rate {
+					fail("flap %d of %s: rate %v (load %v)", i, b.Name, e.value, b.Load)
+				}
+				if i >= 2 && e.at-evs[i-2].at != evs[2].at-evs[0].at {
+					fail("flaps are not periodic: %+v", evs)
+				}
+			}
 		}
 	case FamilyRequestRate:
 		rs := parsed.RateSchedule()

@@ -105,21 +105,12 @@ func TestScenarioGenerateAndCheck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		initial := map[string]config.Limits{}
-		for _, b := range topology.Backends {
-			initial[b.Name] = b.Limits
-		}
-		app := &topology.AppServers[0]
-		phases := feasibility.Phases(initial, changes, 100*time.Second, sc.RateSchedule()...)
-		bs, err := feasibility.Measure(tr, 100*time.Second, 1, app.CacheBudgetMB, phases)
+		rep, err := feasibility.Analyse(feasibility.Input{Topology: topology, TracePath: tr, Duration: 100 * time.Second,
+			Changes: changes, Rates: sc.RateSchedule()}, feasibility.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := feasibility.Analyze(bs, phases, app.CacheBudgetMB, app.Controller.MinPartitionMB, app.InitialAllocationMB())
-		if err != nil {
-			t.Fatal(err)
-		}
-		class, worst := feasibility.Classify(res)
+		res, class, worst := rep.Results, rep.Class, rep.Worst
 		if doc.Class != string(class) || doc.Worst == nil || *doc.Worst != worst || len(doc.Phases) != len(res) {
 			t.Fatalf("%s: check prints %s %v (%d phases), the packages give %s %v (%d)", fam, doc.Class, doc.Worst, len(doc.Phases), class, worst, len(res))
 		}

@@ -87,7 +87,9 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 	}
 	sloMs := float64(rep.SLO.SLO) / float64(time.Millisecond)
 	if asJSON {
-		return json.NewEncoder(w).Encode(reportJSON(rep, sched))
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(reportJSON(rep, sched))
 	}
 	fmt.Fprintf(w, "feasibility: app server %s, budget %d MB, floor %d MB, %d app server(s); miss-ratio curves and query rates per phase from %s\n",
 		rep.AppServer, rep.Budget, rep.Floor, rep.AppServers, tracePath)
@@ -232,7 +234,7 @@ func reportJSON(rep *feasibility.Report, sched *feasibility.Schedule) map[string
 	}
 	out := map[string]any{"app_server": rep.AppServer, "app_servers": rep.AppServers, "budget_mb": rep.Budget, "floor_mb": rep.Floor,
 		"configured_mb": rep.Configured, "slo_ms": sloMs, "phases": rows, "class": rep.Class, "worst_utilization": finite(rep.Worst),
-		"thresholds":                          map[string]float64{"margin": feasibility.MarginUtilization, "feasible": feasibility.FeasibleUtilization},
+		"thresholds":                         map[string]float64{"margin": feasibility.MarginUtilization, "feasible": feasibility.FeasibleUtilization},
 		"configured_predicted_violation_pct": rep.ConfiguredPredicted.Pct, "series_points": rep.ConfiguredPredicted.Points}
 	if sched != nil {
 		out["schedule"] = scheduleOf(sched)

@@ -316,10 +316,22 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     """Every arm on scenarios drawn from the zoo's family, in the simulator (docs/zoo.md)."""
     from . import zoo
     console = Console()
-    exp = _load(args)
+    exps = [load(f) for f in _names(args.experiment, "--experiment")]
+    names = [e.name for e in exps]
+    if len(set(names)) < len(names):
+        raise ExperimentError(f"--experiment: two experiments are named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
+    exp = exps[0]
     seeds = zoo.parse_seeds(args.seeds)
     if args.jobs < 1:
         raise ExperimentError(f"--jobs: {args.jobs} must be at least 1")
+    app_servers = None
+    if args.app_servers:
+        try:
+            app_servers = [int(x) for x in args.app_servers.split(",") if x.strip()]
+        except ValueError:
+            raise ExperimentError(f"--app-servers: {args.app_servers!r} is not a list of integers") from None
+        if not app_servers or any(n < 1 for n in app_servers):
+            raise ExperimentError(f"--app-servers: {args.app_servers!r}: give numbers of app servers, each at least 1")
     arms = _arms(args, exp)  # policies and cache modes are checked before anything runs
     if args.candidate and args.candidate not in [a.name for a in arms]:
         raise ExperimentError(f"--candidate: {args.candidate!r} is not one of the arms ({', '.join(a.name for a in arms)})")
@@ -328,10 +340,10 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         raise ExperimentError(f"--out: {out} exists and is not empty")
     start = time.monotonic()
     with make_executor(args.executor, args.scheduler, args.jobs) as executor:
-        console.print(f"Scenario zoo: {exp.name}, {len(seeds)} {zoo.seed_range(seeds)} seeds, "
+        console.print(f"Scenario zoo: {', '.join(names)}, {len(seeds)} {zoo.seed_range(seeds)} seeds, "
                       f"{len(arms)} arms, {executor.describe()}, in the simulator; results in {out}")
-        rows = zoo.run(exp, lambda e: _arms(args, e), seeds, out, args.jobs, args.family,
-                       progress=console.print, executor=executor)
+        rows = zoo.run(exps, lambda e: _arms(args, e), seeds, out, args.jobs, args.family,
+                       progress=console.print, executor=executor, app_servers=app_servers)
     csv_path, md, png = zoo.write(rows, out, seeds, time.monotonic() - start, args.candidate)
     console.print(md.read_text())
     console.print(f"Every run: {csv_path}; summary: {md}; figure: {png}")
@@ -605,8 +617,10 @@ def main(argv: list[str] | None = None) -> int:
     executor_options(mx)
     zo = sub.add_parser("zoo", help="every arm on scenarios drawn from the zoo's family, in the simulator: "
                         "median, P90 and worst SLO violations per policy (make zoo)")
-    zo.add_argument("--experiment", required=True, help="the experiment whose topology, trace and SLO the "
-                    "scenarios are drawn for (its own scenario is replaced)")
+    zo.add_argument("--experiment", required=True, help="the experiments (comma-separated: a key source each) "
+                    "whose topology, trace and SLO the scenarios are drawn for (their own scenario is replaced)")
+    zo.add_argument("--app-servers", help="numbers of app servers, comma-separated: seed N runs with the "
+                    "(N mod count)-th (default: each experiment's own)")
     zo.add_argument("--seeds", default="dev", help="eval (1000-1099), dev (1-40), ranges A-B and seeds, "
                     "comma-separated; development 1-999, evaluation 1000-1999 (default dev)")
     zo.add_argument("--family", help="draw every scenario from this family (default: one per seed, drawn)")

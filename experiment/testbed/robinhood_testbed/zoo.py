@@ -2,13 +2,16 @@
 by ``tracegen scenario generate`` (docs/workloads.md, "Scenario zoo"), in the
 simulator — the evaluation nobody tuned a policy for.
 
-For every seed the zoo draws one scenario for the experiment's topology from the
-family, writes the experiment with that scenario and seed, classifies it with the
-oracle's analysis (``tracegen scenario check --trace --json``: margin, tight or
-infeasible) and runs every arm on it. The summary is over the feasible scenarios
-(margin and tight): per arm the median and P90 of the SLO violation %, the share of
-scenarios where it is the best online arm, its violations summed against the oracle's,
-and its worst scenario; the figure draws each arm's violations per scenario, sorted.
+For every experiment (a key source: the project's Zipf keys, real key streams) and seed
+the zoo gives the experiment the seed's topology (its number of app servers, from
+``--app-servers``), draws one scenario for it from the family, writes the experiment with
+that scenario and seed, runs the oracle's analysis once (``tracegen oracle``: the class —
+margin, tight or infeasible — and the schedules both oracle arms apply) and runs every arm
+on it. The summary is over the feasible scenarios (margin and tight): per arm the median
+and P90 of the SLO violation %, the share of scenarios where it is the best online arm,
+its worst scenario, and its distance to the oracle split into reaction (its distance to
+the reactive oracle, which learns each phase when it starts) and foresight (the reactive
+oracle's distance to the oracle); and the check that no online arm beats the oracle.
 
 Seeds 1–999 are the development range, 1000–1999 the evaluation range: a policy's
 parameters are never fitted on the evaluation range, and results are reported on it.
@@ -37,7 +40,7 @@ from .deploy import build_topology, go_bin
 from .executor import ArmJob, Executor, LocalExecutor
 from .experiment import Arm, Experiment, ExperimentError
 from .plots import _color, plt
-from .run import FixedPorts, prepare_inputs
+from .run import ORACLE_FILE, FixedPorts, prepare_inputs
 
 #: The development and evaluation seed ranges (inclusive).
 DEV = (1, 999)
@@ -46,8 +49,12 @@ EVAL = (1000, 1999)
 NAMED = {"dev": (1, 40), "eval": (1000, 1099)}
 #: Scenario classes counted as feasible (some allocation keeps every backend under capacity).
 FEASIBLE = ("margin", "tight")
-#: Arms that are not online policies (they read the scenario and the trace).
-OFFLINE = ("oracle",)
+#: Arms that are not online policies (they read the scenario and the trace): the oracle
+#: (with foresight) and the reactive oracle.
+ORACLE, REACTIVE = "oracle", "oracle-reactive"
+OFFLINE = (ORACLE, REACTIVE)
+#: An online arm beating the oracle by more than this many points means the bound is wrong.
+BOUND_POINTS = 3.0
 #: Two runs differing by less than this many SLO-violation points count as a tie in the
 #: goal checks: one run per scenario, and one SLO step is 100 / (measured steps) points.
 TIE_POINTS = 2.0
@@ -99,6 +106,7 @@ class Point:
 
     seed: int
     exp: Experiment
+    app_servers: int
     dir: Path
     trace: Path
     scenario: Path
@@ -123,16 +131,28 @@ def family_of(scenario_text: str) -> str:
     return "?"
 
 
-def draw(exp: Experiment, seed: int, out: Path, family: str | None = None) -> Point:
-    """Draw, write and classify the scenario of one seed (nothing is simulated)."""
+def app_servers_of(seed: int, choices: list[int] | None) -> int | None:
+    """The seed's number of app servers: ``choices[seed % len(choices)]`` (None: the
+    experiment's own)."""
+    return choices[seed % len(choices)] if choices else None
+
+
+def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
+         app_servers: int | None = None) -> Point:
+    """Draw, write and analyse the scenario of one seed (nothing is simulated): the
+    experiment with ``app_servers`` app servers (None: its own), the drawn scenario, and
+    the oracle's analysis in ``oracle.json`` (the class, and the schedules the oracle arms
+    apply)."""
     point = out / f"seed-{seed}"
     doc = copy.deepcopy(exp.document)
     doc["seed"] = seed
     doc.pop("scenario", None)
     doc.pop("compare", None)
+    if app_servers is not None:
+        doc.setdefault("cache", {})["app_servers"] = app_servers
     try:
         base = from_document(doc, exp.base_dir)
-    except ConfigError as e:  # pragma: no cover - the experiment was valid with its own seed
+    except ConfigError as e:
         raise ExperimentError(f"seed {seed}: {e}") from None
     base_trace, _ = prepare_inputs(base, point / "calibration", "testbed")
     topology = point / "topology.yaml"
@@ -153,39 +173,46 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None) -> Po
         raise ExperimentError(f"seed {seed}: the drawn scenario makes the experiment invalid: {e}") from None
     trace, scenario = prepare_inputs(variant, point, "testbed")
     assert scenario is not None and isinstance(trace, Path)
-    checked = _tracegen(["scenario", "check", str(scenario), "--topology", str(topology),
-                     "--duration", format_duration(exp.duration), "--trace", str(trace), "--json"],
-                    f"seed {seed}: classifying the scenario")
-    check = json.loads(checked[checked.index("{"):])  # after the validation's summary line
-    (point / "check.json").write_text(json.dumps(check, indent=1) + "\n")
-    return Point(seed, variant, point, trace, scenario, family_of(text), str(check.get("class", "?")),
-                 check.get("worst_utilization"))
+    _tracegen(["oracle", "--topology", str(topology), "--duration", format_duration(exp.duration),
+               "--trace", str(trace), "--scenario", str(scenario), "--seed", str(seed),
+               "--out", str(point / ORACLE_FILE)], f"seed {seed}: the oracle's analysis")
+    check = json.loads((point / ORACLE_FILE).read_text())
+    return Point(seed, variant, variant.cache.app_servers, point, trace, scenario, family_of(text),
+                 str(check.get("class", "?")), check.get("worst_utilization"))
 
 
-def run(exp: Experiment, arms_of: Callable[[Experiment], list[Arm]], seeds: list[int], out: Path,
+def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seeds: list[int], out: Path,
         jobs: int = 1, family: str | None = None, progress: Callable[[str], None] = lambda s: None,
-        executor: Executor | None = None) -> list[dict[str, Any]]:
-    """Draw every seed's scenario (``jobs`` at once), then run every arm on each in the
-    simulator; one row per (seed, arm), in seed order."""
+        executor: Executor | None = None, app_servers: list[int] | None = None) -> list[dict[str, Any]]:
+    """Draw every (experiment, seed)'s scenario (``jobs`` at once), then run every arm on
+    each in the simulator; one row per (experiment, seed, arm), in that order. With one
+    experiment its points are in ``out/seed-N``, with several in ``out/<name>/seed-N``."""
     start = time.monotonic()
+    todo_points = [(e, s) for e in exps for s in seeds]
+
+    def one(es: tuple[Experiment, int]) -> tuple[Experiment, Point]:
+        e, s = es
+        where = out if len(exps) == 1 else out / e.name
+        return e, draw(e, s, where, family, app_servers_of(s, app_servers))
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        points = list(pool.map(lambda s: draw(exp, s, out, family), seeds))
-    counts = {c: sum(p.cls == c for p in points) for c in dict.fromkeys(p.cls for p in points)}
+        points = list(pool.map(one, todo_points))
+    counts = {c: sum(p.cls == c for _, p in points) for c in dict.fromkeys(p.cls for _, p in points)}
     progress(f"{len(points)} scenarios drawn in {time.monotonic() - start:.0f}s: "
              + ", ".join(f"{n} {c}" for c, n in counts.items()))
-    todo: list[tuple[Point, ArmJob]] = []
-    for p in points:
+    todo: list[tuple[Experiment, Point, ArmJob]] = []
+    for e, p in points:
         for arm in arms_of(p.exp):
-            todo.append((p, ArmJob(p.exp, arm, p.dir, p.trace, p.scenario)))
+            todo.append((e, p, ArmJob(p.exp, arm, p.dir, p.trace, p.scenario)))
     executor = executor or LocalExecutor(jobs)
     progress(f"{len(todo)} runs, {executor.describe()}")
     rows: list[dict[str, Any] | None] = [None] * len(todo)
-    for n, done in enumerate(executor.run([j for _, j in todo])):
-        p, job = todo[done.index]
+    for n, done in enumerate(executor.run([j for _, _, j in todo])):
+        e, p, job = todo[done.index]
         r = PolicyRun.load(done.result.run_dir)
         p99 = r.measured_series("p99_ms")
-        rows[done.index] = {"seed": p.seed, "family": p.family, "class": p.cls,
-                            "worst_utilization": p.worst_utilization, "arm": job.arm.name,
+        rows[done.index] = {"experiment": e.name, "seed": p.seed, "app_servers": p.app_servers, "family": p.family,
+                            "class": p.cls, "worst_utilization": p.worst_utilization, "arm": job.arm.name,
                             "violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,
                             "hit_ratio": r.result.get("overall_hit_ratio"), "wall_s": round(done.wall_s, 1)}
         if (n + 1) % 50 == 0 or n + 1 == len(todo):
@@ -199,52 +226,76 @@ def _pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(-(-q * len(s) // 1)) - 1))]
 
 
-def table(rows: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
-    """Violation % per feasible seed and arm (arms without a number are left out)."""
-    out: dict[int, dict[str, float]] = {}
+#: A scenario: (experiment, seed).
+Key = tuple[str, int]
+
+
+def _key(r: dict[str, Any]) -> Key:
+    return (str(r.get("experiment", "")), int(r["seed"]))
+
+
+def table(rows: list[dict[str, Any]]) -> dict[Key, dict[str, float]]:
+    """Violation % per feasible scenario and arm (arms without a number are left out)."""
+    out: dict[Key, dict[str, float]] = {}
     for r in rows:
-        if r["class"] in FEASIBLE and r["violation_pct"] is not None:
-            out.setdefault(r["seed"], {})[r["arm"]] = float(r["violation_pct"])
+        if r["class"] in FEASIBLE and r["violation_pct"] not in (None, ""):
+            out.setdefault(_key(r), {})[r["arm"]] = float(r["violation_pct"])
     return out
 
 
+def _label(k: Key) -> str:
+    return f"{k[0]} {k[1]}" if k[0] else str(k[1])
+
+
 def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per arm, over the feasible scenarios: median, P90, best-online share, violations
-    against the oracle's, worst scenario (the most points above the oracle)."""
+    """Per arm, over the feasible scenarios: median, P90, best-online share, worst scenario
+    (the most points above the oracle), and for an online arm its distance to the oracle
+    split into reaction (arm − reactive oracle) and foresight (reactive oracle − oracle),
+    median and P90 of each, and how often it beats the oracle by more than BOUND_POINTS."""
     per = table(rows)
     arms = list(dict.fromkeys(r["arm"] for r in rows))
-    family = {r["seed"]: r["family"] for r in rows}
+    family = {_key(r): r["family"] for r in rows}
     online = [a for a in arms if a not in OFFLINE]
     out = []
     for a in arms:
-        seeds = [s for s in per if a in per[s]]
-        if not seeds:
+        keys = [k for k in per if a in per[k]]
+        if not keys:
             continue
-        xs = [per[s][a] for s in seeds]
-        best = [s for s in seeds if a in online and per[s][a] <= min(per[s][o] for o in online if o in per[s])]
-        orc = [s for s in seeds if "oracle" in per[s]]
-        ratio = (sum(per[s][a] for s in orc) / sum(per[s]["oracle"] for s in orc)
-                 if orc and sum(per[s]["oracle"] for s in orc) > 0 else None)
-        worst = max(seeds, key=lambda s: (per[s][a] - per[s].get("oracle", 0.0), -s))
-        out.append({"arm": a, "scenarios": len(seeds), "median": statistics.median(xs), "p90": _pct(xs, 0.9),
-                    "best_share": len(best) / len(seeds) if a in online else None, "oracle_ratio": ratio,
-                    "worst_seed": worst, "worst_family": family[worst], "worst_pct": per[worst][a],
-                    "worst_oracle_pct": per[worst].get("oracle")})
+        xs = [per[k][a] for k in keys]
+        best = [k for k in keys if a in online and per[k][a] <= min(per[k][o] for o in online if o in per[k])]
+        worst = max(keys, key=lambda k: (per[k][a] - per[k].get(ORACLE, 0.0), k))
+        both = [k for k in keys if ORACLE in per[k] and REACTIVE in per[k]]
+        row: dict[str, Any] = {
+            "arm": a, "scenarios": len(keys), "median": statistics.median(xs), "p90": _pct(xs, 0.9),
+            "best_share": len(best) / len(keys) if a in online else None,
+            "worst": worst, "worst_family": family[worst], "worst_pct": per[worst][a],
+            "worst_oracle_pct": per[worst].get(ORACLE), "reaction": None, "foresight": None, "to_oracle": None,
+            "beats_oracle": None, "beats_reactive": None}
+        if a in online and both:
+            react = [per[k][a] - per[k][REACTIVE] for k in both]
+            fore = [per[k][REACTIVE] - per[k][ORACLE] for k in both]
+            dist = [per[k][a] - per[k][ORACLE] for k in both]
+            row.update(reaction=(statistics.median(react), _pct(react, 0.9)),
+                       foresight=(statistics.median(fore), _pct(fore, 0.9)),
+                       to_oracle=(statistics.median(dist), _pct(dist, 0.9)),
+                       beats_oracle=[k for k in both if per[k][a] < per[k][ORACLE] - BOUND_POINTS],
+                       beats_reactive=[k for k in both if per[k][a] < per[k][REACTIVE] - BOUND_POINTS])
+        out.append(row)
     return sorted(out, key=lambda x: (x["median"], x["p90"], x["arm"]))
 
 
 def goals(rows: list[dict[str, Any]], candidate: str) -> list[str]:
     """The issue's goals for a candidate policy, as measured (docs/zoo.md)."""
-    per = {s: v for s, v in table(rows).items() if candidate in v}
-    need = ("robinhood", "lama++", "static", "oracle")
-    per = {s: v for s, v in per.items() if all(n in v for n in need)}
+    per = {k: v for k, v in table(rows).items() if candidate in v}
+    need = ("robinhood", "lama++", "static", ORACLE)
+    per = {k: v for k, v in per.items() if all(n in v for n in need)}
     if not per:
         return [f"{candidate}: no feasible scenario with robinhood, lama++, static and oracle runs"]
     c = [v[candidate] for v in per.values()]
-    o = [v["oracle"] for v in per.values()]
+    o = [v[ORACLE] for v in per.values()]
     mc, mo = statistics.median(c), statistics.median(o)
     no_worse = sum(v[candidate] <= min(v["robinhood"], v["lama++"]) + TIE_POINTS for v in per.values())
-    hard = [v for v in per.values() if max(v["robinhood"], v["lama++"]) > v["oracle"] + 5]
+    hard = [v for v in per.values() if max(v["robinhood"], v["lama++"]) > v[ORACLE] + 5]
     better = sum(v[candidate] < min(v["robinhood"], v["lama++"]) - TIE_POINTS for v in hard)
     vs_static = sum(v[candidate] > v["static"] + 5 for v in per.values())
     n = len(per)
@@ -264,41 +315,79 @@ def goals(rows: list[dict[str, Any]], candidate: str) -> list[str]:
     ]
 
 
+def _pair(v: tuple[float, float] | None) -> str:
+    return "–" if v is None else f"{v[0]:.1f} / {v[1]:.1f}"
+
+
+def _arm_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| arm | median | P90 | best online | to the oracle (median / P90) | reaction | foresight | "
+             "worst scenario (arm / oracle) |", "|---|---|---|---|---|---|---|---|"]
+    for s in summary(rows):
+        best = "–" if s["best_share"] is None else f"{100 * s['best_share']:.0f}%"
+        orc = "–" if s["worst_oracle_pct"] is None else f"{s['worst_oracle_pct']:.1f}"
+        lines.append(f"| {s['arm']} | {s['median']:.1f} | {s['p90']:.1f} | {best} | {_pair(s['to_oracle'])} | "
+                     f"{_pair(s['reaction'])} | {_pair(s['foresight'])} | "
+                     f"{_label(s['worst'])}, {s['worst_family']}: {s['worst_pct']:.1f} / {orc} |")
+    return lines
+
+
+def _bound_check(rows: list[dict[str, Any]]) -> list[str]:
+    per = table(rows)
+    family = {_key(r): r["family"] for r in rows}
+    lines = [f"- {s['arm']} on {_label(k)} ({family[k]}): {per[k][s['arm']]:.1f} against the oracle's {per[k][ORACLE]:.1f}"
+             for s in summary(rows) for k in s["beats_oracle"] or []]
+    if not lines:
+        return [f"No online arm beats the oracle by more than {BOUND_POINTS:g} points on any feasible scenario."]
+    return [f"Online arms beating the oracle by more than {BOUND_POINTS:g} points (the bound is wrong there):", "",
+            *lines]
+
+
 def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float,
           candidate: str | None = None) -> tuple[Path, Path, Path]:
-    """zoo.csv (every run), zoo.md (the summary, per family, the goals) and zoo.png
+    """zoo.csv (every run), zoo.md (the summary: every scenario, then per key source and
+    per number of app servers, per family, the bound check, the goals) and zoo.png
     (violations per scenario, sorted, one line per arm)."""
     csv_path = out / "zoo.csv"
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    classes: dict[int, str] = {r["seed"]: r["class"] for r in rows}
-    fams: dict[int, str] = {r["seed"]: r["family"] for r in rows}
+    classes: dict[Key, str] = {_key(r): r["class"] for r in rows}
+    fams: dict[Key, str] = {_key(r): r["family"] for r in rows}
+    apps: dict[Key, int] = {_key(r): int(r.get("app_servers") or 1) for r in rows}
+    exps = list(dict.fromkeys(k[0] for k in classes))
     counts = {c: sum(1 for v in classes.values() if v == c) for c in ("margin", "tight", "infeasible")}
-    lines = [f"# Scenario zoo: {len(classes)} scenarios ({seed_range(seeds)} seeds {min(seeds)}–{max(seeds)}), "
+    feasible = counts["margin"] + counts["tight"]
+    lines = [f"# Scenario zoo: {len(classes)} scenarios ({seed_range(seeds)} seeds {min(seeds)}–{max(seeds)}"
+             + (f"; experiments {', '.join(exps)}" if len(exps) > 1 or exps[0] else "") + "), "
              f"{len(set(r['arm'] for r in rows))} arms, {wall_s / 60:.1f} min", "",
              f"Classes (the oracle's analysis): {counts['margin']} margin, {counts['tight']} tight, "
-             f"{counts['infeasible']} infeasible. SLO violation % over the {counts['margin'] + counts['tight']} "
-             "feasible scenarios (margin and tight):", "",
-             "| arm | median | P90 | best online | ÷ oracle (sums) | worst scenario (seed, family: arm / oracle) |",
-             "|---|---|---|---|---|---|"]
-    for s in summary(rows):
-        best = "–" if s["best_share"] is None else f"{100 * s['best_share']:.0f}%"
-        ratio = "–" if s["oracle_ratio"] is None else f"{s['oracle_ratio']:.1f}×"
-        orc = "–" if s["worst_oracle_pct"] is None else f"{s['worst_oracle_pct']:.1f}"
-        lines.append(f"| {s['arm']} | {s['median']:.1f} | {s['p90']:.1f} | {best} | {ratio} | "
-                     f"{s['worst_seed']}, {s['worst_family']}: {s['worst_pct']:.1f} / {orc} |")
+             f"{counts['infeasible']} infeasible. SLO violation % over the {feasible} feasible scenarios "
+             "(margin and tight). An online arm's distance to the oracle (with foresight) splits into "
+             "*reaction* (its distance to the reactive oracle, which learns each phase when it starts) and "
+             "*foresight* (the reactive oracle's distance to the oracle); each is a median / P90 over the "
+             "scenarios, in points:", "", *_arm_table(rows), "", *_bound_check(rows)]
+    groups: list[tuple[str, Callable[[Key], bool]]] = []
+    if len(exps) > 1:
+        groups += [(f"experiment {e}", (lambda e: lambda k: k[0] == e)(e)) for e in exps]
+    if len(set(apps.values())) > 1:
+        groups += [(f"{n} app server{'s' if n > 1 else ''}", (lambda n: lambda k: apps[k] == n)(n))
+                   for n in sorted(set(apps.values()))]
+    for title, keep in groups:
+        sub = [r for r in rows if keep(_key(r))]
+        n = sum(1 for k, c in classes.items() if keep(k) and c in FEASIBLE)
+        if n:
+            lines += ["", f"## {title} ({n} feasible scenarios)", "", *_arm_table(sub)]
     per = table(rows)
     arms = [s["arm"] for s in summary(rows)]
-    families = sorted(set(fams[s] for s in per))
+    families = sorted(set(fams[k] for k in per))
     lines += ["", "Median SLO violation % per family (feasible scenarios; their number in brackets):", "",
-              "| arm | " + " | ".join(f"{f} ({sum(fams[s] == f for s in per)})" for f in families) + " |",
+              "| arm | " + " | ".join(f"{f} ({sum(fams[k] == f for k in per)})" for f in families) + " |",
               "|---|" + "---|" * len(families)]
     for a in arms:
         cells = []
         for f in families:
-            xs = [per[s][a] for s in per if fams[s] == f and a in per[s]]
+            xs = [per[k][a] for k in per if fams[k] == f and a in per[k]]
             cells.append(f"{statistics.median(xs):.1f}" if xs else "–")
         lines.append(f"| {a} | " + " | ".join(cells) + " |")
     if candidate and candidate in arms:
@@ -308,8 +397,9 @@ def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, a in enumerate(arms):
-        ys = sorted(per[s][a] for s in per if a in per[s])
-        style = {"color": "black", "lw": 2.2} if a == "oracle" else {"color": _color(a, i), "lw": 1.4}
+        ys = sorted(per[k][a] for k in per if a in per[k])
+        style = ({"color": "black", "lw": 2.2} if a == ORACLE else
+                 {"color": "black", "lw": 1.6, "ls": "--"} if a == REACTIVE else {"color": _color(a, i), "lw": 1.4})
         ax.plot(range(1, len(ys) + 1), ys, label=a, **style)
     ax.set_xlabel("feasible scenarios, each arm's sorted by its violations")
     ax.set_ylabel("SLO violation %")

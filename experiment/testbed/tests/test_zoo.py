@@ -54,13 +54,38 @@ def test_summary_and_goals_on_known_rows() -> None:
     assert s["cand"]["median"] == 9.5 and s["robinhood"]["median"] == 16.0
     assert s["cand"]["p90"] == 38.0  # nearest rank
     assert s["cand"]["best_share"] == 0.5 and s["oracle"]["best_share"] is None  # static is online too (seed 3)
-    assert s["cand"]["oracle_ratio"] == pytest.approx(61 / 20)
-    assert (s["cand"]["worst_seed"], s["cand"]["worst_pct"]) == (3, 38.0)  # 28 points above the oracle
+    assert (s["cand"]["worst"], s["cand"]["worst_pct"]) == (("", 3), 38.0)  # 28 points above the oracle
+    assert s["cand"]["reaction"] is None  # no reactive oracle in these rows
     g = zoo.goals(rs, "cand")
     assert "met" in g[0] and "**not met**" not in g[0]          # 9.5 ≤ 2 × 5 (or within 5 points)
     assert "3 of 4" in g[1] and "**not met**" in g[1]           # seed 4: 9 > 0 + 2
     assert "1 of the 2" in g[2] and "**not met**" in g[2]       # seeds 1 and 3 are hard; only 1 beaten by > 2
     assert "2 of 4" in g[3] and "**not met**" in g[3]           # seeds 3 and 4: more than 5 above static
+
+
+def test_the_distance_to_the_oracle_splits_into_reaction_and_foresight() -> None:
+    table = {
+        1: {"oracle": 0.0, "oracle-reactive": 10.0, "a": 12.0, "b": 10.0},
+        2: {"oracle": 5.0, "oracle-reactive": 5.0, "a": 5.0, "b": 1.0},   # b beats both bounds by 4 points
+        3: {"oracle": 10.0, "oracle-reactive": 30.0, "a": 50.0, "b": 25.0},
+    }
+    rs = [dict(r, experiment=e) for e in ("zipf", "real") for r in rows(table)]
+    s = {x["arm"]: x for x in zoo.summary(rs)}
+    assert s["a"]["scenarios"] == 6  # (experiment, seed) is one scenario
+    assert s["a"]["reaction"] == (2.0, 20.0) and s["a"]["foresight"] == (10.0, 20.0)
+    assert s["a"]["to_oracle"] == (12.0, 40.0)
+    assert s["b"]["reaction"] == (-4.0, 0.0) and s["b"]["to_oracle"] == (10.0, 15.0)
+    assert sorted(s["b"]["beats_oracle"]) == [("real", 2), ("zipf", 2)] and s["a"]["beats_oracle"] == []
+    assert s["oracle"]["reaction"] is None and s["oracle-reactive"]["reaction"] is None
+    check = zoo._bound_check(rs)
+    assert "b on real 2 (drop): 1.0 against the oracle's 5.0" in "\n".join(check)
+    assert zoo._bound_check(rows({1: table[1]})) == [
+        "No online arm beats the oracle by more than 3 points on any feasible scenario."]
+
+
+def test_app_servers_cycle_by_seed() -> None:
+    assert [zoo.app_servers_of(s, [1, 2, 4]) for s in (1000, 1001, 1002, 1003)] == [2, 4, 1, 2]
+    assert zoo.app_servers_of(7, None) is None
 
 
 @pytest.fixture
@@ -85,35 +110,45 @@ SMALL = {
 def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
     exp = tmp_path / "small.yaml"
     exp.write_text(yaml.safe_dump(SMALL))
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(dict(SMALL, name="other-keys", trace={"synth": {"rate": 60, "params": {
+        "queries-per-request": 6, "keys": 2000, "zipf": 0.7, "mean-size": 8192}}})))
     out = tmp_path / "z"
-    res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "1-3", "--policies", "static,headroom",
-                                  "--cache-modes", "partitioned,shared", "--candidate", "headroom", "--jobs", "2",
-                                  "--out", str(out)), capture_output=True, text=True, timeout=900)
+    res = subprocess.run(cli_args("zoo", "--experiment", f"{exp},{other}", "--seeds", "1-2", "--app-servers", "1,2",
+                                  "--policies", "static,oracle,oracle-reactive", "--cache-modes", "partitioned,shared",
+                                  "--jobs", "2", "--out", str(out)), capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     with open(out / "zoo.csv") as f:
         got = list(csv.DictReader(f))
-    assert len(got) == 3 * 3 and {r["arm"] for r in got} == {"static", "headroom", "shared"}
-    for seed in (1, 2, 3):
-        point = out / f"seed-{seed}"
-        family = zoo.family_of((point / "generated.yaml").read_text())
-        check = json.loads((point / "check.json").read_text())
-        assert check["class"] in ("margin", "tight", "infeasible")
-        for r in got:
-            if int(r["seed"]) == seed:
-                assert (r["family"], r["class"]) == (family, check["class"])
-        # The scenario each arm ran is the drawn one.
-        assert yaml.safe_load((point / "scenario.yaml").read_text()) == yaml.safe_load((point / "generated.yaml").read_text())
+    assert len(got) == 2 * 2 * 4 and {r["arm"] for r in got} == {"static", "oracle", "oracle-reactive", "shared"}
+    for name in ("small-zoo", "other-keys"):
+        for seed in (1, 2):
+            point = out / name / f"seed-{seed}"
+            family = zoo.family_of((point / "generated.yaml").read_text())
+            check = json.loads((point / "oracle.json").read_text())
+            assert check["class"] in ("margin", "tight", "infeasible")
+            apps = zoo.app_servers_of(seed, [1, 2])
+            assert check["app_servers"] == apps and len(check["app_server_schedules"]) == apps
+            for r in got:
+                if (r["experiment"], int(r["seed"])) == (name, seed):
+                    assert (r["family"], r["class"], int(r["app_servers"])) == (family, check["class"], apps)
+            # The scenario each arm ran is the drawn one; both oracle arms read the one analysis.
+            assert yaml.safe_load((point / "scenario.yaml").read_text()) == yaml.safe_load((point / "generated.yaml").read_text())
+            for arm in ("oracle", "oracle-reactive"):
+                topo = yaml.safe_load((point / arm / "topology.yaml").read_text())
+                assert topo["app_servers"][0]["controller"]["run"]["oracle"] == str((point / "oracle.json").resolve())
     md = (out / "zoo.md").read_text()
-    assert "development seeds 1–3" in md and "| static |" in md
+    assert "development seeds 1–2" in md and "| static |" in md and "## experiment other-keys" in md
+    assert "## 2 app servers" in md and "reaction" in md
     assert (out / "zoo.png").read_bytes()[:4] == b"\x89PNG"
     # Drawing is deterministic: the same seed, the same scenario, byte for byte.
     again = tmp_path / "again"
-    p = zoo.draw(zoo_experiment(exp), 2, again)
+    p = zoo.draw(zoo_experiment(exp), 2, again, app_servers=2)
     assert p.scenario.parent == again / "seed-2"
-    assert (again / "seed-2" / "generated.yaml").read_bytes() == (out / "seed-2" / "generated.yaml").read_bytes()
+    assert (again / "seed-2" / "generated.yaml").read_bytes() == (out / "small-zoo" / "seed-2" / "generated.yaml").read_bytes()
     # Bad input: named, nothing run.
     for args, msg in ((["--seeds", "0"], "outside"), (["--candidate", "nope"], "--candidate"),
-                      (["--policies", "nope"], "nope")):
+                      (["--policies", "nope"], "nope"), (["--app-servers", "1,0"], "--app-servers")):
         res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--out", str(tmp_path / "bad"), *args),
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 2 and msg in res.stderr, (args, res.stderr)

@@ -1,4 +1,4 @@
-package sim
+package slabcache
 
 import (
 	"fmt"
@@ -100,7 +100,15 @@ func TestCacheMatchesAReferenceModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	c := NewCache(4 << 20)
 	ref := newRef(4 << 20)
-	ids := []*keyIDs{newKeyIDs(), newKeyIDs(), newKeyIDs()} // one per backend, as the shared cache's
+	ids := []map[string]uint64{{}, {}, {}} // one per backend, as the shared cache's
+	idOf := func(b int, key string) uint64 {
+		id, ok := ids[b][key]
+		if !ok {
+			id = uint64(len(ids[b]))
+			ids[b][key] = id
+		}
+		return uint64(b)<<32 | id // as the simulator names a backend's key
+	}
 	sizes := []int64{900, 5000, 40000, 200000, 700000}
 	for i := range 20000 {
 		b := rng.IntN(len(ids))
@@ -112,7 +120,7 @@ func TestCacheMatchesAReferenceModel(t *testing.T) {
 			c.SetLimit(lim)
 			ref.shrinkTo(lim)
 		}
-		id := cacheID(uint32(b), ids[b].id(kb))
+		id := idOf(b, kb)
 		got, want := c.Get(id, size), ref.get(k, size)
 		if got != want {
 			t.Fatalf("access %d (%s, %d B): hit %v, the reference says %v", i, k, size, got, want)

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// oracleFixture writes a two-backend trace, a topology with two app
+// servers and a scenario that throttles a for 10 s.
+func oracleFixture(t *testing.T) (dir, tr, topo, sc string) {
+	t.Helper()
+	dir = t.TempDir()
+	tr = filepath.Join(dir, "t.jsonl")
+	if code, _, stderr := tg("synth", "--out", tr, "--duration", "40s", "--rate", "200", "--backends", "2",
+		"--backend-names", "a,b", "--keys", "2000", "--mean-size", "8192", "--seed", "3"); code != 0 {
+		t.Fatal(stderr)
+	}
+	topo = filepath.Join(dir, "topology.yaml")
+	os.WriteFile(topo, []byte(`backends:
+  - {id: 0, name: a, type: kv, limits: {workers: 8, extra_latency_ms: 3, hiccup_prob: 0.01, hiccup_ms: 25}, replicas: [{grpc: "127.0.0.1:1", http: "127.0.0.1:6"}]}
+  - {id: 1, name: b, type: sql, limits: {workers: 8, extra_latency_ms: 3, hiccup_prob: 0.01, hiccup_ms: 25}, replicas: [{grpc: "127.0.0.1:2", http: "127.0.0.1:7"}]}
+app_servers:
+  - {id: app0, http: "127.0.0.1:3", cache_budget_mb: 32, partitions: {a: "127.0.0.1:4", b: "127.0.0.1:5"}, controller: {min_partition_mb: 8}}
+  - {id: app1, http: "127.0.0.1:8", cache_budget_mb: 32, partitions: {a: "127.0.0.1:9", b: "127.0.0.1:10"}, controller: {min_partition_mb: 8}}
+slo: {latency: 150ms, step: 2s, window: 10s, warmup: 10s}
+`), 0o644)
+	sc = filepath.Join(dir, "s.yaml")
+	os.WriteFile(sc, []byte(`events:
+  - {kind: set, at: 20s, backend: a, set: {rate: 1}}
+  - {kind: set, at: 30s, backend: a, set: {rate: 0}}
+`), 0o644)
+	return dir, tr, topo, sc
+}
+
+// tracegen oracle writes, for every partitioned app server, the schedule
+// with foresight and the reactive one: each step an allocation of the
+// budget (floors kept), starting at 0, in time order, with the predicted
+// violations; the scenario's analysis beside them. scenario check --trace
+// reports the same analysis.
+func TestOracleCommand(t *testing.T) {
+	dir, tr, topo, sc := oracleFixture(t)
+	out := filepath.Join(dir, "oracle.json")
+	if code, _, stderr := tg("oracle", "--topology", topo, "--trace", tr, "--duration", "40s", "--scenario", sc, "--out", out, "--series"); code != 0 {
+		t.Fatal(stderr)
+	}
+	type step struct {
+		At float64        `json:"at_s"`
+		MB map[string]int `json:"mb"`
+	}
+	type sched struct {
+		Steps  []step           `json:"steps"`
+		Pct    *float64         `json:"predicted_violation_pct"`
+		Series []map[string]any `json:"series"`
+	}
+	var doc struct {
+		Schedules map[string]map[string]sched `json:"app_server_schedules"`
+		Class     string                      `json:"class"`
+		AppS      int                         `json:"app_servers"`
+		Phases    []map[string]any            `json:"phases"`
+		ConfPct   *float64                    `json:"configured_predicted_violation_pct"`
+	}
+	b, _ := os.ReadFile(out)
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.AppS != 2 || len(doc.Phases) != 3 || doc.Class == "" || doc.ConfPct == nil || len(doc.Schedules) != 2 {
+		t.Fatalf("%s", b)
+	}
+	for app, vs := range doc.Schedules {
+		for _, v := range []string{"foresight", "reactive"} {
+			s, ok := vs[v]
+			if !ok || len(s.Steps) == 0 || s.Steps[0].At != 0 || s.Pct == nil || len(s.Series) == 0 {
+				t.Fatalf("%s %s: %+v", app, v, s)
+			}
+			for i, st := range s.Steps {
+				if st.MB["a"]+st.MB["b"] != 32 || st.MB["a"] < 8 || st.MB["b"] < 8 || (i > 0 && st.At <= s.Steps[i-1].At) {
+					t.Fatalf("%s %s step %d: %+v", app, v, i, s.Steps)
+				}
+			}
+		}
+		// With foresight, never predicted worse than reacting.
+		if *vs["foresight"].Pct > *vs["reactive"].Pct+1e-9 {
+			t.Fatalf("%s: foresight %v%% > reactive %v%%", app, *vs["foresight"].Pct, *vs["reactive"].Pct)
+		}
+	}
+	// scenario check --trace: the same class, and the schedule with foresight.
+	code, text, stderr := tg("scenario", "check", sc, "--topology", topo, "--duration", "40s", "--trace", tr, "--json")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	var check struct {
+		Class    string `json:"class"`
+		Variant  string `json:"variant"`
+		Schedule sched  `json:"schedule"`
+	}
+	if err := json.Unmarshal([]byte(text[strings.Index(text, "{"):]), &check); err != nil {
+		t.Fatal(err)
+	}
+	if check.Class != doc.Class || check.Variant != "foresight" || *check.Schedule.Pct != *doc.Schedules["app0"]["foresight"].Pct {
+		t.Fatalf("check %+v vs oracle %+v", check, doc.Schedules["app0"]["foresight"])
+	}
+	if code, text, _ := tg("scenario", "check", sc, "--topology", topo, "--duration", "40s", "--trace", tr); code != 0 || !strings.Contains(text, "transient model, 150 ms SLO") {
+		t.Fatalf("%s", text)
+	}
+}
+
+// Bad input is named and nothing is written.
+func TestOracleCommandErrors(t *testing.T) {
+	dir, tr, topo, sc := oracleFixture(t)
+	out := filepath.Join(dir, "oracle.json")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--topology", topo, "--trace", tr, "--out", out}, "--duration is required"},
+		{[]string{"--topology", topo, "--trace", tr, "--duration", "40s", "--variants", "psychic", "--out", out}, `"psychic" is not foresight or reactive`},
+		{[]string{"--topology", topo, "--trace", filepath.Join(dir, "nope"), "--duration", "40s", "--out", out}, "nope"},
+		{[]string{"--topology", topo, "--trace", tr, "--duration", "40s", "--scenario", tr, "--out", out}, "t.jsonl"},
+		{[]string{"--topology", topo, "--trace", sc, "--duration", "40s", "--out", out}, "s.yaml"},
+	} {
+		code, _, stderr := tg(append([]string{"oracle"}, c.args...)...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, %q; want %q", c.args, code, stderr, c.want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Fatalf("%v: wrote %s", c.args, out)
+		}
+	}
+}

@@ -1,0 +1,222 @@
+package feasibility
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/robinhoodcache/robinhood/experiment/scenario"
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/workload/synth"
+)
+
+// uniformTrace writes secs seconds of rate requests/s, each one query of
+// backend a to one of keys keys of size bytes drawn uniformly (an
+// independent reference stream: an LRU of m bytes misses 1 − m/total).
+func uniformTrace(t *testing.T, secs, rate, keys int, size int64) string {
+	t.Helper()
+	var b strings.Builder
+	x := uint64(7)
+	for i := 0; i < secs*rate; i++ {
+		x = splitmix(x)
+		fmt.Fprintf(&b, `{"t": %d, "ts_ms": %g, "d": [{"a": {"S": [%d], "U": ["k%d"], "C": [1]}}]}`+"\n",
+			i, float64(i)*1000/float64(rate), size, x%uint64(keys))
+	}
+	p := filepath.Join(t.TempDir(), "u.jsonl")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Each app server's cache sees a random half of the requests over every
+// key: with two app servers its curve at m MiB is the one app server's at
+// m (not at 2m, as if each saw half the keys), and the rates are every app
+// server's.
+func TestScanSplitsRequestsOverAppServers(t *testing.T) {
+	path := uniformTrace(t, 100, 400, 400, 64<<10) // 25 MiB of keys
+	one, err := Scan(path, 100*time.Second, 1, 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := Scan(path, 100*time.Second, 2, 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, _ := one.LoadModel(20*time.Second, 100*time.Second)
+	b2, _ := two.LoadModel(20*time.Second, 100*time.Second)
+	if b1[0].CacheableRate != b2[0].CacheableRate || math.Abs(b1[0].CacheableRate-400) > 1 {
+		t.Fatalf("rates %v and %v, want 400 both", b1[0].CacheableRate, b2[0].CacheableRate)
+	}
+	m1, m2 := b1[0].MissRatio, b2[0].MissRatio
+	if math.Abs(m1[12]-m2[12]) > 0.05 || math.Abs(m1[12]-(1-12.0/25)) > 0.05 {
+		t.Fatalf("at 12 MiB: one app server %v, two %v, want about %v both", m1[12], m2[12], 1-12.0/25)
+	}
+	if m1[24] > m2[12]-0.3 {
+		t.Fatalf("two app servers' 12 MiB (%v) behave like one's 24 MiB (%v)", m2[12], m1[24])
+	}
+	if two.Buckets() != 100 || two.Bucket != time.Second || two.Requests[3] != 400 {
+		t.Fatalf("buckets %d of %v, %v requests in bucket 3", two.Buckets(), two.Bucket, two.Requests[3])
+	}
+}
+
+// A scenario change sets every limit field (capacity.Patch), cost and
+// stalls included.
+func TestPhasesApplyEveryLimitField(t *testing.T) {
+	initial := map[string]config.Limits{"a": {Workers: 4, ExtraLatencyMs: 3}}
+	changes := []scenario.Change{{At: 5 * time.Second, Backend: "a", Fields: []scenario.FieldValue{
+		{Field: config.FieldCostMs, Value: 2}, {Field: config.FieldStallProb, Value: 0.01}, {Field: config.FieldStallMs, Value: 30},
+		{Field: config.FieldWorkers, Value: 2}}}}
+	ph := Phases(initial, changes, 10*time.Second)
+	got := ph[1].Limits["a"]
+	if len(ph) != 2 || got.CostMs != 2 || got.StallProb != 0.01 || got.StallMs != 30 || got.Workers != 2 || got.ExtraLatencyMs != 3 {
+		t.Fatalf("%+v", ph)
+	}
+	if ph[0].Limits["a"].CostMs != 0 || ph[1].Capacity["a"] != Capacity(got) {
+		t.Fatalf("%+v", ph)
+	}
+}
+
+// demoTrace synthesizes a OneRF-like trace of two backends.
+func demoTrace(t *testing.T, secs int) string {
+	t.Helper()
+	o := synth.DefaultOptions()
+	o.Backends, o.Names, o.Rate, o.QueriesPerRequest, o.Seed = 2, []string{"a", "b"}, 200, 12, 5
+	o.Keys.Default, o.MeanSize.Default, o.SizeSigma, o.Zipf.Default = 4000, 16384, 0.4, 0.9
+	g, err := synth.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "demo.jsonl")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Write(f, synth.Limit{Duration: time.Duration(secs) * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return p
+}
+
+func demoTopology(apps int) *config.Topology {
+	l := config.Limits{Workers: 8, ExtraLatencyMs: 3, HiccupProb: 0.01, HiccupMs: 25}
+	topo := &config.Topology{
+		Backends: []config.Backend{{Name: "a", Type: config.TypeKV, Limits: l, Replicas: make([]config.Replica, 1)},
+			{Name: "b", Type: config.TypeKV, Limits: l, Replicas: make([]config.Replica, 1)}},
+		SLO: &config.SLO{Latency: config.Duration(150 * time.Millisecond), Step: config.Duration(2 * time.Second),
+			Window: config.Duration(10 * time.Second), Warmup: config.Duration(20 * time.Second)},
+	}
+	for i := range apps {
+		topo.AppServers = append(topo.AppServers, config.AppServer{ID: fmt.Sprint("app", i), CacheMode: config.CachePartitioned,
+			CacheBudgetMB: 64, Partitions: map[string]config.Partition{"a": {}, "b": {}},
+			BackendTimeout: config.Duration(4 * time.Second), Controller: config.Controller{MinPartitionMB: 8}})
+	}
+	return topo
+}
+
+// The transient model: a partition fills at the rate its backend answers
+// misses — slowly from a throttled one — and a backend offered more than
+// it admits builds a queue that outlives the overload and then drains.
+func TestTransientFillAndBacklog(t *testing.T) {
+	path := demoTrace(t, 60)
+	rep, err := Analyse(Input{Topology: demoTopology(1), TracePath: path, Duration: 60 * time.Second}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := rep.dyn
+	alloc := rep.vec(map[string]int{"a": 48, "b": 16})
+	fill := func(lim config.Limits, secs int) (held []float64, queue []float64) {
+		ph := d.phases[0]
+		ph.Limits = map[string]config.Limits{"a": lim, "b": demoTopology(1).Backends[1].Limits}
+		d.phases[0] = ph
+		f := d.start()
+		for s := range secs {
+			d.step(f, s, alloc)
+			held = append(held, f.held[0])
+			queue = append(queue, f.queue[0])
+		}
+		return held, queue
+	}
+	free, _ := fill(config.Limits{Workers: 8, ExtraLatencyMs: 3}, 30)
+	slow, queue := fill(config.Limits{Workers: 8, ExtraLatencyMs: 3, Rate: 60}, 30)
+	hold := d.lm.heldMB(0, 48)
+	for s := 1; s < 30; s++ {
+		if free[s] < free[s-1] || free[s] > hold+1e-9 || slow[s] > free[s]+1e-9 {
+			t.Fatalf("second %d: held %v (throttled %v), limit holds %v", s, free[s], slow[s], hold)
+		}
+	}
+	if free[29] < 0.9*hold || slow[5] > free[5]/2 {
+		t.Fatalf("free backend filled %v of %v in 30 s; throttled one %v vs %v after 5 s", free[29], hold, slow[5], free[5])
+	}
+	if queue[3] <= 0 || queue[10] < queue[3] {
+		t.Fatalf("a throttled backend's queue: %v", queue[:11])
+	}
+	// Given back a little more capacity than its load, the backend drains
+	// the queue slowly: it outlives the overload, and slows the requests
+	// while it lasts.
+	mr := math.Round(missAt(d.w.MissCurveAt(0, 30), slow[29])/mrStep) * mrStep
+	lam := d.lm.stateMR(0, config.Limits{Workers: 8, ExtraLatencyMs: 3}, d.rate[30], mr).lam
+	ph := d.phases[0]
+	ph.Limits = map[string]config.Limits{"a": {Workers: 8, ExtraLatencyMs: 3, Rate: lam + 20}, "b": demoTopology(1).Backends[1].Limits}
+	d.phases[0] = ph
+	f := fluid{held: []float64{slow[29], 0}, queue: []float64{queue[29], 0}}
+	first := d.step(f, 30, alloc)
+	after1 := f.queue[0]
+	for s := 31; s < 30+int(queue[29]/15)+5; s++ {
+		d.step(f, s, alloc)
+	}
+	if queue[29] <= 0 || after1 <= 0 || after1 >= queue[29] || f.queue[0] != 0 || first <= 0.01 {
+		t.Fatalf("queue %v, %v a second later, then %v; slow share in the first second %v", queue[29], after1, f.queue[0], first)
+	}
+}
+
+// A drop known in advance: the schedule with foresight gives the dropping
+// backend space before it drops, the reactive one only when it has
+// dropped; neither is predicted worse than the configured allocation, and
+// foresight is predicted no worse than reacting. Every step allocates the
+// budget with the floors kept; N app servers load the backend N times.
+func TestAnalyseForesightMovesEarly(t *testing.T) {
+	path := demoTrace(t, 100)
+	drop := []scenario.Change{{At: 50 * time.Second, Backend: "a", Fields: []scenario.FieldValue{{Field: config.FieldRate, Value: 180}}},
+		{At: 80 * time.Second, Backend: "a", Fields: []scenario.FieldValue{{Field: config.FieldRate, Value: 0}}}}
+	var loads []float64
+	for _, apps := range []int{1, 2} {
+		rep, err := Analyse(Input{Topology: demoTopology(apps), TracePath: path, Duration: 100 * time.Second, Changes: drop},
+			Options{Variants: Variants})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fore, reac := rep.Schedules[Foresight], rep.Schedules[Reactive]
+		for _, s := range []*Schedule{fore, reac} {
+			for _, st := range s.Steps {
+				if st.MB["a"]+st.MB["b"] != 64 || st.MB["a"] < 8 || st.MB["b"] < 8 {
+					t.Fatalf("%d app servers, %s: %+v", apps, s.Variant, s.Steps)
+				}
+			}
+			if s.Predicted.Pct > rep.ConfiguredPredicted.Pct+1e-9 {
+				t.Fatalf("%d app servers, %s predicted %v%%, configured %v%%", apps, s.Variant, s.Predicted.Pct, rep.ConfiguredPredicted.Pct)
+			}
+		}
+		if fore.Predicted.Pct > reac.Predicted.Pct+1e-9 {
+			t.Fatalf("%d app servers: foresight %v%% > reactive %v%%", apps, fore.Predicted.Pct, reac.Predicted.Pct)
+		}
+		if rep.ConfiguredPredicted.Pct < 5 {
+			t.Fatalf("%d app servers: the drop costs the configured allocation only %v%%", apps, rep.ConfiguredPredicted.Pct)
+		}
+		before, after := reac.At(49*time.Second)["a"], reac.At(55*time.Second)["a"]
+		if fore.At(49*time.Second)["a"] <= before || before != rep.Steady[0].Best["a"] || after <= before {
+			t.Fatalf("%d app servers: a before the drop: foresight %v, reactive %v; after: reactive %v", apps,
+				fore.At(49*time.Second), reac.At(49*time.Second), reac.At(55*time.Second))
+		}
+		b := rep.Results[1]
+		loads = append(loads, rep.Backends[0].InPhase(b.Phase).Load(32))
+	}
+	if math.Abs(loads[1]-loads[0]) > 0.15*loads[0] {
+		t.Fatalf("a's load at 32 MiB each: %v with one app server, %v with two (the requests are the same)", loads[0], loads[1])
+	}
+}
