@@ -208,8 +208,8 @@ func TestAnalyseForesightMovesEarly(t *testing.T) {
 		if rep.ConfiguredPredicted.Pct < 5 {
 			t.Fatalf("%d app servers: the drop costs the configured allocation only %v%%", apps, rep.ConfiguredPredicted.Pct)
 		}
-		before, after := reac.At(49*time.Second)["a"], reac.At(55*time.Second)["a"]
-		if fore.At(49*time.Second)["a"] <= before || before != rep.Steady[0].Best["a"] || after <= before {
+		before, after := reac.At(49 * time.Second)["a"], reac.At(55 * time.Second)["a"]
+		if fore.At(49 * time.Second)["a"] <= before || before != rep.Steady[0].Best["a"] || after <= before {
 			t.Fatalf("%d app servers: a before the drop: foresight %v, reactive %v; after: reactive %v", apps,
 				fore.At(49*time.Second), reac.At(49*time.Second), reac.At(55*time.Second))
 		}
