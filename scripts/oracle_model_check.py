@@ -67,7 +67,7 @@ def scenario(backend: str, load: float, phase_s: int, start_s: int, end_s: int) 
     return {"events": events}
 
 
-def run_one(base: dict, base_dir: Path, apps: int, phase_s: int, out: Path) -> list[dict]:
+def run_one(base: dict, base_dir: Path, apps: int, phase_s: int, out: Path, reuse: bool = False) -> list[dict]:
     doc = copy.deepcopy(base)
     doc["name"] = f"{base['name']}-n{apps}-p{phase_s}"
     doc["cache"]["app_servers"] = apps
@@ -76,6 +76,10 @@ def run_one(base: dict, base_dir: Path, apps: int, phase_s: int, out: Path) -> l
     warm = int(str(doc["slo"]["warmup"]).rstrip("s"))
     backend = doc["backends"][0]["name"]  # catalog: the most queried
     exp_path = out / f"{doc['name']}.yaml"
+    run_dir = out / doc["name"]
+    if reuse and (run_dir / "oracle-series.json").exists():
+        doc = yaml.safe_load(exp_path.read_text())
+        return compare(doc, run_dir, apps, phase_s)
     # First a run without a scenario, for the trace and topology the miss load is read from.
     probe = dict(doc, name=doc["name"] + "-probe")
     exp_path.write_text(yaml.safe_dump(probe, sort_keys=False))
@@ -99,29 +103,79 @@ def run_one(base: dict, base_dir: Path, apps: int, phase_s: int, out: Path) -> l
                     "--trace", str(run_dir / "trace.jsonl"), "--scenario", str(run_dir / "scenario.yaml"),
                     "--duration", f"{dur}s", "--seed", str(doc.get("seed", 1)), "--variants", "foresight",
                     "--series", "--out", str(pred_path)], capture_output=True, text=True, check=True)
-    pred = json.loads(pred_path.read_text())
+    return compare(doc, run_dir, apps, phase_s)
+
+
+def compare(doc: dict, run_dir: Path, apps: int, phase_s: int) -> list[dict]:
+    """One row per counted point of the SLO series of each arm: the measured and the
+    predicted P99 of its window, the highest predicted utilization in it, and the scenario
+    phase its window ends in (inside: the window lies within that phase)."""
+    dur = int(str(doc["duration"]).rstrip("s"))
+    warm = int(str(doc["slo"]["warmup"]).rstrip("s"))
+    window = float(str(doc["slo"]["window"]).rstrip("s"))
+    pred = json.loads((run_dir / "oracle-series.json").read_text())
     series = {"static": pred["configured_series"],
               "oracle": pred["app_server_schedules"]["app0"]["foresight"]["series"]}
-    rows = []
-    bounds = [warm] + [int(e["at"].rstrip("s")) for e in doc["scenario"]["events"]][1:] + [dur]
+    bounds = [0] + [int(e["at"].rstrip("s")) for e in doc["scenario"]["events"]] + [dur]
     phases = list(zip(bounds, bounds[1:]))
-    window = float(str(doc["slo"]["window"]).rstrip("s"))
+    rows = []
     for arm in ("static", "oracle"):
         measured = {p["t_s"]: p for p in json.loads((run_dir / arm / "replay" / "summary.json").read_text())["slo"]["series"]}
-        predicted = {p["t_s"]: p for p in series[arm]}
-        for a, b in phases:
-            ts = [t for t in predicted if t - window >= a - 1e-9 and t <= b + 1e-9 and t > warm and t in measured
-                  and measured[t]["n"] > 0]
-            if not ts:
+        for pt in series[arm]:
+            t = pt["t_s"]
+            m = measured.get(t)
+            if m is None or m["n"] == 0 or t <= warm:
                 continue
-            m = statistics.median(measured[t]["p99_ms"] for t in ts)
-            ps = [predicted[t]["p99_ms"] for t in ts]
-            p = None if any(v is None for v in ps) else statistics.median(ps)
-            rho = max(predicted[t]["rho"] for t in ts)
-            rows.append({"apps": apps, "phase_s": phase_s, "arm": arm, "start_s": a, "end_s": b, "points": len(ts),
-                         "measured_p99_ms": m, "predicted_p99_ms": p, "rho": rho,
-                         "ratio": None if p is None or m <= 0 else p / m})
+            k = next(i for i, (a, b) in enumerate(phases) if a < t <= b)
+            p = pt["p99_ms"]
+            rows.append({"apps": apps, "phase_s": phase_s, "arm": arm, "t_s": t, "phase": k,
+                         "inside": t - window >= phases[k][0] - 1e-9, "measured_p99_ms": m["p99_ms"],
+                         "predicted_p99_ms": p, "rho": pt["rho"],
+                         "ratio": None if p is None or m["p99_ms"] <= 0 else p / m["p99_ms"]})
     return rows
+
+
+def within(r: dict) -> bool:
+    return r["ratio"] is not None and 1 / FACTOR <= r["ratio"] <= FACTOR
+
+
+def phase_rows(rows: list[dict]) -> list[dict]:
+    """Per scenario phase of each run and arm: the median of the points whose window lies
+    inside it (phases shorter than the window have none)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["inside"]:
+            groups.setdefault((r["apps"], r["phase_s"], r["arm"], r["phase"]), []).append(r)
+    out = []
+    for (apps, phase_s, arm, k), rs in groups.items():
+        m = statistics.median(r["measured_p99_ms"] for r in rs)
+        ps = [r["predicted_p99_ms"] for r in rs]
+        p = None if any(v is None for v in ps) else statistics.median(ps)
+        out.append({"apps": apps, "phase_s": phase_s, "arm": arm, "phase": k, "measured_p99_ms": m,
+                    "predicted_p99_ms": p, "rho": max(r["rho"] for r in rs),
+                    "ratio": None if p is None or m <= 0 else p / m})
+    return out
+
+
+def table(rows: list[dict], slo_ms: float, unit: str) -> tuple[list[str], int, int]:
+    lines = [f"| app servers | phases of | {unit} (ρ < {RHO_MAX}) | within ×{FACTOR} | median ratio | range | "
+             f"{unit} at ρ ≥ {RHO_MAX}: agree on the SLO |", "|---|---|---|---|---|---|---|"]
+    ok_all = n_all = 0
+    for apps in sorted({r["apps"] for r in rows}):
+        for phase in sorted({r["phase_s"] for r in rows}):
+            sel = [r for r in rows if r["apps"] == apps and r["phase_s"] == phase]
+            calm = [r for r in sel if r["rho"] < RHO_MAX and r["ratio"] is not None]
+            hot = [r for r in sel if not (r["rho"] < RHO_MAX and r["ratio"] is not None)]
+            ok = sum(within(r) for r in calm)
+            ok_all, n_all = ok_all + ok, n_all + len(calm)
+            ratios = sorted(r["ratio"] for r in calm)
+            agree = sum((r["predicted_p99_ms"] is None or r["predicted_p99_ms"] > slo_ms) == (r["measured_p99_ms"] > slo_ms)
+                        for r in hot)
+            med = f"{statistics.median(ratios):.2f}" if ratios else "–"
+            rng = f"{ratios[0]:.2f}–{ratios[-1]:.2f}" if ratios else "–"
+            share = f"{100 * ok / len(calm):.0f}%" if calm else "–"
+            lines.append(f"| {apps} | {phase} s | {len(calm)} | {ok} ({share}) | {med} | {rng} | {agree} of {len(hot)} |")
+    return lines, ok_all, n_all
 
 
 def main() -> int:
@@ -131,6 +185,7 @@ def main() -> int:
     ap.add_argument("--phases", default="5,20,60,180", help="phase lengths, seconds")
     ap.add_argument("--experiment", type=Path, default=REPO / "examples" / "zoo.yaml")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--reuse", action="store_true", help="compare the runs already in --out instead of running them")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     base = yaml.safe_load(args.experiment.read_text())
@@ -141,35 +196,27 @@ def main() -> int:
             doc = copy.deepcopy(base)
             if phase * 3 > int(str(doc["duration"]).rstrip("s")) - 40:  # room for three phases
                 doc["duration"] = f"{phase * 3 + 40}s"
-            rows += run_one(doc, args.experiment.parent, apps, phase, args.out)
+            rows += run_one(doc, args.experiment.parent, apps, phase, args.out, args.reuse)
     (args.out / "rows.json").write_text(json.dumps(rows, indent=1))
+    phases = phase_rows(rows)
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
+        json.dump({"points": rows, "phases": phases}, sys.stdout, indent=2)
         return 0
-    print(f"Predicted against measured P99 per phase ({args.experiment.name}; arms static and oracle), "
-          f"phases with predicted utilization below {RHO_MAX}:")
+    print(f"Predicted against measured P99 ({args.experiment.name}; arms static and oracle), per point of the SLO "
+          f"series (each a {base['slo']['window']} window), utilization the highest the model predicts in the window:")
     print()
-    print("| app servers | phase | phases (ρ < 0.95) | within ×1.5 | median ratio | range | "
-          "overloaded phases (ρ ≥ 0.95): both above the SLO |")
-    print("|---|---|---|---|---|---|---|")
-    ok_all = n_all = 0
-    for apps in sorted({r["apps"] for r in rows}):
-        for phase in sorted({r["phase_s"] for r in rows}):
-            sel = [r for r in rows if r["apps"] == apps and r["phase_s"] == phase]
-            calm = [r for r in sel if r["rho"] < RHO_MAX and r["ratio"] is not None]
-            hot = [r for r in sel if not (r["rho"] < RHO_MAX and r["ratio"] is not None)]
-            ok = sum(1 / FACTOR <= r["ratio"] <= FACTOR for r in calm)
-            ok_all, n_all = ok_all + ok, n_all + len(calm)
-            ratios = sorted(r["ratio"] for r in calm)
-            agree = sum((r["predicted_p99_ms"] is None or r["predicted_p99_ms"] > slo_ms) == (r["measured_p99_ms"] > slo_ms)
-                        for r in hot)
-            med = f"{statistics.median(ratios):.2f}" if ratios else "–"
-            rng = f"{ratios[0]:.2f}–{ratios[-1]:.2f}" if ratios else "–"
-            print(f"| {apps} | {phase} s | {len(calm)} | {ok} ({100 * ok / len(calm) if calm else 0:.0f}%) | {med} | "
-                  f"{rng} | {agree} of {len(hot)} |")
+    lines, ok, n = table(rows, slo_ms, "points")
+    print("\n".join(lines))
     print()
-    print(f"All: {ok_all} of {n_all} phases with ρ < {RHO_MAX} within ×{FACTOR} "
-          f"({100 * ok_all / n_all if n_all else 0:.0f}%; goal ≥ 90%). Rows: {args.out / 'rows.json'}")
+    print(f"All points: {ok} of {n} with ρ < {RHO_MAX} within ×{FACTOR} ({100 * ok / n if n else 0:.0f}%; goal ≥ 90%).")
+    print()
+    print("Per phase (the median of the points whose window lies inside it; phases shorter than a window have none):")
+    print()
+    lines, ok, n = table(phases, slo_ms, "phases")
+    print("\n".join(lines))
+    print()
+    print(f"All phases: {ok} of {n} with ρ < {RHO_MAX} within ×{FACTOR} ({100 * ok / n if n else 0:.0f}%). "
+          f"Rows: {args.out / 'rows.json'}")
     return 0
 
 

@@ -433,8 +433,9 @@ type bstate struct {
 	rho float64
 	mr  float64
 	// lam is the queries/s reaching the backend (every replica), mu what
-	// it can admit; fill the share of them that are cacheable misses.
-	lam, mu, fill float64
+	// it can admit; fill the share of them that are cacheable misses;
+	// dispersion the variance of their count over its mean (batches).
+	lam, mu, fill, dispersion float64
 	// shifted caches rowShifted.
 	shifted map[int64]shiftedRow
 	call    []float64 // scratch: P(call ≤ x | k misses)
@@ -594,6 +595,13 @@ func (lm *LatencyModel) stateMR(b int, lim config.Limits, rate, mr float64) *bst
 	}
 	if called > 0 {
 		meanK /= called
+		// the variance of the misses' count is Poisson's × E[k²]/E[k]
+		// (batches of k arriving as one)
+		k2 := 0.0
+		for k := 1; k < len(batch); k++ {
+			k2 += float64(k*k) * batch[k]
+		}
+		s.dispersion = k2 / called / meanK
 	}
 	s.rpc = ms(lm.cal.RPC.Of(int64(meanK * size)))
 	reps := float64(lm.reps[b])

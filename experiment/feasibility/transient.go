@@ -188,8 +188,26 @@ func (d *dynamics) step(f fluid, t int, alloc []int) float64 {
 		d.sat[b] = sat
 		// The queue steps through the sub-buckets with their own misses: a
 		// burst of them (a scan of new keys) builds a backlog an average
-		// over the bucket would hide.
-		in := st.lam * dts
+		// over the bucket would hide. The arrivals' random spread is the
+		// queue model's already: only what a sub-bucket has beyond twice
+		// it, away from the bucket's mean, moves the backlog.
+		mean := st.lam * dts
+		if d.w.Timed {
+			total, span := 0.0, 0.0
+			for j := range sub {
+				x := t*sub + j
+				if sp := d.w.subSpan(x); sp > 0 {
+					cm, _ := d.w.SubMisses(b, x, f.held[b])
+					total += cm + d.w.subU[x][b]
+					span += sp
+				}
+			}
+			if span > 0 {
+				mean = total / span * dts
+			}
+		}
+		sigma := 2 * math.Sqrt(mean*math.Max(st.dispersion, 1))
+		in := mean
 		served := 0.0
 		for j := range sub {
 			x := t*sub + j
@@ -197,10 +215,11 @@ func (d *dynamics) step(f fluid, t int, alloc []int) float64 {
 				span := d.w.subSpan(x)
 				if span <= 0 {
 					in = 0
-				} else if cm, ok := d.w.SubMisses(b, x, f.held[b]); ok {
-					in = (cm + d.w.subU[x][b]) * dts / span
 				} else {
-					in = d.w.subU[x][b] * dts / span
+					cm, _ := d.w.SubMisses(b, x, f.held[b])
+					got := (cm + d.w.subU[x][b]) * dts / span
+					dev := got - mean
+					in = mean + math.Copysign(math.Max(0, math.Abs(dev)-sigma), dev)
 				}
 			}
 			q0 := f.queue[b]
