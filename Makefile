@@ -116,7 +116,7 @@ hedging: build
 ## and three topologies (1, 2 and 4 app servers), the evaluation seeds, in the simulator; the summary
 ## in runs/zoo/zoo.md, the figure runs/zoo/zoo.png (docs/zoo.md; time in docs/benchmarks.md)
 ZOO_OUT ?= runs/zoo
-ZOO_SEEDS ?= eval
+ZOO_SEEDS ?= 1000-1059
 ZOO_EXPERIMENTS ?= examples/zoo.yaml,examples/zoo-real.yaml
 zoo: build venv
 	$(VENV)/bin/robinhood-testbed zoo --experiment $(ZOO_EXPERIMENTS) --app-servers 1,2,4 --seeds $(ZOO_SEEDS) \

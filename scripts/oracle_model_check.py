@@ -67,6 +67,19 @@ def scenario(backend: str, load: float, phase_s: int, start_s: int, end_s: int) 
     return {"events": events}
 
 
+def absolute(doc: dict, base_dir: Path) -> None:
+    """The experiment's files (a trace file, real key streams) as absolute paths: the
+    copies are written elsewhere."""
+    trace = doc.get("trace", {})
+    if "file" in trace:
+        trace["file"] = str((base_dir / trace["file"]).resolve())
+    for name, st in (trace.get("synth") or {}).get("streams", {}).items():
+        if isinstance(st, str):
+            trace["synth"]["streams"][name] = str((base_dir / st).resolve())
+        else:
+            st["file"] = str((base_dir / st["file"]).resolve())
+
+
 def run_one(base: dict, base_dir: Path, apps: int, phase_s: int, out: Path, reuse: bool = False) -> list[dict]:
     doc = copy.deepcopy(base)
     doc["name"] = f"{base['name']}-n{apps}-p{phase_s}"
@@ -77,6 +90,7 @@ def run_one(base: dict, base_dir: Path, apps: int, phase_s: int, out: Path, reus
     backend = doc["backends"][0]["name"]  # catalog: the most queried
     exp_path = out / f"{doc['name']}.yaml"
     run_dir = out / doc["name"]
+    absolute(doc, base_dir)
     if reuse and (run_dir / "oracle-series.json").exists():
         doc = yaml.safe_load(exp_path.read_text())
         return compare(doc, run_dir, apps, phase_s)
@@ -88,9 +102,6 @@ def run_one(base: dict, base_dir: Path, apps: int, phase_s: int, out: Path, reus
                     "--policy", "static", "--out", str(probe_out)], capture_output=True, text=True, check=True)
     load = miss_load(probe_out / "static" / "topology.yaml", probe_out / "trace.jsonl", f"{dur}s", backend)
     doc["scenario"] = scenario(backend, load, phase_s, warm, dur - 10)
-    for k in ("file",):
-        if k in doc.get("trace", {}):
-            doc["trace"][k] = str((base_dir / doc["trace"][k]).resolve())
     exp_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     run_dir = out / doc["name"]
     res = subprocess.run([str(VENV / "robinhood-testbed"), "compare", "--engine", "sim", "--experiment", str(exp_path),
