@@ -656,6 +656,14 @@ func (s *bstate) row(i int) []float64 {
 	if x < s.lookup {
 		s.call[0] = 0
 	}
+	r := s.pairRow()
+	s.rows[int32(i)] = r
+	return r
+}
+
+// pairRow is, per pair of the backend, P(its call is done) from s.call
+// (P(done | k misses)): its misses are Binomial over its cacheable queries.
+func (s *bstate) pairRow() []float64 {
 	r := make([]float64, len(s.pairs))
 	for p, pr := range s.pairs {
 		F := 0.0
@@ -664,7 +672,6 @@ func (s *bstate) row(i int) []float64 {
 		}
 		r[p] = F
 	}
-	s.rows[int32(i)] = r
 	return r
 }
 

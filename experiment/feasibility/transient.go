@@ -340,14 +340,7 @@ func (s *bstate) rowShifted(x, w float64, lm *LatencyModel) ([]float64, int) {
 	if x < s.lookup {
 		s.call[0] = 0
 	}
-	r := make([]float64, len(s.pairs))
-	for p, pr := range s.pairs {
-		F := 0.0
-		for h, wt := range s.binom[p] {
-			F += wt * s.call[h+pr.Uncacheable]
-		}
-		r[p] = F
-	}
+	r := s.pairRow()
 	lm.rowIDs++
 	s.shifted[key] = shiftedRow{r, lm.rowIDs}
 	return r, lm.rowIDs
