@@ -101,8 +101,8 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		queries float64
 		pairs   map[acc]int
 		slabs   slabs
-		stacks  []*stackdist.Stack // per app server
-		held    *heldProbe         // on app server 0's share
+		stacks  []*stackdist.Stack   // per app server
+		held    *heldProbe           // on app server 0's share
 		last    []map[string]float64 // per app server: each key's last use, ms
 	}
 	per := map[string]*backendAcc{}
