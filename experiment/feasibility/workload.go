@@ -58,6 +58,10 @@ type Workload struct {
 	subReq []float64
 	subU   [][]float64
 	hist   [][][]float32
+	// tail[s][b][k] is the sum of hist[s][b][k:] (exact: the counts are
+	// whole numbers), so SubMisses, called for every candidate allocation
+	// of every sub-bucket, is not a loop over the bins.
+	tail [][][]float64
 	// reuse[s][b][k] counts sub-bucket s's cacheable accesses of backend b
 	// to a key its app server used before, by the time since that use
 	// (reuseBin).
@@ -374,6 +378,20 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 			}
 		}
 	}
+	w.tail = make([][][]float64, len(w.hist))
+	for t := range w.hist {
+		w.tail[t] = make([][]float64, nb)
+		for b, h := range w.hist[t] {
+			if h == nil {
+				continue
+			}
+			tl := make([]float64, len(h)+1)
+			for j := len(h) - 1; j >= 0; j-- {
+				tl[j] = tl[j+1] + float64(h[j])
+			}
+			w.tail[t][b] = tl
+		}
+	}
 	w.curves = map[[2]int][]float64{}
 	return w, nil
 }
@@ -593,8 +611,8 @@ func (w *Workload) SubMisses(b, s int, held float64) (misses float64, ok bool) {
 	// of held < k MiB; the bin held straddles is split evenly.
 	last := len(h) - 1
 	k := int(math.Ceil(held))
-	for j := max(k, 1); j <= last; j++ {
-		misses += float64(h[j])
+	if j := max(k, 1); j <= last {
+		misses = w.tail[s][b][j]
 	}
 	if k >= 1 && k < last {
 		misses -= float64(h[k]) * (held - float64(k-1))
