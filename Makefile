@@ -128,7 +128,7 @@ oracle-check: build venv
 	$(VENV)/bin/python scripts/oracle_model_check.py --out runs/oracle-model-check
 
 ## paper: the paper's experiments at its scale in the simulator (examples/paper): each file's
-## compare arms (compare.policies: robinhood, robinhood-queue, static and the paper's competitors,
+## compare arms (compare.policies: robinhood, relief, static and the paper's competitors,
 ## not the oracle; and the shared cache) x every scenario x 3 seeds, two at a time; report in runs/paper/matrix.md
 PAPER_SCENARIOS = spikes quick-ramp slow-ramp quick-ramp-correlated slow-ramp-correlated random-walk
 PAPER_OUT ?= runs/paper

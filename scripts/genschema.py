@@ -164,12 +164,13 @@ def splice(text: str, path: Path, source: str, body: str) -> str:
 def allocation_table() -> str:
     from robinhood_controller import policies
 
-    rows = ["| policy | parameters (defaults) | what it does |", "|---|---|---|"]
+    rows = ["| policy | role | parameters (defaults) | what it does |", "|---|---|---|---|"]
     for d in policies.describe():
         params = "<br>".join(f"`{p['name']}` = `{p['default']}`: {p['description']}" for p in d["params"]) or "—"
         rbc = " Needs the RBC server." if d["needs_rbc"] else ""
         run = " Needs the run's description (`controller.run`): experiments only." if d["needs_run"] else ""
-        rows.append(f"| `{d['name']}` | {params} | {d['summary']}.{rbc}{run} |")
+        role = f"**{d['role']}** (the default)" if d["default"] else d["role"]
+        rows.append(f"| `{d['name']}` | {role} | {params} | {d['summary']}.{rbc}{run} |")
     return "\n".join(rows) + "\n"
 
 

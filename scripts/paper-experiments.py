@@ -150,7 +150,7 @@ def documents() -> dict[str, str]:
     for name, (desc, scenario) in EXPERIMENTS.items():
         d = base(f"paper-{name}", desc)
         d["scenario"] = scenario
-        d["compare"]["policies"] = ["robinhood", "static", "robinhood-queue", "tao++", "cliffhanger++", "fair++",
+        d["compare"]["policies"] = ["robinhood", "static", "relief", "tao++", "cliffhanger++", "fair++",
                                     "lama++"]
         out[name] = HEADER + yaml.safe_dump(d, sort_keys=False, width=110)
     d = base("paper-spike-window", WINDOW["description"])

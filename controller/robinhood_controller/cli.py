@@ -117,15 +117,21 @@ def load_config(ns: argparse.Namespace) -> ControllerConfig:
 
 
 def cmd_policies(as_json: bool, out: TextIO) -> int:
-    """Every registered allocation policy, one a line: its name, its parameters with
+    """Every registered allocation policy, one a line under a line naming its role
+    (``# ROLE: what it means``): its name (the default marked), its parameters with
     their defaults, and what it does."""
     desc = policies.describe()
     if as_json:
         out.write(json.dumps(desc, indent=1) + "\n")
         return EXIT_OK
+    role = None
     for d in desc:
+        if d["role"] != role:
+            role = d["role"]
+            out.write(f"# {role}: {policies.registry.ROLES[role]}\n")
         params = " ".join(f"{p['name']}={p['default']}" for p in d["params"])
-        out.write(" ".join(x for x in (d["name"], params) if x) + f" -- {d['summary']}\n")
+        name = d["name"] + (" (default)" if d["default"] else "")
+        out.write(" ".join(x for x in (name, params) if x) + f" -- {d['summary']}\n")
     return EXIT_OK
 
 

@@ -19,7 +19,7 @@ from robinhood_controller.cli import main
 CLI = [sys.executable, "-m", "robinhood_controller.cli"]
 
 
-def _write(tmp_path: Path, addrs: dict[str, str], rbc: str = "127.0.0.1:1", controller: str = "{min_partition_mb: 16}",
+def _write(tmp_path: Path, addrs: dict[str, str], rbc: str = "127.0.0.1:1", controller: str = "{min_partition_mb: 16, policy: robinhood}",
            budget: int | None = None, extra: str = "") -> Path:
     parts = ", ".join(f"{n}: {a}" for n, a in addrs.items())
     backends = "\n".join(
@@ -91,7 +91,7 @@ def test_plan_prints_current_and_planned_and_changes_nothing(procs, gobin, free_
                       name="rbcserver")
     wait_tcp(rbc_grpc, proc=rbc)
     _feed(rbc_grpc, blamed=1, others=[0, 2])
-    topo = _write(tmp_path, addrs, rbc=rbc_grpc, controller="{min_partition_mb: 16, interval: 1m}")
+    topo = _write(tmp_path, addrs, rbc=rbc_grpc, controller="{policy: robinhood, min_partition_mb: 16, interval: 1m}")
     before = {n: (limit_mb(a), malloced(a)) for n, a in addrs.items()}
 
     assert main(["plan", "--topology", str(topo), "--id", "app0", "--policy-param", "tax=0.05"]) == 0

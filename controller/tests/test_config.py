@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from robinhood_common.contract import read_yaml
+from robinhood_controller.policies import registry
 from robinhood_controller import policies
 from robinhood_controller.config import ConfigError, ControllerConfig, Overrides, load, resolve_document
 from robinhood_controller.plan import MIB
@@ -42,6 +43,9 @@ app_servers:
 """
 
 
+BASE_RH = BASE.replace("controller: {min_partition_mb: 16}", "controller: {min_partition_mb: 16, policy: robinhood}")
+
+
 def resolve(text: str, app: str = "app0", **kw: Any) -> ControllerConfig:
     ov = Overrides(settings=kw.pop("settings", {}), **kw)
     return resolve_document(read_yaml(text), app, ov)
@@ -69,14 +73,16 @@ def test_defaults_come_from_the_schema_and_the_policy() -> None:
     s = cfg.settings
     assert (s.interval, s.dry_run, s.used_source, s.metrics, s.rbc_timeout) == (5.0, False, "malloced", None, 1.0)
     assert cfg.rbc_window == 3.0 and cfg.shrink_budget == 2.5
-    assert cfg.policy_params.model_dump() == {"tax": 0.01, "unused_gap": 0.30}
+    # A topology that names no policy runs the recommended one, with its defaults.
+    assert cfg.policy == registry.recommended() == "relief"
+    assert cfg.policy_params.model_dump() == {"alarm": 0.3, "memory": 30, "donor_step": 0.25}
     assert resolve(BASE.replace("controller: {min_partition_mb: 16}", "controller: {}").replace(
         "cache_budget_mb: 100", "cache_budget_mb: 200").replace("initial_mb: 40", "initial_mb: 60")
     ).settings.min_partition_mb == 48
 
 
 def test_overrides() -> None:
-    cfg = resolve(BASE, settings={"interval": "250ms", "dry_run": True, "metrics": "127.0.0.1:0"},
+    cfg = resolve(BASE_RH, settings={"interval": "250ms", "dry_run": True, "metrics": "127.0.0.1:0"},
                   policy_params={"tax": 0.02})
     assert (cfg.settings.interval, cfg.settings.dry_run, cfg.settings.metrics) == (0.25, True, "127.0.0.1:0")
     assert cfg.shrink_budget == 0.125 and cfg.policy_params.model_dump()["tax"] == 0.02
@@ -120,7 +126,9 @@ def test_bad_controller_block_names_field_and_value(block: str, message: str) ->
 
 def test_override_error_says_which_flag() -> None:
     with pytest.raises(ConfigError, match=r"policy.tax \(from --policy-param\): 0.9 is above the maximum of 0.5"):
-        resolve(BASE, policy_params={"tax": 0.9})
+        resolve(BASE_RH, policy_params={"tax": 0.9})
+    with pytest.raises(ConfigError, match=r"policy.tax \(from --policy-param\): unknown parameter of policy relief"):
+        resolve(BASE, policy_params={"tax": 0.01})
     with pytest.raises(ConfigError, match=r"controller.interval \(from --interval\): \"soon\" is not a duration"):
         resolve(BASE, settings={"interval": "soon"})
     with pytest.raises(ConfigError, match=r"policy.name \(from --policy\): \"lru\" is not one of"):
@@ -129,8 +137,10 @@ def test_override_error_says_which_flag() -> None:
 
 def test_rbc_server_is_required_by_rbc_policies_only() -> None:
     no_rbc = BASE.replace("rbc_server: {grpc: 127.0.0.1:7070, window: 3s}", "rbc_server: {}")
-    with pytest.raises(ConfigError, match="rbc_server.grpc: an address is required by the robinhood policy"):
+    with pytest.raises(ConfigError, match="rbc_server.grpc: an address is required by the relief policy"):
         resolve(no_rbc)
+    with pytest.raises(ConfigError, match="rbc_server.grpc: an address is required by the robinhood policy"):
+        resolve(no_rbc, policy="robinhood")
     assert resolve(no_rbc, policy="static").rbc_addr == ""
 
 

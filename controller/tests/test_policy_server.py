@@ -54,7 +54,7 @@ app_servers:
     cache_mode: partitioned
     cache_budget_mb: 96
     partitions: {{catalog: 127.0.0.1:3, ratings: 127.0.0.1:4, recs: 127.0.0.1:5}}
-    controller: {{min_partition_mb: 16, interval: 1s}}
+    controller: {{policy: robinhood, min_partition_mb: 16, interval: 1s}}
   - id: app1
     http: 127.0.0.1:6
     cache_mode: partitioned

@@ -133,6 +133,11 @@ class AllocationPolicy(ABC):
     the simulator describes: its trace and scenario) and cannot run in a deployment."""
     color: ClassVar[str | None] = None
     """The color of its curves in the testbed's plots (None: one from the palette)."""
+    role: ClassVar[str] = "candidate"
+    """What a user should make of it (registry.ROLES): ``recommended`` (the one to run),
+    ``paper`` (the paper's algorithm, exactly), ``baseline`` (a competitor or a fixed
+    split), ``bound`` (experiments only: what no online policy can beat) or
+    ``candidate`` (an improvement on trial; a new policy starts as one)."""
 
     def __init__(self, params: Params, ctx: PolicyContext) -> None:
         self.params = params

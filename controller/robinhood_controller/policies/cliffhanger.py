@@ -30,6 +30,7 @@ class Cliffhanger(AllocationPolicy):
     Params = CliffhangerParams
     needs_rbc = True
     color = "#ff7f0e"
+    role = "baseline"
 
     def plan(self, inp: PlanInput) -> Decision:
         grad = {n: st.shadow_hits / st.shadow_bytes for n, st in inp.stats.items()

@@ -30,6 +30,7 @@ class Fair(AllocationPolicy):
     Params = FairParams
     needs_rbc = True
     color = "#9467bd"
+    role = "baseline"
 
     def plan(self, inp: PlanInput) -> Decision:
         ratios = {n: st.miss_ratio for n, st in inp.stats.items() if n in inp.targets and st.miss_ratio is not None}

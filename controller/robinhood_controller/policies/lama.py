@@ -30,6 +30,7 @@ class Lama(AllocationPolicy):
     Params = LamaParams
     needs_rbc = True
     color = "#8c564b"
+    role = "baseline"
 
     def plan(self, inp: PlanInput) -> Decision:
         p99 = {n: float(st.p99_query_latency_us) for n, st in inp.stats.items()

@@ -61,6 +61,7 @@ class Oracle(AllocationPolicy):
     Params = OracleParams
     needs_run = True
     color = "#000000"
+    role = "bound"
 
     def __init__(self, params: Params, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(params, ctx)

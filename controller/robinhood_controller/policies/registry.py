@@ -16,6 +16,15 @@ _REGISTRY: dict[str, type[AllocationPolicy]] = {}
 _loaded = False
 _NOT_POLICIES = {"base", "registry"}
 
+ROLES: dict[str, str] = {
+    "recommended": "the policy to run (the default of a topology that names none)",
+    "paper": "the paper's algorithm, exactly as the paper has it",
+    "baseline": "a fixed split or one of the paper's competitors: what a policy must beat",
+    "candidate": "an improvement on trial for one round: promoted, or it leaves the product",
+    "bound": "experiments only (it reads the run's trace and scenario): what no online policy can beat",
+}
+"""The roles a policy declares (AllocationPolicy.role), in the order they are listed."""
+
 
 def register(cls: type[AllocationPolicy]) -> type[AllocationPolicy]:
     """Class decorator adding a policy to the registry under ``cls.name``."""
@@ -24,6 +33,11 @@ def register(cls: type[AllocationPolicy]) -> type[AllocationPolicy]:
         raise TypeError(f"{cls.__qualname__}: an allocation policy needs a name")
     if not getattr(cls, "summary", ""):
         raise TypeError(f"{cls.__qualname__}: an allocation policy needs a summary")
+    role = getattr(cls, "role", "")
+    if role not in ROLES:
+        raise TypeError(f"{cls.__qualname__}: role {role!r} is not one of {', '.join(ROLES)}")
+    if role == "bound" and not cls.needs_run:
+        raise TypeError(f"{cls.__qualname__}: a bound reads the run (needs_run = True)")
     other = _REGISTRY.get(name)
     if other is not None and other is not cls and (other.__module__, other.__qualname__) != (cls.__module__, cls.__qualname__):
         raise TypeError(f"allocation policy {name!r} is registered twice ({other.__module__} and {cls.__module__})")
@@ -48,6 +62,37 @@ def names() -> list[str]:
     """Every registered policy name, sorted."""
     _load()
     return sorted(_REGISTRY)
+
+
+def ordered() -> list[str]:
+    """Every registered policy name, by role (ROLES' order), then by name."""
+    _load()
+    order = list(ROLES)
+    return sorted(_REGISTRY, key=lambda n: (order.index(_REGISTRY[n].role), n))
+
+
+def with_role(role: str) -> list[str]:
+    """The registered policies of one role, sorted."""
+    _load()
+    return sorted(n for n, c in _REGISTRY.items() if c.role == role)
+
+
+def recommended() -> str:
+    """The recommended policy: the default of a topology that names none. PolicyError
+    when the registry holds none, or more than one (a plug-in that declares itself
+    recommended must replace the built-in one's role)."""
+    rec = with_role("recommended")
+    if len(rec) != 1:
+        raise PolicyError(f"role: the registry must hold exactly one recommended allocation policy, "
+                          f"it holds {', '.join(rec) or 'none'}")
+    return rec[0]
+
+
+def default_arms() -> list[str]:
+    """The allocation policies a comparison runs when it names none: the recommended
+    one, the paper's and the baselines' fixed split (static); the shared cache is the
+    comparison's other default arm."""
+    return [recommended()] + [n for n in ("robinhood", "static") if n in _REGISTRY]
 
 
 def get(name: str) -> type[AllocationPolicy]:
@@ -102,13 +147,15 @@ def build(name: str, params: dict[str, Any], ctx: PolicyContext) -> AllocationPo
 
 
 def describe() -> list[dict[str, Any]]:
-    """Every policy: name, summary, whether it needs the RBC, and its parameters
-    (name, default, description)."""
+    """Every policy, by role: name, role, whether it is the default, summary, whether it
+    needs the RBC or the run, and its parameters (name, default, description)."""
     out = []
-    for n in names():
+    rec = with_role("recommended")
+    for n in ordered():
         cls = _REGISTRY[n]
         params = [{"name": f, "default": info.default, "description": info.description or ""}
                   for f, info in cls.Params.model_fields.items()]
-        out.append({"name": n, "summary": cls.summary, "needs_rbc": cls.needs_rbc, "needs_run": cls.needs_run,
+        out.append({"name": n, "role": cls.role, "default": rec == [n], "summary": cls.summary,
+                    "needs_rbc": cls.needs_rbc, "needs_run": cls.needs_run,
                     "color": cls.color, "params": params})
     return out

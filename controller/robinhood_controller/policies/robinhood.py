@@ -140,6 +140,7 @@ class RobinHood(AllocationPolicy):
     Params = RobinHoodSettings
     needs_rbc = True
     color = "#d62728"
+    role = "paper"
 
     def plan(self, inp: PlanInput) -> Decision:
         p: RobinHoodSettings = self.params  # type: ignore[assignment]

@@ -15,6 +15,7 @@ class Static(AllocationPolicy):
     name = "static"
     summary = "keep the configured allocation (initial_mb, else an even split)"
     color = "#1f77b4"
+    role = "baseline"
 
     def initial_targets(self, adopted: Mapping[str, int]) -> dict[str, int]:
         return {n: self.ctx.configured[n] for n in adopted}

@@ -50,6 +50,7 @@ class Tao(AllocationPolicy):
     Params = TaoParams
     needs_rbc = True
     color = "#17becf"
+    role = "baseline"
 
     def __init__(self, params: Params, ctx) -> None:  # type: ignore[no-untyped-def]
         super().__init__(params, ctx)

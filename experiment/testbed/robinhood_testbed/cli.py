@@ -78,10 +78,8 @@ def _arms(args: argparse.Namespace, exp: Experiment, single: bool = False) -> li
     else:
         modes = _names(args.cache_modes, "--cache-modes") if args.cache_modes else None
         pols = _names(args.policies, "--policies") if args.policies else None
-        if pols == ["all"]:  # every registered allocation policy, the paper's first
-            names = allocation.names()
-            pols = [n for n in ("robinhood", "static") if n in names] + \
-                [n for n in names if n not in ("robinhood", "static")]
+        if pols == ["all"]:  # every registered allocation policy, by role (the recommended one first)
+            pols = allocation.registry.ordered()
         disp = _names(args.dispatch, "--dispatch") if args.dispatch else None
     for m in modes or []:
         if m not in CACHE_MODES:
@@ -95,8 +93,8 @@ def _arms(args: argparse.Namespace, exp: Experiment, single: bool = False) -> li
     if single:
         if modes is None:
             modes = ["partitioned"] if pols else [exp.compare.cache_modes[0]]
-        # The experiment's first policy; without a compare.policies list, the paper's.
-        pols = pols or [exp.compare.policies[0].name if exp.compare.policies else "robinhood"]
+        # The experiment's first policy; without a compare.policies list, the recommended one.
+        pols = pols or [exp.compare.policies[0].name if exp.compare.policies else allocation.registry.recommended()]
         disp = disp or [exp.compare.dispatch[0].policy]
     by_name = {p.name: p.model_dump() for p in exp.compare.policies}
     pol_specs = [by_name.get(p, {"name": p}) for p in pols] if pols else None
@@ -270,11 +268,10 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
 
 def results_arms(out: Path) -> list[str]:
     """The arms in a results folder (sub-folders holding a finished replay), ordered as
-    compare orders them: registered allocation policies (robinhood and static first),
-    then cache modes, then anything else by name."""
+    compare orders them: registered allocation policies by role (the recommended one
+    first), then cache modes, then anything else by name."""
     found = sorted(d.name for d in out.iterdir() if (d / "replay" / "summary.json").is_file())
-    names = allocation.names()
-    order = [n for n in ("robinhood", "static") if n in names] + [n for n in names if n not in ("robinhood", "static")]
+    order = allocation.registry.ordered()
     rank = {n: i for i, n in enumerate([*order, *CACHE_MODES])}
     return sorted(found, key=lambda a: (rank.get(a, len(rank)), a))
 

@@ -54,10 +54,8 @@ def arms(exp: Experiment, cache_modes: list[str] | None = None, policies: list[d
     """
     modes = cache_modes or list(exp.compare.cache_modes)
     pols = policies if policies is not None else [p.model_dump() for p in exp.compare.policies]
-    if not pols:  # every registered policy, the paper's first
-        names = allocation.names()
-        first = [n for n in ("robinhood", "static") if n in names]
-        pols = [{"name": n} for n in first + [n for n in names if n not in first]]
+    if not pols:  # the recommended policy, the paper's and the static split
+        pols = [{"name": n} for n in allocation.registry.default_arms()]
     disp = dispatch if dispatch is not None else [d.model_dump() for d in exp.compare.dispatch]
     for m in modes:
         if m not in ("partitioned", "shared", "none"):

@@ -1,0 +1,250 @@
+"""Relief (beyond the paper; docs/algorithms.md, "relief"): RobinHood's step, and when a
+backend's load nears what it can answer, at once the space that brings it back under a
+target utilization, taken from the backends with room to spare that lose the fewest hits
+per byte.
+
+RobinHood moves 1% of every partition a tick, so a backend that loses half its capacity
+waits a minute for the space it needs; the reactive oracle gives it at the phase's start.
+This policy sizes the move from what a deployment observes about each backend in the
+statistics service's window (docs/protocol.md, GetStats):
+
+- what it was sent (the misses looked up) and what it answered (every query but the
+  hits);
+- the spread of the latency of the queries that reached it (P90 − median), against its
+  own baseline (a slow running mean over the ticks it is not relieved): a queue's
+  sojourn, and its spread, grow as 1/(1 − ρ), so ρ ≈ 1 − baseline/spread;
+- the misses one more byte of cache saves (shadow hits / shadow bytes);
+- its request blocking count, and the request P99.
+
+A backend's utilization is what it is sent over what it answers when it is backlogged
+(sent more than it answered), else ρ from the spread. It *needs relief* when its
+utilization is above 0.65 (``TARGET_UTIL``), it blocks more than an even share of the
+tail requests, more cache saves it misses, and (with an SLO) the request P99 is at least
+``alarm`` of it. It is then given at once the space that brings what it is sent down to
+0.65 of what it can answer (nothing more while the space given is still filling, unless
+its latency keeps rising). The space comes from *donors*: backends under 0.65 that have
+not needed relief for ``memory`` ticks, the fewest hits per byte first, each giving at
+most ``donor_step`` of its partition and no more than keeps its own load under 0.65.
+Nothing else moves space: the RobinHood step returns what stops blocking.
+
+Ramps are seen as they build (ρ rising above the target before anything is backlogged),
+so the move comes before the backend saturates. The step is pure (:func:`plan_relief`);
+baselines and recent grants are the policy's only state, a function of the statistics
+seen, so controllers that see the same statistics plan alike. It works without an SLO
+(the alarm is then not applied). Its three parameters are the ones whose removal moved
+the zoo's result on the development seeds by more than a point (docs/algorithms.md,
+"relief"); their defaults were set there, never on the evaluation seeds.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic import Field
+
+from ..rbc import QueryStats
+from .base import AllocationPolicy, Decision, Params, PlanInput, PolicyContext
+from .registry import register
+from .robinhood import TAX, RobinHoodParams, plan_robinhood
+
+US_PER_S = 1_000_000
+"""Microseconds in a second (the statistics are in µs, the SLO in seconds)."""
+UNUSED_GAP = 0.30
+"""RobinHood's unused-space rule, as the paper has it (§3.2)."""
+BASELINE_WEIGHT = 0.02
+"""A tick's weight in a baseline: the running mean forgets over about 50 ticks, far
+longer than a queue takes to build, so a building queue never becomes the baseline."""
+MIN_BASELINE_US = 100.0
+"""A baseline is at least this (latency changes below a tenth of a millisecond are
+measurement noise, not queueing)."""
+RISING = 1.25
+"""A backend given space is given more before that space has filled only when its
+latency spread has grown by this factor since the grant: the first grant was too small."""
+FILLED = 0.9
+"""A partition has filled its grant once it uses this share of its target."""
+TARGET_UTIL = 0.65
+"""A backend needs relief above this utilization; its load is brought back to it, and
+donors are kept under it. Not a parameter: on the zoo's development seeds 0.5 and 0.8
+change the mean SLO violation by less than 0.2 of a point (docs/algorithms.md, "relief")."""
+
+
+class ReliefParams(Params):
+    alarm: float = Field(0.3, ge=0, le=10, description=(
+        "no backend needs relief while the request P99 is under this fraction of the SLO (not applied without one)"))
+    donor_step: float = Field(0.25, gt=0, le=1, description="most of a donor's partition taken a tick")
+    memory: int = Field(30, ge=0, le=100000, description=(
+        "ticks after it last needed relief before a backend gives space (it is near its capacity: "
+        "what it gives comes back as load it cannot answer)"))
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One backend in one tick's window."""
+
+    served: float
+    """Queries the backend answered (every query but the hits)."""
+    offered: float
+    """Queries sent to it: the misses looked up, or the served ones when more."""
+    spread_us: float
+    """P90 − median of the latency of the queries that reached it, µs (at least 1)."""
+    gain: float
+    """Misses saved per byte of extra cache, per window (shadow hits / shadow bytes)."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The last space given to a backend: when, and its latency spread then."""
+
+    tick: int
+    spread_us: float
+
+
+@dataclass(frozen=True)
+class State:
+    """What the policy remembers between ticks."""
+
+    tick: int = 0
+    baseline: Mapping[str, float] = field(default_factory=dict)
+    """Per partition, the spread of the backend's query latency when it does not queue, µs."""
+    grants: Mapping[str, Grant] = field(default_factory=dict)
+    last_relief: Mapping[str, int] = field(default_factory=dict)
+    """Per partition, the last tick its backend needed relief."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One tick's plan, with what it saw, for notes and tests."""
+
+    targets: dict[str, int]
+    state: State
+    relieved: list[str]
+    """The backends that needed relief, most utilized first."""
+    given: dict[str, int]
+    taken: dict[str, int]
+
+
+def observe(stats: Mapping[str, QueryStats]) -> dict[str, Observed]:
+    """The partitions with a backend latency in the window."""
+    out = {}
+    for n, st in stats.items():
+        if st.queries <= 0 or st.p90_backend_latency_us <= 0:
+            continue
+        served = float(max(st.queries - st.hits, 0))
+        gain = st.shadow_hits / st.shadow_bytes if st.shadow_bytes > 0 else 0.0
+        spread = float(max(st.p90_backend_latency_us - st.p50_backend_latency_us, 1))
+        out[n] = Observed(served=served, offered=max(served, float(st.misses)), spread_us=spread, gain=gain)
+    return out
+
+
+def utilization(o: Observed, baseline_us: float) -> float:
+    """What a backend is sent over what it can answer: sent/answered when it is
+    backlogged (sent more than it answered), else ρ ≈ 1 − L₀/L from the spread of its
+    latency (a queue's sojourn, and its spread, grow as 1/(1 − ρ)), at most 0.99."""
+    if o.served > 0 and o.offered > o.served:
+        return o.offered / o.served
+    if baseline_us <= 0 or o.spread_us <= 0:
+        return 0.0
+    return min(max(1.0 - baseline_us / o.spread_us, 0.0), 0.99)
+
+
+def plan_relief(targets: Mapping[str, int], used: Mapping[str, int], obs: Mapping[str, Observed],
+                rbc: Mapping[str, int], p99_us: float | None, state: State, p: ReliefParams, floor: int,
+                budget: int, slo_us: float | None) -> Step:
+    """One tick after the RobinHood step: the new targets (same keys, same sum, none
+    lowered below the floor) and the next state."""
+    if any(v < 0 for v in targets.values()):
+        raise ValueError("targets: negative")
+    tick = state.tick + 1
+    base = dict(state.baseline)
+    grants = dict(state.grants)
+    last = dict(state.last_relief)
+    obs = {n: o for n, o in obs.items() if n in targets}
+    for n, o in obs.items():  # a first latency is its own baseline
+        base.setdefault(n, max(o.spread_us, MIN_BASELINE_US))
+    util = {n: utilization(o, base[n]) for n, o in obs.items()}
+    total = sum(rbc.get(n, 0) for n in targets)
+    alarm = slo_us is None or (p99_us is not None and p99_us >= p.alarm * slo_us)
+    relieved = sorted((n for n, o in obs.items() if alarm and util[n] > TARGET_UTIL and o.gain > 0
+                       and total > 0 and rbc.get(n, 0) * len(targets) > total),
+                      key=lambda n: (-util[n], n))
+    for n in relieved:
+        last[n] = tick
+
+    def room(n: str) -> int:
+        """Bytes a donor can give this tick: its load stays under the target."""
+        o = obs[n]
+        most = min(int(p.donor_step * targets[n]), max(targets[n] - floor, 0))
+        if o.gain <= 0:
+            return most
+        if util[n] <= 0:
+            return most
+        return max(int(min(float(most), o.offered * (TARGET_UTIL / util[n] - 1) / o.gain)), 0)
+
+    donors = sorted((n for n, o in obs.items() if util[n] < TARGET_UTIL and n not in relieved
+                     and tick - last.get(n, -p.memory) >= p.memory),
+                    key=lambda n: (obs[n].gain, n))
+    left = {n: room(n) for n in donors}
+    new = dict(targets)
+    given: dict[str, int] = {}
+    taken: dict[str, int] = {}
+    for n in relieved:
+        o = obs[n]
+        g = grants.get(n)
+        if g is not None and used.get(n, 0) < FILLED * targets[n] and o.spread_us < RISING * g.spread_us:
+            continue  # the last grant is still filling, and the latency is not rising
+        capacity = o.offered / util[n]
+        want = int(min(max(o.offered - TARGET_UTIL * capacity, 0.0) / o.gain, float(budget)))
+        got = 0
+        for d in donors:
+            take = min(left[d], want - got)
+            if take <= 0:
+                continue
+            left[d] -= take
+            new[d] -= take
+            taken[d] = taken.get(d, 0) + take
+            got += take
+        if got > 0:
+            new[n] += got
+            given[n] = got
+            grants[n] = Grant(tick, o.spread_us)
+    # Baselines follow the spread of the backends that do not need relief.
+    for n, o in obs.items():
+        if n not in relieved:
+            base[n] = max((1 - BASELINE_WEIGHT) * base[n] + BASELINE_WEIGHT * o.spread_us, MIN_BASELINE_US)
+    return Step(new, State(tick, base, grants, last), relieved, given, taken)
+
+
+@register
+class Relief(AllocationPolicy):
+    name = "relief"
+    summary = ("RobinHood's step, and at once the space that brings a backend nearing its capacity back under a "
+               "target utilization, from the backends with room that lose the fewest hits per byte (beyond the paper)")
+    Params = ReliefParams
+    needs_rbc = True
+    color = "#bcbd22"
+    role = "recommended"
+
+    def __init__(self, params: Params, ctx: PolicyContext) -> None:
+        super().__init__(params, ctx)
+        self.state = State()
+
+    def plan(self, inp: PlanInput) -> Decision:
+        p: ReliefParams = self.params  # type: ignore[assignment]
+        slo_us = self.ctx.slo.latency * US_PER_S if self.ctx.slo is not None else None
+        obs = observe(inp.stats)
+        rh = plan_robinhood(inp.targets, inp.used, inp.rbc,
+                            RobinHoodParams(tax=TAX, unused_gap=UNUSED_GAP, floor_bytes=self.ctx.floor_bytes),
+                            applied=inp.applied())
+        step = plan_relief(rh.targets, inp.used, obs, inp.rbc, inp.p99_latency_us, self.state, p,
+                           self.ctx.floor_bytes, self.ctx.budget_bytes, slo_us)
+        self.state = step.state
+        note = ""
+        if step.given:
+            mb = 1 << 20
+            note = ("relief: " + ", ".join(f"{n} +{v / mb:.1f} MB" for n, v in sorted(step.given.items()))
+                    + " from " + ", ".join(f"{n} {v / mb:.1f}" for n, v in sorted(step.taken.items())))
+        return Decision(targets=step.targets, moved=rh.redistributed or bool(step.given), eligible=rh.eligible,
+                        note=note)
+
+
+__all__ = ["Relief", "ReliefParams", "State", "Grant", "Observed", "Step", "observe", "utilization", "plan_relief"]
