@@ -102,9 +102,9 @@ func getAll(t *testing.T, d *Dispatcher, n int, done func() bool) {
 // waitFor polls cond every 10 ms for up to 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5 s", what)
+			t.Fatalf("%s: not within 30 s", what)
 		}
 	}
 }
