@@ -156,13 +156,13 @@ func TestTransientFillAndBacklog(t *testing.T) {
 	if queue[3] <= 0 || queue[10] < queue[3] {
 		t.Fatalf("a throttled backend's queue: %v", queue[:11])
 	}
-	// Given back twice the capacity of its load, the backend drains
+	// Given back a quarter more capacity than its load, the backend drains
 	// the queue slowly: it outlives the overload, and slows the requests
 	// while it lasts.
 	mr := math.Round(missAt(d.w.MissCurveAt(0, 30), slow[29])/mrStep) * mrStep
 	lam := d.lm.stateMR(0, config.Limits{Workers: 8, ExtraLatencyMs: 3}, d.rate[30], mr).lam
 	ph := d.phases[0]
-	ph.Limits = map[string]config.Limits{"a": {Workers: 8, ExtraLatencyMs: 3, Rate: 2 * lam}, "b": demoTopology(1).Backends[1].Limits}
+	ph.Limits = map[string]config.Limits{"a": {Workers: 8, ExtraLatencyMs: 3, Rate: 1.25 * lam}, "b": demoTopology(1).Backends[1].Limits}
 	d.phases[0] = ph
 	f := fluid{held: []float64{slow[29], 0}, queue: []float64{queue[29], 0}}
 	first := d.step(f, 30, alloc)
@@ -170,7 +170,7 @@ func TestTransientFillAndBacklog(t *testing.T) {
 	for s := 31; s < 45; s++ {
 		d.step(f, s, alloc)
 	}
-	if queue[29] <= 0 || after1 >= queue[29] || f.queue[0] != 0 || first <= 0.01 {
+	if queue[29] <= 0 || after1 <= 0 || after1 >= queue[29] || f.queue[0] != 0 || first <= 0.01 {
 		t.Fatalf("queue %v, %v a second later, then %v; slow share in the first second %v", queue[29], after1, f.queue[0], first)
 	}
 }

@@ -220,17 +220,6 @@ func (d *dynamics) step(f fluid, t int, alloc []int) float64 {
 					got := (cm + d.w.subU[x][b]) * dts / span
 					dev := got - mean
 					in = mean + math.Copysign(math.Max(0, math.Abs(dev)-sigma), dev)
-					// While a backlog holds misses back, a key used again
-					// before its miss is answered misses again (the app
-					// server does not coalesce them): of the hits whose key
-					// was used less than the wait ago, those whose previous
-					// use missed (as many as the miss ratio says).
-					if q := f.queue[b]; q > 0 && st.mu > 0 {
-						if c := d.w.subCacheable(b, x); c > 0 {
-							hits := math.Max(0, c-cm)
-							in += hits * (cm / c) * d.w.SubReusedWithin(b, x, q/st.mu*1000) * dts / span
-						}
-					}
 				}
 			}
 			q0 := f.queue[b]

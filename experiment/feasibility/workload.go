@@ -62,10 +62,6 @@ type Workload struct {
 	// whole numbers), so SubMisses, called for every candidate allocation
 	// of every sub-bucket, is not a loop over the bins.
 	tail [][][]float64
-	// reuse[s][b][k] counts sub-bucket s's cacheable accesses of backend b
-	// to a key its app server used before, by the time since that use
-	// (reuseBin).
-	reuse [][][]float32
 	// curves caches MissCurve's smoothed per-bucket curves.
 	curves map[[2]int][]float64
 	// heldGrid and worth[b] are the partition sizes probed and what each
@@ -105,9 +101,8 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		queries float64
 		pairs   map[acc]int
 		slabs   slabs
-		stacks  []*stackdist.Stack   // per app server
-		held    *heldProbe           // on app server 0's share
-		last    []map[string]float64 // per app server: each key's last use, ms
+		stacks  []*stackdist.Stack // per app server
+		held    *heldProbe         // on app server 0's share
 	}
 	per := map[string]*backendAcc{}
 	var order []*backendAcc
@@ -118,9 +113,8 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 	// Per bucket, per backend (in order of first appearance): counts and
 	// histograms, grown as backends appear.
 	type cell struct {
-		c, u  float64
-		hist  []float32
-		reuse []float32
+		c, u float64
+		hist []float32
 	}
 	var cells [][]*cell
 	var requests []float64
@@ -181,10 +175,7 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 				b := per[q.Backend]
 				if b == nil {
 					b = &backendAcc{idx: len(order), pairs: map[acc]int{}, stacks: make([]*stackdist.Stack, appServers),
-						held: newHeldProbe(grid, maxMB), last: make([]map[string]float64, appServers)}
-					for a := range b.last {
-						b.last[a] = map[string]float64{}
-					}
+						held: newHeldProbe(grid, maxMB)}
 					for a := range b.stacks {
 						b.stacks[a] = stackdist.New(depth)
 					}
@@ -221,17 +212,6 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 						ce.hist[at]++
 						if app == 0 {
 							b.held.access(q.Keys[j], q.Sizes[j], at)
-						}
-						if r.HasTs {
-							if prev, ok := b.last[app][q.Keys[j]]; ok {
-								if ce.reuse == nil {
-									ce.reuse = make([]float32, len(reuseEdgesMs)+1)
-								}
-								ce.reuse[reuseBin(r.TsMs-prev)]++
-								b.last[app][q.Keys[j]] = r.TsMs
-							} else {
-								b.last[app][strings.Clone(q.Keys[j])] = r.TsMs
-							}
 						}
 					} else {
 						a.u++
@@ -339,18 +319,16 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 	nb := len(f.Backends)
 	w.subU = make([][]float64, len(cells))
 	w.hist = make([][][]float32, len(cells))
-	w.reuse = make([][][]float32, len(cells))
 	cacheable := make([][]float64, len(cells))
 	for t := range cells {
 		w.subU[t] = make([]float64, nb)
 		w.hist[t] = make([][]float32, nb)
-		w.reuse[t] = make([][]float32, nb)
 		cacheable[t] = make([]float64, nb)
 		for i, n := range f.Backends {
 			b := per[n]
 			if b.idx < len(cells[t]) && cells[t][b.idx] != nil {
 				ce := cells[t][b.idx]
-				cacheable[t][i], w.subU[t][i], w.hist[t][i], w.reuse[t][i] = ce.c, ce.u, ce.hist, ce.reuse
+				cacheable[t][i], w.subU[t][i], w.hist[t][i] = ce.c, ce.u, ce.hist
 			}
 		}
 	}
@@ -405,11 +383,10 @@ func (w *Workload) merge(k int, cacheable [][]float64) [][]float64 {
 	c := make([][]float64, n)
 	u := make([][]float64, n)
 	h := make([][][]float32, n)
-	ru := make([][][]float32, n)
 	for t := range w.subReq {
 		i := t / k
 		if c[i] == nil {
-			c[i], u[i], h[i], ru[i] = make([]float64, nb), make([]float64, nb), make([][]float32, nb), make([][]float32, nb)
+			c[i], u[i], h[i] = make([]float64, nb), make([]float64, nb), make([][]float32, nb)
 		}
 		req[i] += w.subReq[t]
 		for b := range nb {
@@ -423,72 +400,10 @@ func (w *Workload) merge(k int, cacheable [][]float64) [][]float64 {
 					h[i][b][j] += v
 				}
 			}
-			if src := w.reuse[t][b]; src != nil {
-				if ru[i][b] == nil {
-					ru[i][b] = make([]float32, len(src))
-				}
-				for j, v := range src {
-					ru[i][b][j] += v
-				}
-			}
 		}
 	}
-	w.subReq, w.subU, w.hist, w.reuse = req, u, h, ru
+	w.subReq, w.subU, w.hist = req, u, h
 	return c
-}
-
-// reuseEdgesMs are the upper edges of the reuse-time bins: 1 ms × 1.5^k,
-// to about a minute.
-var reuseEdgesMs = func() []float64 {
-	var out []float64
-	for e := 1.0; e < 60000; e *= 1.5 {
-		out = append(out, e)
-	}
-	return out
-}()
-
-// reuseBin is the bin of a reuse time (ms): the first edge at or above it,
-// len(reuseEdgesMs) beyond the last.
-func reuseBin(ms float64) int {
-	return sort.SearchFloat64s(reuseEdgesMs, ms)
-}
-
-// subCacheable is backend b's cacheable accesses in sub-bucket s.
-func (w *Workload) subCacheable(b, s int) float64 {
-	n := 0.0
-	for _, v := range w.hist[s][b] {
-		n += float64(v)
-	}
-	return n
-}
-
-// SubReusedWithin is the share of backend b's accesses in sub-bucket s to
-// a key used before whose previous use was less than ms earlier (0 without
-// any such access): a hit an LRU counts, which misses while the key's
-// earlier miss is still waiting at the backend.
-func (w *Workload) SubReusedWithin(b, s int, ms float64) float64 {
-	h := w.reuse[s][b]
-	if h == nil || ms <= 0 {
-		return 0
-	}
-	var below, all float64
-	for k, v := range h {
-		all += float64(v)
-		lo := 0.0
-		if k > 0 {
-			lo = reuseEdgesMs[k-1]
-		}
-		switch {
-		case k < len(reuseEdgesMs) && reuseEdgesMs[k] <= ms:
-			below += float64(v)
-		case lo < ms && k < len(reuseEdgesMs):
-			below += float64(v) * (ms - lo) / (reuseEdgesMs[k] - lo)
-		}
-	}
-	if all == 0 {
-		return 0
-	}
-	return below / all
 }
 
 // splitmix is SplitMix64's finalizer: which app server a request goes to.
