@@ -113,8 +113,8 @@ pickle.dump(fn(task, shared), open(sys.argv[2], "wb"))
 
 def test_worker_without_the_clients_files(tmp_path: Path, gobin_module: None) -> None:
     """A worker that has neither the client's folder (moved away here) nor this package
-    writes the same files, paths inside them included: the oracle reads the trace,
-    scenario and topology the topology's controller.run names."""
+    writes the same files, paths inside them included: the oracle reads the schedule
+    file the topology's controller.run names."""
     import pickle
 
     from robinhood_testbed.executor import _ByValue, carry, run_arm_task
@@ -128,7 +128,9 @@ def test_worker_without_the_clients_files(tmp_path: Path, gobin_module: None) ->
     trace, scenario = prepare_inputs(exp, point, "sim")
     p = prepare_arm_sim(exp, arm, point, trace, scenario)
     task, shared = carry(p, os.getcwd())
-    assert sorted({Path(v).name for v in shared.values()}) == ["scenario.yaml", "trace.jsonl"]
+    # The oracle's schedule, computed once per comparison folder, travels with the trace
+    # and the scenario.
+    assert sorted({Path(v).name for v in shared.values()}) == ["oracle.json", "scenario.yaml", "trace.jsonl"]
     data = {form: path.read_bytes() for form, path in shared.items()}
     (tmp_path / "task.pickle").write_bytes(pickle.dumps((_ByValue(run_arm_task), task, data)))
     (tmp_path / "client").rename(tmp_path / "away")

@@ -64,7 +64,7 @@ def test_shipped_examples_read(path: Path) -> None:
         # faults come from robinhood-testbed chaos, the replicated one's, whose stalls
         # are in its backends' limits (docs/hedging.md), and the zoo's, whose scenario
         # robinhood-testbed zoo draws per seed (docs/zoo.md).
-        assert (e.scenario_data() is not None) == (e.name not in ("chaos", "replicated", "zoo"))
+        assert (e.scenario_data() is not None) == (e.name not in ("chaos", "replicated", "zoo", "zoo-real"))
 
 
 def test_durations_are_seconds() -> None:
