@@ -174,9 +174,7 @@ def plan_relief(targets: Mapping[str, int], used: Mapping[str, int], obs: Mappin
         """Bytes a donor can give this tick: its load stays under the target."""
         o = obs[n]
         most = min(int(p.donor_step * targets[n]), max(targets[n] - floor, 0))
-        if o.gain <= 0:
-            return most
-        if util[n] <= 0:
+        if o.gain <= 0 or util[n] <= 0:
             return most
         return max(int(min(float(most), o.offered * (TARGET_UTIL / util[n] - 1) / o.gain)), 0)
 
