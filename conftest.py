@@ -48,6 +48,17 @@ def wait_tcp(addr: str, timeout: float = 15.0, proc: subprocess.Popen | None = N
     raise TimeoutError(f"nothing listens on {addr} after {timeout}s")
 
 
+def wait_until(pred: Callable[[], object], what: str, timeout: float = 60.0, interval: float = 0.05) -> None:
+    """Wait until pred() is true; fail naming ``what`` when ``timeout`` seconds pass first.
+    The deadline is generous on purpose: a test waits for the event it needs, and on a
+    busy machine that event can take many times longer than on a quiet one."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s")
+        time.sleep(interval)
+
+
 def wait_ready_file(p: subprocess.Popen, ready: Path, what: str, timeout: float = 90.0,
                     log: Path | None = None) -> None:
     """Wait until a process (e.g. `robinhood-testbed up --ready-file`) writes ready;
@@ -115,6 +126,20 @@ class Procs:
             if q is p:
                 return log.read_text(errors="replace")
         return ""
+
+    def wait_log(self, p: subprocess.Popen, text: str, timeout: float = 60.0) -> str:
+        """Wait until the process's output holds ``text`` and return the output; fail with
+        the output when the process exits first or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.log(p)
+            if text in out:
+                return out
+            if p.poll() is not None:
+                raise AssertionError(f"{p.args[0]} exited with {p.returncode} before logging {text!r}:\n{out}")
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{p.args[0]} did not log {text!r} within {timeout:g}s:\n{out}")
+            time.sleep(0.05)
 
     @staticmethod
     def stop(p: subprocess.Popen, timeout: float = 5.0) -> int | None:

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from robinhood_common import console
 from robinhood_common.auth import AuthError
 from robinhood_common.logs import LEVELS, level_arg
 
@@ -399,7 +400,9 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
             return EXIT_FAIL
         ctl.run(stop, max_ticks=ns.max_ticks)
         log.info("event=stopped ticks=%d", ctl.ticks)
-        if ns.restore_settings:
+        if ctl.read_only:
+            pass  # a dry run took nothing over: nothing to put back, nothing to say it left
+        elif ns.restore_settings:
             for name, setting in ctl.release().items():
                 log.info("event=restored partition=%s setting=%s", name, setting)
         else:
@@ -423,6 +426,10 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the robinhood-controller console script."""
+    return console.run(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     ns = build_parser().parse_args(argv)
     if ns.command == "policies":
         return cmd_policies(ns.json, sys.stdout)

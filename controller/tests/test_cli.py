@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -184,8 +183,7 @@ def test_run_fails_clearly_on_an_unreachable_partition_and_waits_with_wait(procs
     assert f"partition b ({late})" in r.stderr and "run with --wait" in r.stderr
     ctl = procs.start([*CLI, "run", "--topology", topo, "--app-server", "app0", "--wait", "--max-ticks", "2"],
                       name="controller")
-    time.sleep(1.5)
-    assert ctl.poll() is None and "event=waiting partition=b" in procs.log(ctl)
+    procs.wait_log(ctl, "event=waiting partition=b")
     port = late.rpartition(":")[2]
     mc = procs.memcached(16)[0]  # same binary and flags, different port: reuse its args
     procs.start([*mc.args[:4], port, *mc.args[5:]], name="memcached-late")
@@ -212,6 +210,7 @@ def test_run_dry_run_logs_ticks_and_changes_nothing(procs, tmp_path: Path) -> No
     assert r.returncode == 0, r.stderr
     ticks = [ln for ln in r.stderr.splitlines() if "event=tick " in ln]
     assert len(ticks) == 3 and "planned_mb=a:48,b:16" in ticks[0]
+    assert "event=left" not in r.stderr  # it took nothing over, so it left nothing
     assert (limit_mb(addrs["a"]), limit_mb(addrs["b"])) == (32, 32)
     recs = [json.loads(x) for x in tl.read_text().splitlines()]
     assert [x["dry_run"] for x in recs] == [True, True, True]
@@ -229,6 +228,19 @@ def test_status_of_a_redis_with_a_password(procs, tmp_path: Path, capsys: pytest
     assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 1
     out = capsys.readouterr()
     assert "pw-X7q" not in out.out + out.err and "s3cret" not in out.out + out.err
+
+
+@pytest.mark.parametrize("args", [["policies"], ["policies", "--json"]])
+def test_a_list_read_by_a_reader_that_goes_away_ends_without_a_traceback(args: list[str]) -> None:
+    # `robinhood-controller policies | head`: the reader closes the pipe before the
+    # command writes; the command stops with status 141 (128 + SIGPIPE) and says nothing.
+    code = f"import sys; from robinhood_controller.cli import main; sys.exit(main({args!r}))"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
 
 
 def test_log_levels_are_the_go_components_words(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,9 +13,9 @@
 // output is a scenario file (experiment/scenario) with a comment block
 // naming the family, the seed and every drawn parameter.
 //
-// Seeds 1–999 are for development, 1000–1999 for evaluation: a policy's
-// parameters are never fitted on the evaluation range, and results are
-// reported on it only.
+// The seeds are split in a development and an evaluation range (seeds.go):
+// a policy's parameters are never fitted on the evaluation range, and
+// results are reported on it only.
 package zoo
 
 import (
@@ -50,12 +50,6 @@ const (
 // uniformly.
 var Families = []string{FamilyDrop, FamilyOverlap, FamilyDropRecoverDrop, FamilyRamp, FamilyRandomWalk,
 	FamilySlowOffPath, FamilyPopularDrop, FamilyRequestRate, FamilyFlapping}
-
-// The seed ranges (inclusive).
-const (
-	DevSeedMin, DevSeedMax   = 1, 999
-	EvalSeedMin, EvalSeedMax = 1000, 1999
-)
 
 // Backend is what the generator knows of one backend.
 type Backend struct {

@@ -161,6 +161,8 @@ func TestScenarioGenerateErrorsAndUncarriedRates(t *testing.T) {
 		{append(base, "--seed", "1", "--warmup", "100s"), "--warmup: 1m40s is not shorter than --duration 1m40s"},
 		{append(base, "--seed", "1", "--warmup", "70s"), "duration: 1m40s leaves 20s between the warm-up (1m10s)"},
 		{append(base[:len(base)-2], "--duration", "0s", "--seed", "1"), "--duration: 0s must be positive"},
+		{append(base, "--seed", "0"), "--seed: 0 is outside the zoo's seeds (development 1-999, evaluation 1000-1999)"},
+		{append(base, "--seed", "2000"), "--seed: 2000 is outside the zoo's seeds"},
 		{[]string{"scenario", "frobnicate"}, "Usage: tracegen scenario check"},
 	} {
 		code, _, stderr := tg(c.args...)

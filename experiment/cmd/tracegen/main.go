@@ -90,9 +90,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case len(args) >= 2 && args[1] == "generate":
 			cmd = "scenario generate"
 			err = cmdScenarioGenerate(args[2:], stdout, stderr)
+		case len(args) >= 2 && args[1] == "seeds":
+			cmd = "scenario seeds"
+			err = cmdScenarioSeeds(args[2:], stdout, stderr)
 		default:
 			fmt.Fprintln(stderr, "Usage: tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--json]]")
 			fmt.Fprintln(stderr, "       tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--out FILE]")
+			fmt.Fprintln(stderr, "       tracegen scenario seeds [--json]")
 			return 2
 		}
 	case "mrc":
@@ -507,7 +511,7 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 	topoPath := fs.String("topology", "", "topology file: the backends and their initial limits, the app server's cache (required)")
 	tracePath := fs.String("trace", "", "trace the run replays: drop depths are relative to each backend's miss load in it (required)")
 	duration := fs.Duration("duration", 0, "the run's length (required)")
-	seed := fs.Uint64("seed", 0, "seed of every draw, the family's too unless --family is given (required; development 1-999, evaluation 1000-1999)")
+	seed := fs.Uint64("seed", 0, "seed of every draw, the family's too unless --family is given (required; "+zoo.DescribeSeedRanges()+")")
 	family := fs.String("family", "", "draw from this family: "+strings.Join(zoo.Families, ", ")+" (default: drawn from the seed)")
 	appServer := fs.String("app-server", "", "the partitioned app server whose configured allocation the miss loads are under (default: the first)")
 	warmup := fs.Duration("warmup", zoo.DefaultWarmup, "events start at or after this time (default: the topology's slo.warmup, else this)")
@@ -529,6 +533,9 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	if *duration <= 0 {
 		return fmt.Errorf("--duration: %v must be positive", *duration)
+	}
+	if err := zoo.CheckSeed(*seed); err != nil {
+		return fmt.Errorf("--seed: %w", err)
 	}
 	if *family != "" && zoo.FamilyIndex(*family) < 0 {
 		return fmt.Errorf("--family: %q is not one of %s", *family, strings.Join(zoo.Families, ", "))
@@ -572,6 +579,31 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 
 // DefaultMRCSizes are the cache sizes tracegen mrc evaluates unless told.
 const DefaultMRCSizes = "1MiB,2MiB,4MiB,8MiB,16MiB,32MiB,64MiB,128MiB,256MiB,512MiB,1GiB"
+
+// cmdScenarioSeeds lists the zoo's seed ranges: the one definition the
+// testbed's copy is generated from (scripts/genschema.py).
+func cmdScenarioSeeds(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("scenario seeds", "tracegen scenario seeds [--json]", stderr)
+	asJSON := fs.Bool("json", false, "print the ranges as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", " ")
+		return enc.Encode(zoo.SeedRanges)
+	}
+	for _, r := range zoo.SeedRanges {
+		if _, err := fmt.Fprintf(stdout, "%s %d-%d sample %d-%d -- %s\n", r.Name, r.Min, r.Max, r.Min, r.SampleMax, r.Meaning); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func cmdMRC(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("mrc", "tracegen mrc FILE [--sizes 1MiB,4MiB,...] [--format csv|table|json] [--sample R] [--plot FILE.svg]", stderr)

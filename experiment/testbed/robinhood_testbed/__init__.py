@@ -13,4 +13,6 @@ def main() -> int:
         print(f"robinhood-testbed: {e.name} is missing: install the testbed's dependencies with "
               "pip install 'robinhood[testbed]' (or make venv)", file=sys.stderr)
         return 2
-    return cli_main()
+    from robinhood_common import console
+
+    return console.run(cli_main)

@@ -38,6 +38,7 @@ from robinhood_controller import policies as allocation
 from . import analysis, compose, plots, report
 from .deploy import REPO, Deployment, go_bin
 from .executor import EXECUTORS, make_executor
+from . import seeds as zoo_seeds
 from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
@@ -330,8 +331,6 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         if not app_servers or any(n < 1 for n in app_servers):
             raise ExperimentError(f"--app-servers: {args.app_servers!r}: give numbers of app servers, each at least 1")
     arms = _arms(args, exp)  # policies and cache modes are checked before anything runs
-    if args.candidate and args.candidate not in [a.name for a in arms]:
-        raise ExperimentError(f"--candidate: {args.candidate!r} is not one of the arms ({', '.join(a.name for a in arms)})")
     out = Path(args.out) if args.out else REPO / "runs" / f"zoo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     if out.exists() and any(out.iterdir()):
         raise ExperimentError(f"--out: {out} exists and is not empty")
@@ -341,7 +340,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
                       f"{len(arms)} arms, {executor.describe()}, in the simulator; results in {out}")
         rows = zoo.run(exps, lambda e: _arms(args, e), seeds, out, args.jobs, args.family,
                        progress=console.print, executor=executor, app_servers=app_servers)
-    csv_path, md, png = zoo.write(rows, out, seeds, time.monotonic() - start, args.candidate)
+    csv_path, md, png = zoo.write(rows, out, seeds, time.monotonic() - start)
     console.print(md.read_text())
     console.print(f"Every run: {csv_path}; summary: {md}; figure: {png}")
     return 0
@@ -618,10 +617,10 @@ def main(argv: list[str] | None = None) -> int:
                     "whose topology, trace and SLO the scenarios are drawn for (their own scenario is replaced)")
     zo.add_argument("--app-servers", help="numbers of app servers, comma-separated: seed N runs with the "
                     "(N mod count)-th (default: each experiment's own)")
-    zo.add_argument("--seeds", default="dev", help="eval (1000-1099), dev (1-40), ranges A-B and seeds, "
-                    "comma-separated; development 1-999, evaluation 1000-1999 (default dev)")
+    zo.add_argument("--seeds", default="dev", help="seeds, ranges A-B, or a range's name for its sample ("
+                    + ", ".join(f"{r.name}: {r.min}-{r.sample_max} of {r.meaning.split(':')[0]} {r.min}-{r.max}"
+                                for r in zoo_seeds.RANGES.values()) + "), comma-separated (default dev)")
     zo.add_argument("--family", help="draw every scenario from this family (default: one per seed, drawn)")
-    zo.add_argument("--candidate", help="an arm whose goals (docs/zoo.md) the summary checks")
     zo.add_argument("--out", help="results folder (default runs/zoo-<time>)")
     zo.add_argument("--jobs", type=int, default=1, help="runs simulated at once here (default 1)")
     zo.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))

@@ -41,12 +41,11 @@ from .executor import ArmJob, Executor, LocalExecutor
 from .experiment import Arm, Experiment, ExperimentError
 from .plots import _color, plt
 from .run import ORACLE_FILE, FixedPorts, prepare_inputs
+from .seeds import RANGES
 
-#: The development and evaluation seed ranges (inclusive).
-DEV = (1, 999)
-EVAL = (1000, 1999)
-#: The ranges by name, for --seeds.
-NAMED = {"dev": (1, 40), "eval": (1000, 1099)}
+#: The development and evaluation seed ranges (inclusive), as experiment/zoo defines them.
+DEV = (RANGES["dev"].min, RANGES["dev"].max)
+EVAL = (RANGES["eval"].min, RANGES["eval"].max)
 #: Scenario classes counted as feasible (some allocation keeps every backend under capacity).
 FEASIBLE = ("margin", "tight")
 #: Arms that are not online policies (they read the scenario and the trace): the oracle
@@ -55,20 +54,17 @@ ORACLE, REACTIVE = "oracle", "oracle-reactive"
 OFFLINE = (ORACLE, REACTIVE)
 #: An online arm beating the oracle by more than this many points means the bound is wrong.
 BOUND_POINTS = 3.0
-#: Two runs differing by less than this many SLO-violation points count as a tie in the
-#: goal checks: one run per scenario, and one SLO step is 100 / (measured steps) points.
-TIE_POINTS = 2.0
 
 
 def parse_seeds(text: str) -> list[int]:
-    """--seeds: ``eval`` (1000–1099), ``dev`` (1–40), ``A-B`` ranges and single seeds,
-    comma-separated."""
+    """--seeds: a range's name (``dev``, ``eval``: its sample, the range's first seeds),
+    ``A-B`` ranges and single seeds, comma-separated."""
     out: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        if part in NAMED:
-            lo, hi = NAMED[part]
+        if part in RANGES:
+            lo, hi = RANGES[part].min, RANGES[part].sample_max
         elif "-" in part:
             a, _, b = part.partition("-")
             try:
@@ -147,7 +143,6 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
     doc = copy.deepcopy(exp.document)
     doc["seed"] = seed
     doc.pop("scenario", None)
-    doc.pop("compare", None)
     if app_servers is not None:
         doc.setdefault("cache", {})["app_servers"] = app_servers
     try:
@@ -284,37 +279,6 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda x: (x["median"], x["p90"], x["arm"]))
 
 
-def goals(rows: list[dict[str, Any]], candidate: str) -> list[str]:
-    """The issue's goals for a candidate policy, as measured (docs/zoo.md)."""
-    per = {k: v for k, v in table(rows).items() if candidate in v}
-    need = ("robinhood", "lama++", "static", ORACLE)
-    per = {k: v for k, v in per.items() if all(n in v for n in need)}
-    if not per:
-        return [f"{candidate}: no feasible scenario with robinhood, lama++, static and oracle runs"]
-    c = [v[candidate] for v in per.values()]
-    o = [v[ORACLE] for v in per.values()]
-    mc, mo = statistics.median(c), statistics.median(o)
-    no_worse = sum(v[candidate] <= min(v["robinhood"], v["lama++"]) + TIE_POINTS for v in per.values())
-    hard = [v for v in per.values() if max(v["robinhood"], v["lama++"]) > v[ORACLE] + 5]
-    better = sum(v[candidate] < min(v["robinhood"], v["lama++"]) - TIE_POINTS for v in hard)
-    vs_static = sum(v[candidate] > v["static"] + 5 for v in per.values())
-    n = len(per)
-
-    def ok(b: bool) -> str:
-        return "met" if b else "**not met**"
-
-    return [
-        f"- median {mc:.1f}% against the oracle's {mo:.1f}% (goal: at most twice, or within 5 points): "
-        + ok(mc <= 2 * mo or mc <= mo + 5),
-        f"- no worse than both robinhood and lama++ (within {TIE_POINTS:g} points) on {no_worse} of {n} "
-        f"({100 * no_worse / n:.0f}%; goal ≥ 90%): " + ok(no_worse >= 0.9 * n),
-        f"- better than both (by more than {TIE_POINTS:g} points) on {better} of the {len(hard)} scenarios where "
-        f"either is more than 5 points above the oracle ({100 * better / len(hard) if hard else 100:.0f}%; goal ≥ 80%): "
-        + ok(not hard or better >= 0.8 * len(hard)),
-        f"- more than 5 points worse than the static split on {vs_static} of {n} (goal: none): " + ok(vs_static == 0),
-    ]
-
-
 def _pair(v: tuple[float, float] | None) -> str:
     return "–" if v is None else f"{v[0]:.1f} / {v[1]:.1f}"
 
@@ -342,10 +306,9 @@ def _bound_check(rows: list[dict[str, Any]]) -> list[str]:
             *lines]
 
 
-def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float,
-          candidate: str | None = None) -> tuple[Path, Path, Path]:
+def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float) -> tuple[Path, Path, Path]:
     """zoo.csv (every run), zoo.md (the summary: every scenario, then per key source and
-    per number of app servers, per family, the bound check, the goals) and zoo.png
+    per number of app servers, per family, the bound check) and zoo.png
     (violations per scenario, sorted, one line per arm)."""
     csv_path = out / "zoo.csv"
     with open(csv_path, "w", newline="") as f:
@@ -390,8 +353,6 @@ def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float
             xs = [per[k][a] for k in per if fams[k] == f and a in per[k]]
             cells.append(f"{statistics.median(xs):.1f}" if xs else "–")
         lines.append(f"| {a} | " + " | ".join(cells) + " |")
-    if candidate and candidate in arms:
-        lines += ["", f"Goals for {candidate} (docs/zoo.md):", "", *goals(rows, candidate)]
     md_path = out / "zoo.md"
     md_path.write_text("\n".join(lines) + "\n")
 
