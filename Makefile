@@ -18,7 +18,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600 --durations=15
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: collector-check build test demo sim-demo hedging zoo oracle-check paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: hooks collector-check build test demo sim-demo hedging zoo oracle-check paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -28,9 +28,14 @@ build: deps
 	$(GO) build -o bin/ ./...
 	@$(PY) scripts/genschema.py --registries
 
-## deps: Go modules, the Python virtualenv and the Debian packages the tests use
-deps: sysdeps venv
+## deps: Go modules, the Python virtualenv, the Debian packages the tests use, the git hooks
+deps: sysdeps venv hooks
 	$(GO) mod download
+
+## hooks: the commit-msg hook (a subject of at most 72 characters, the detail in the body)
+hooks:
+	@if [ -d .git ] && [ "$$(git config core.hooksPath)" != .githooks ]; then \
+	  git config core.hooksPath .githooks && echo "installed .githooks (git config core.hooksPath .githooks)"; fi
 
 sysdeps:
 	@scripts/ensure-sysdeps.sh memcached protoc redis-server prometheus docker-compose
