@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/replay"
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
@@ -55,20 +56,9 @@ func openTrace(path string, sample float64) (*traceSource, error) {
 // keyHash is FNV-1a over the backend's name, a zero byte and the key: the
 // spatial sample keeps a key on every request or on none.
 func keyHash(backend, key string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(backend); i++ {
-		h = (h ^ uint64(backend[i])) * 1099511628211
-	}
-	h = (h ^ 0) * 1099511628211
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint64(key[i])) * 1099511628211
-	}
 	// FNV's low bits mix poorly into the high ones: finish with a
 	// multiply-xorshift so the threshold test is uniform.
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	return h
+	return hashing.Fmix64Half(hashing.FNV1aAdd(hashing.FNV1aSep(hashing.FNV1a(backend)), key))
 }
 
 // keep drops the queries outside the sample; it reports whether any is left.

@@ -30,6 +30,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 )
 
 // Clock is the model's source of time.
@@ -606,18 +608,10 @@ func (m *Model) stallLocked(now time.Time) {
 // meanMs: exponential, drawn from a hash of key alone, so every replica and
 // every copy of the query agree.
 func CostOf(meanMs float64, key uint64) time.Duration {
-	return expMs(meanMs, float64(mix64(key)>>11)/(1<<53))
+	return expMs(meanMs, float64(hashing.Mix64(key)>>11)/(1<<53))
 }
 
 // expMs is the exponential draw of mean meanMs for a uniform u in [0, 1).
 func expMs(meanMs float64, u float64) time.Duration {
 	return time.Duration(-meanMs * math.Log1p(-u) * float64(time.Millisecond))
-}
-
-// mix64 is splitmix64's finalizer: a bijective hash of x.
-func mix64(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
 }

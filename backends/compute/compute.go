@@ -7,11 +7,11 @@ package compute
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"sync"
 
 	"github.com/robinhoodcache/robinhood/backends/value"
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 )
 
 // DefaultMatrixSize gives a query about 0.3–0.6 ms of CPU on the project's
@@ -63,17 +63,8 @@ func (s *Store) Close() error { return nil }
 // Fill seeds a and b from key: entries uniform in [-1, 1) from a SplitMix64
 // stream seeded with FNV-1a 64 of the key.
 func Fill(a, b []float64, key string) {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	state := h.Sum64()
-	next := func() float64 {
-		state += 0x9E3779B97F4A7C15
-		z := state
-		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
-		z = (z ^ z>>27) * 0x94D049BB133111EB
-		z ^= z >> 31
-		return float64(z>>11)/(1<<52) - 1
-	}
+	state := hashing.FNV1a(key)
+	next := func() float64 { return float64(hashing.SplitMix64(&state)>>11)/(1<<52) - 1 }
 	for i := range a {
 		a[i] = next()
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -323,11 +324,7 @@ func (s *Server) drop(id uint64, bt *batch) {
 // (capacity.Op.Key): FNV-1a of the key, never 0, so every replica draws the
 // same cost for the same key.
 func KeyHash(key string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= 1099511628211
-	}
+	h := hashing.FNV1a(key)
 	if h == 0 {
 		h = 1
 	}

@@ -14,7 +14,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net/url"
 	"os"
@@ -25,6 +24,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/robinhoodcache/robinhood/backends/value"
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 )
 
 // SchemaVersion is stored in the meta table; a file with another version is
@@ -142,9 +142,7 @@ func reason(err error) string {
 // RowID maps a trace key to an item id in [1, rows]: FNV-1a 64 of the key,
 // modulo rows, plus one.
 func RowID(key string, rows int) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	return int64(h.Sum64()%uint64(rows)) + 1
+	return int64(hashing.FNV1a(key)%uint64(rows)) + 1
 }
 
 // Get runs the join for key's item and returns value.Bytes(name, key, size).
@@ -332,12 +330,12 @@ func populate(ctx context.Context, db *sql.DB, rows int) error {
 	}
 	attrs := [DetailsPerItem]string{"color", "weight", "origin", "rating"}
 	for id := 1; id <= rows; id++ {
-		h := mix(uint64(id))
+		h := hashing.Mix64(uint64(id))
 		if _, err := insItem.ExecContext(ctx, id, h%97, "item-"+strconv.Itoa(id), h%100_000); err != nil {
 			return err
 		}
 		for j, a := range attrs {
-			v := strconv.FormatUint(mix(h+uint64(j)), 36)
+			v := strconv.FormatUint(hashing.Mix64(h+uint64(j)), 36)
 			if _, err := insDetail.ExecContext(ctx, id, a, v); err != nil {
 				return err
 			}
@@ -358,12 +356,4 @@ func populate(ctx context.Context, db *sql.DB, rows int) error {
 		}
 	}
 	return tx.Commit()
-}
-
-// mix is SplitMix64's finalizer: deterministic row contents from the id.
-func mix(z uint64) uint64 {
-	z += 0x9E3779B97F4A7C15
-	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
-	z = (z ^ z>>27) * 0x94D049BB133111EB
-	return z ^ z>>31
 }

@@ -14,31 +14,16 @@ package value
 import (
 	"encoding/binary"
 	"strconv"
-)
 
-const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 )
 
 // Seed is step 1 of the derivation.
 func Seed(backend, key string, size int) uint64 {
-	h := uint64(fnvOffset)
-	add := func(s string) {
-		for i := 0; i < len(s); i++ {
-			h ^= uint64(s[i])
-			h *= fnvPrime
-		}
-	}
-	add(backend)
-	h ^= 0
-	h *= fnvPrime
-	add(key)
-	h ^= 0
-	h *= fnvPrime
+	h := hashing.FNV1aSep(hashing.FNV1aAdd(hashing.FNVOffset, backend))
+	h = hashing.FNV1aSep(hashing.FNV1aAdd(h, key))
 	var buf [20]byte
-	add(string(strconv.AppendInt(buf[:0], int64(size), 10)))
-	return h
+	return hashing.FNV1aAdd(h, string(strconv.AppendInt(buf[:0], int64(size), 10)))
 }
 
 // Bytes returns the value of key at backend, size bytes long.
@@ -53,11 +38,11 @@ func Fill(dst []byte, backend, key string) {
 	state := Seed(backend, key, len(dst))
 	i := 0
 	for ; i+8 <= len(dst); i += 8 {
-		binary.LittleEndian.PutUint64(dst[i:], splitmix(&state))
+		binary.LittleEndian.PutUint64(dst[i:], hashing.SplitMix64(&state))
 	}
 	if i < len(dst) {
 		var tail [8]byte
-		binary.LittleEndian.PutUint64(tail[:], splitmix(&state))
+		binary.LittleEndian.PutUint64(tail[:], hashing.SplitMix64(&state))
 		copy(dst[i:], tail[:])
 	}
 }
@@ -67,7 +52,7 @@ func Check(b []byte, backend, key string) bool {
 	state := Seed(backend, key, len(b))
 	var w [8]byte
 	for i := 0; i < len(b); i += 8 {
-		binary.LittleEndian.PutUint64(w[:], splitmix(&state))
+		binary.LittleEndian.PutUint64(w[:], hashing.SplitMix64(&state))
 		n := 8
 		if rest := len(b) - i; rest < n {
 			n = rest
@@ -79,12 +64,4 @@ func Check(b []byte, backend, key string) bool {
 		}
 	}
 	return true
-}
-
-func splitmix(state *uint64) uint64 {
-	*state += 0x9E3779B97F4A7C15
-	z := *state
-	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
-	z = (z ^ z>>27) * 0x94D049BB133111EB
-	return z ^ z>>31
 }

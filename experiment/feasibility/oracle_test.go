@@ -11,6 +11,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
@@ -22,7 +23,7 @@ func uniformTrace(t *testing.T, secs, rate, keys int, size int64) string {
 	var b strings.Builder
 	x := uint64(7)
 	for i := 0; i < secs*rate; i++ {
-		x = splitmix(x)
+		x = hashing.Mix64(x)
 		fmt.Fprintf(&b, `{"t": %d, "ts_ms": %g, "d": [{"a": {"S": [%d], "U": ["k%d"], "C": [1]}}]}`+"\n",
 			i, float64(i)*1000/float64(rate), size, x%uint64(keys))
 	}

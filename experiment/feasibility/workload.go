@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 	"github.com/robinhoodcache/robinhood/lib/stackdist"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 	"github.com/robinhoodcache/robinhood/workload/mrc"
@@ -163,7 +164,7 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 			lastMs = max(lastMs, r.TsMs)
 			t = min(int(time.Duration(r.TsMs*float64(time.Millisecond))*time.Duration(sub)/bucket), buckets*sub-1)
 		}
-		app := int(splitmix(uint64(count)) % uint64(appServers))
+		app := int(hashing.Mix64(uint64(count)) % uint64(appServers))
 		count++
 		requests[t]++
 		layers = max(layers, len(r.Layers))
@@ -404,14 +405,6 @@ func (w *Workload) merge(k int, cacheable [][]float64) [][]float64 {
 	}
 	w.subReq, w.subU, w.hist = req, u, h
 	return c
-}
-
-// splitmix is SplitMix64's finalizer: which app server a request goes to.
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
 }
 
 // Buckets is the number of time buckets.

@@ -29,6 +29,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 	"github.com/robinhoodcache/robinhood/lib/stackdist"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 )
@@ -207,17 +208,7 @@ func newStack(nsizes int) *stack {
 // sampling hash: deterministic across runs and machines; FNV's own low bits
 // are too regular for short keys).
 func fnv1a(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
+	return hashing.Fmix64(hashing.FNV1a(s))
 }
 
 // HeavyHitters finds each backend's popular keys in one pass with bounded

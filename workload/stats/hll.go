@@ -3,6 +3,8 @@ package stats
 import (
 	"math"
 	"math/bits"
+
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 )
 
 // hllP is the HyperLogLog precision: 2^14 one-byte registers (16 KB per
@@ -115,14 +117,5 @@ func (d *distinct) count() (int64, bool) {
 // hash is FNV-1a 64 followed by SplitMix64's finalizer, so that the bits
 // HyperLogLog reads are well mixed.
 func hash(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	h ^= h >> 30
-	h *= 0xBF58476D1CE4E5B9
-	h ^= h >> 27
-	h *= 0x94D049BB133111EB
-	return h ^ h>>31
+	return hashing.SplitMixFinal(hashing.FNV1a(s))
 }

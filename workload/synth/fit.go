@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 )
 
 // ReqType is one request type: the backends it queries and the mean batch
@@ -191,7 +193,7 @@ func fitWeights(types []ReqType, targets []Target) (int, error) {
 	for i := range order {
 		order[i] = i
 	}
-	sort.Slice(order, func(a, b int) bool { return mix64(uint64(order[a])) < mix64(uint64(order[b])) })
+	sort.Slice(order, func(a, b int) bool { return hashing.Mix64(uint64(order[a])) < hashing.Mix64(uint64(order[b])) })
 	for rank, i := range order {
 		types[i].Weight = 1 / math.Pow(float64(rank+1), popularitySkew)
 	}
@@ -422,12 +424,4 @@ func setBatchMeans(types []ReqType, targets []Target, rng *rand.Rand) {
 			t.BatchMean[j] = 1 + (targets[b].Batch-1)*t.BatchMean[j]/ubar
 		}
 	}
-}
-
-// mix64 is SplitMix64's finalizer: a bijective 64-bit mix.
-func mix64(z uint64) uint64 {
-	z += 0x9E3779B97F4A7C15
-	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
-	z = (z ^ z>>27) * 0x94D049BB133111EB
-	return z ^ z>>31
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sort"
 	"strconv"
+
+	"github.com/robinhoodcache/robinhood/lib/hashing"
 )
 
 // alias is Walker's alias table (Vose's construction): O(1) sampling from a
@@ -227,7 +229,7 @@ func zipfMass(a, b int, s float64) float64 {
 func (z *zipf) sample(u uint64) int {
 	sp := z.span[z.table.sample(u)]
 	// Branch-free: for a single rank (width 1) the offset is 0.
-	return int(sp>>32 + (mix64(u)>>32)*(sp&0xffffffff)>>32)
+	return int(sp>>32 + (hashing.Mix64(u)>>32)*(sp&0xffffffff)>>32)
 }
 
 // prob returns the exact probability the table gives a rank.
@@ -271,7 +273,7 @@ func newKeyspace(name string, n int, s float64, sizes *SizeDist, uncacheable flo
 	if !(uncacheable >= 0 && uncacheable <= 1) {
 		return nil, errors.New("uncacheable: fraction must be within [0, 1]")
 	}
-	ks := &keyspace{n: n, pop: newZipf(n, s), seed: fnv64(name), sizes: sizes}
+	ks := &keyspace{n: n, pop: newZipf(n, s), seed: hashing.FNV1a(name), sizes: sizes}
 	switch {
 	case uncacheable >= 1:
 		ks.uncach = math.MaxUint64
@@ -285,17 +287,17 @@ func newKeyspace(name string, n int, s float64, sizes *SizeDist, uncacheable flo
 func KeyString(rank int) string { return strconv.FormatUint(uint64(rank), 36) }
 
 // size returns the object size of a rank.
-func (k *keyspace) size(rank int) int64 { return k.sizes.Size(mix64(k.seed ^ uint64(rank))) }
+func (k *keyspace) size(rank int) int64 { return k.sizes.Size(hashing.Mix64(k.seed ^ uint64(rank))) }
 
 // cacheable reports whether a rank may be cached.
 func (k *keyspace) cacheable(rank int) bool {
-	return k.uncach == 0 || mix64(k.seed^uint64(rank)^0xc4ceb9fe1a85ec53) >= k.uncach
+	return k.uncach == 0 || hashing.Mix64(k.seed^uint64(rank)^0xc4ceb9fe1a85ec53) >= k.uncach
 }
 
 // KeySize returns the object size of key rank at the named backend with the
 // given size distribution: the function the generator uses.
 func KeySize(backend string, rank int, d *SizeDist) int64 {
-	return d.Size(mix64(fnv64(backend) ^ uint64(rank)))
+	return d.Size(hashing.Mix64(hashing.FNV1a(backend) ^ uint64(rank)))
 }
 
 // SizeOf returns the synthesized size of any key string at the named
@@ -308,17 +310,8 @@ func (g *Generator) SizeOf(backend, key string) (size int64, ok bool) {
 	for i, name := range g.names {
 		if name == backend {
 			ks := g.ks[i]
-			return ks.sizes.Size(mix64(ks.seed ^ mix64(fnv64(key)^0x6b6579737472))), true // "keystr"
+			return ks.sizes.Size(hashing.Mix64(ks.seed ^ hashing.Mix64(hashing.FNV1a(key)^0x6b6579737472))), true // "keystr"
 		}
 	}
 	return 0, false
-}
-
-func fnv64(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
 }

@@ -1,6 +1,10 @@
 package synth
 
-import "math"
+import (
+	"math"
+
+	"github.com/robinhoodcache/robinhood/lib/hashing"
+)
 
 // What a miniature simulation needs from the generator (docs/simulator.md,
 // "Miniature simulation"): the request structure without keys, each
@@ -106,7 +110,7 @@ func (z *zipf) entryProbs() []float64 {
 // RankHash is a uniform 64-bit hash of (backend index seed, rank) for
 // spatial sampling: the same key is in a sample on every request or on none.
 func (g *Generator) RankHash(b, rank int) uint64 {
-	return mix64(g.ks[b].seed ^ uint64(rank) ^ 0x5bd1e9955bd1e995)
+	return hashing.Mix64(g.ks[b].seed ^ uint64(rank) ^ 0x5bd1e9955bd1e995)
 }
 
 // Alias is Walker's alias table over non-negative weights: O(1) draws from
