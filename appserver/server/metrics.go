@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/robinhoodcache/robinhood/appserver/dispatch"
+	"github.com/robinhoodcache/robinhood/appserver/replicas"
 )
 
 // latencyBuckets cover all-hit requests (tens of µs) up to timeouts; 150 ms
@@ -133,11 +133,11 @@ func (m *metrics) forBackend(name string) backendMetrics {
 // dispatchCollector exports one backend's dispatch counters (its policy's
 // Machine, lib/dispatch) from one snapshot per scrape.
 type dispatchCollector struct {
-	d                                                 *dispatch.Dispatcher
+	d                                                 *replicas.Dispatcher
 	copies, cancelled, wins, denied, ratio, purgeErrs *prometheus.Desc
 }
 
-func newDispatchCollector(backend string, d *dispatch.Dispatcher) *dispatchCollector {
+func newDispatchCollector(backend string, d *replicas.Dispatcher) *dispatchCollector {
 	lbl := prometheus.Labels{"backend": backend, "policy": d.Policy()}
 	return &dispatchCollector{
 		d: d,

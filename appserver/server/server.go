@@ -25,12 +25,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/robinhoodcache/robinhood/appserver/cache"
-	"github.com/robinhoodcache/robinhood/appserver/dispatch"
+	"github.com/robinhoodcache/robinhood/appserver/replicas"
 	"github.com/robinhoodcache/robinhood/appserver/report"
 	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/dialopts"
-	policy "github.com/robinhoodcache/robinhood/lib/dispatch"
+	"github.com/robinhoodcache/robinhood/lib/dispatch"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -119,8 +119,8 @@ type Server struct {
 type backend struct {
 	name       string
 	id         uint32
-	replicas   *dispatch.Replicas
-	dispatcher *dispatch.Dispatcher
+	replicas   *replicas.Replicas
+	dispatcher *replicas.Dispatcher
 	cache      cache.Store // memcached or Redis; nil in cache mode none
 	filler     *cache.Filler
 	m          backendMetrics
@@ -143,7 +143,7 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("--id %q: no such application server in the topology (it has: %s)", cfg.AppServerID, strings.Join(ids, ", "))
 	}
 	where := "app_servers[" + strconv.Itoa(appIndex(cfg.Topology, app.ID)) + "].dispatch"
-	if _, err := policy.Params(app.Dispatch); err != nil {
+	if _, err := dispatch.Params(app.Dispatch); err != nil {
 		return nil, fmt.Errorf("%s.%w", where, err)
 	}
 	if cfg.Logger == nil {
@@ -191,14 +191,14 @@ func New(cfg Config) (_ *Server, err error) {
 	names := make([]string, 0, len(cfg.Topology.Backends))
 	for _, tb := range cfg.Topology.Backends {
 		names = append(names, tb.Name)
-		rs, err := dispatch.Dial(tb, cfg.Credentials.DialOptions()...)
+		rs, err := replicas.Dial(tb, cfg.Credentials.DialOptions()...)
 		if err != nil {
 			return nil, err
 		}
 		rs.AttemptTimeout = s.backendTimeout
 		be := &backend{name: tb.Name, id: tb.ID, replicas: rs, m: s.m.forBackend(tb.Name)}
 		s.backends[tb.Name] = be
-		if be.dispatcher, err = dispatch.Build(app.Dispatch, rs); err != nil {
+		if be.dispatcher, err = replicas.Build(app.Dispatch, rs); err != nil {
 			return nil, fmt.Errorf("%s: backend %s: %w", where, tb.Name, err)
 		}
 		lbl := prometheus.Labels{"backend": tb.Name}

@@ -146,7 +146,7 @@ func (p Partition) Password() (string, error) {
 }
 
 // Dispatch is the dispatch policy of an app server and its parameters
-// (validated by the policy: appserver/dispatch).
+// (validated by the policy: lib/dispatch).
 type Dispatch struct {
 	Policy string
 	// Params are the block's other fields.

@@ -1,4 +1,4 @@
-package dispatch
+package replicas
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/robinhoodcache/robinhood/appserver/internal/testbackend"
 	"github.com/robinhoodcache/robinhood/backends/value"
 	"github.com/robinhoodcache/robinhood/lib/config"
-	policy "github.com/robinhoodcache/robinhood/lib/dispatch"
+	"github.com/robinhoodcache/robinhood/lib/dispatch"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -55,7 +55,7 @@ func TestRandomSpreadsOverReplicas(t *testing.T) {
 
 func TestBuildRejectsUnknownPolicy(t *testing.T) {
 	_, err := Build(config.Dispatch{Policy: "psychic"}, &Replicas{})
-	if err == nil || !strings.Contains(err.Error(), `policy: "psychic" is not one of `+strings.Join(policy.Names(), ", ")) {
+	if err == nil || !strings.Contains(err.Error(), `policy: "psychic" is not one of `+strings.Join(dispatch.Names(), ", ")) {
 		t.Fatalf("got %v, want an error naming the policy and the known ones", err)
 	}
 	_, err = Build(config.Dispatch{Policy: "psq", Params: map[string]any{"n": int64(0)}}, &Replicas{})

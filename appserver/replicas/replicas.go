@@ -1,7 +1,8 @@
-// Package dispatch is the app server's driver of the lib/dispatch policies
-// (docs/dispatch.md). The decision logic is lib/dispatch's, a state machine
-// per backend; this package is the mechanism that carries out its actions:
-// a backend's replicas and their gRPC connections (Replicas), one call per
+// Package replicas holds an app server's view of each backend's replicas —
+// their connections and health — and drives the lib/dispatch policies over
+// them (docs/dispatch.md). The decision logic is lib/dispatch's, a state
+// machine per backend; this package is the mechanism that carries out its
+// actions: a backend's replicas and their gRPC connections (Replicas), one call per
 // copy a policy sends, contexts, timers, cancellation with Purge, and the
 // passive and active health checks whose changes are the policy's rotation
 // events (health.go).
@@ -10,7 +11,7 @@
 // <parameters>}`); lib/dispatch's registry decodes the parameters and
 // `bin/appserver --list-dispatch-policies` prints it. A new policy is one file
 // in lib/dispatch: nothing here lists them.
-package dispatch
+package replicas
 
 import (
 	"context"
@@ -28,7 +29,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/dialopts"
-	policy "github.com/robinhoodcache/robinhood/lib/dispatch"
+	"github.com/robinhoodcache/robinhood/lib/dispatch"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
 
@@ -120,7 +121,7 @@ type Dispatcher struct {
 	single bool
 
 	mu     sync.Mutex
-	m      *policy.Machine
+	m      *dispatch.Machine
 	nextID uint64
 	// live is the number of batches not yet finished.
 	live int
@@ -131,7 +132,7 @@ type Dispatcher struct {
 // flight is one batch as the driver knows it, from Arrive until it is
 // finished (answered and every copy Done).
 type flight struct {
-	b        *policy.Batch
+	b        *dispatch.Batch
 	req      *pb.GetRequest
 	opts     []grpc.CallOption
 	parent   context.Context // of the copies' contexts: the caller's values, not its cancellation (but see single)
@@ -160,7 +161,7 @@ type copyCall struct {
 // work is an action to carry out after the mutex is released, with what it
 // needs of the copy (read under the mutex).
 type work struct {
-	kind    policy.ActionKind
+	kind    dispatch.ActionKind
 	f       *flight
 	c       int
 	replica int
@@ -171,15 +172,15 @@ type work struct {
 // Build returns the Dispatcher of spec's policy over rs: its parameters are
 // decoded by lib/dispatch (dispatch.Params), strictly.
 func Build(spec config.Dispatch, rs *Replicas) (*Dispatcher, error) {
-	params, err := policy.Params(spec)
+	params, err := dispatch.Params(spec)
 	if err != nil {
 		return nil, err
 	}
-	m, err := policy.New(spec.Policy, params, policy.Env{Replicas: rs.Len(), Seed: rand.Uint64()})
+	m, err := dispatch.New(spec.Policy, params, dispatch.Env{Replicas: rs.Len(), Seed: rand.Uint64()})
 	if err != nil {
 		return nil, err
 	}
-	f, _ := policy.Lookup(spec.Policy)
+	f, _ := dispatch.Lookup(spec.Policy)
 	d := &Dispatcher{rs: rs, policy: spec.Policy, start: time.Now(), m: m, single: f.Single,
 		// Batch ids name a batch at the replicas (Purge), which other app
 		// servers share: start at a random point of the 64-bit space.
@@ -227,7 +228,7 @@ func (d *Dispatcher) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.C
 		d.nextID++
 	}
 	now := d.now()
-	f.b = policy.NewBatch(d.nextID, now)
+	f.b = dispatch.NewBatch(d.nextID, now)
 	f.b.Driver = f
 	d.live++
 	w := d.apply(now, f, d.m.Arrive(now, f.b), nil)
@@ -276,14 +277,14 @@ func (d *Dispatcher) Get(ctx context.Context, req *pb.GetRequest, opts ...grpc.C
 // returns the I/O to do once mu is released (appended to w): calls to
 // start, copies to cancel. Contexts and timers are made here, so an action
 // of a later event (a Cancel) always finds its copy's.
-func (d *Dispatcher) apply(now time.Duration, f *flight, acts []policy.Action, w []work) []work {
+func (d *Dispatcher) apply(now time.Duration, f *flight, acts []dispatch.Action, w []work) []work {
 	for _, a := range acts {
 		g := flightOf(a.Batch)
 		if g == nil {
 			continue // a finished batch (a policy's late action): nothing to do
 		}
 		switch a.Kind {
-		case policy.Send:
+		case dispatch.Send:
 			cp := &a.Batch.Copies[a.Copy]
 			for len(g.copies) <= a.Copy {
 				g.copies = append(g.copies, copyCall{})
@@ -301,13 +302,13 @@ func (d *Dispatcher) apply(now time.Duration, f *flight, acts []policy.Action, w
 				cc.ctx, cc.cancel = context.WithDeadline(g.parent, dl)
 			}
 			cc.ownDL = own
-			w = append(w, work{kind: policy.Send, f: g, c: a.Copy, replica: cp.Replica, low: cp.Priority == policy.Low, call: *cc})
-		case policy.Cancel:
-			w = append(w, work{kind: policy.Cancel, f: g, c: a.Copy, replica: a.Batch.Copies[a.Copy].Replica, call: g.copies[a.Copy]})
-		case policy.Complete, policy.Fail:
+			w = append(w, work{kind: dispatch.Send, f: g, c: a.Copy, replica: cp.Replica, low: cp.Priority == dispatch.Low, call: *cc})
+		case dispatch.Cancel:
+			w = append(w, work{kind: dispatch.Cancel, f: g, c: a.Copy, replica: a.Batch.Copies[a.Copy].Replica, call: g.copies[a.Copy]})
+		case dispatch.Complete, dispatch.Fail:
 			cc := &g.copies[a.Copy]
 			g.resp, g.err = cc.resp, cc.err
-			if a.Kind == policy.Fail && g.err == nil {
+			if a.Kind == dispatch.Fail && g.err == nil {
 				g.resp, g.err = nil, status.Error(codes.Canceled, "every copy of the batch was cancelled")
 			}
 			if !g.answered {
@@ -316,7 +317,7 @@ func (d *Dispatcher) apply(now time.Duration, f *flight, acts []policy.Action, w
 					close(g.done)
 				}
 			}
-		case policy.After:
+		case dispatch.After:
 			g.timers = append(g.timers, time.AfterFunc(a.At-now, func() { d.timer(g) }))
 		}
 	}
@@ -331,7 +332,7 @@ func (d *Dispatcher) apply(now time.Duration, f *flight, acts []policy.Action, w
 }
 
 // flightOf is the driver's record of b; nil once b is finished.
-func flightOf(b *policy.Batch) *flight {
+func flightOf(b *dispatch.Batch) *flight {
 	if f, _ := b.Driver.(*flight); f != nil && !f.finished {
 		return f
 	}
@@ -356,9 +357,9 @@ func (d *Dispatcher) forget(f *flight) {
 func (d *Dispatcher) carryOut(w []work) {
 	for _, x := range w {
 		switch x.kind {
-		case policy.Send:
+		case dispatch.Send:
 			go func() { d.carryOut(d.call(x)) }()
-		case policy.Cancel:
+		case dispatch.Cancel:
 			go d.purge(x.replica, x.f.b.ID, x.call.cancel)
 		}
 	}
@@ -367,7 +368,7 @@ func (d *Dispatcher) carryOut(w []work) {
 // own takes the Send of f's batch out of w, when there is one.
 func own(w []work, f *flight) ([]work, work, bool) {
 	for i, x := range w {
-		if x.kind == policy.Send && x.f == f {
+		if x.kind == dispatch.Send && x.f == f {
 			return append(w[:i:i], w[i+1:]...), x, true
 		}
 	}
@@ -394,21 +395,21 @@ func (d *Dispatcher) call(x work) []work {
 
 	d.mu.Lock()
 	f.copies[c].resp, f.copies[c].err = resp, err
-	var st policy.Status
+	var st dispatch.Status
 	switch {
 	case err == nil:
-		st = policy.OK
+		st = dispatch.OK
 	case f.b.Copies[c].Cancelling:
-		st = policy.Cancelled
+		st = dispatch.Cancelled
 	case status.Code(err) == codes.Unavailable:
-		st = policy.Retryable
+		st = dispatch.Retryable
 	case status.Code(err) == codes.DeadlineExceeded && cc.ownDL:
 		// The attempt's own timeout (its deadline is before the
 		// caller's), while the caller still has time. The replica may
 		// say so first: its copy of the deadline ends a moment earlier.
-		st = policy.Retryable
+		st = dispatch.Retryable
 	default:
-		st = policy.Failed
+		st = dispatch.Failed
 	}
 	now := d.now()
 	w := d.apply(now, f, d.m.Done(now, f.b, c, st), nil)
@@ -459,7 +460,7 @@ func (d *Dispatcher) rotation(i int, in bool) {
 
 // Stats are a Dispatcher's counters since it started.
 type Stats struct {
-	policy.Counters
+	dispatch.Counters
 	// ExtraRatio is the duplicates per batch in the budget's current
 	// window (0 for a policy without a budget).
 	ExtraRatio float64

@@ -1,4 +1,4 @@
-package dispatch
+package replicas
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // one of two in-process loopback backends: the driver's cost on top of the
 // gRPC call (docs/benchmarks.md):
 //
-//	go test -run '^$' -bench GetRandom -benchmem -count 5 ./appserver/dispatch/
+//	go test -run '^$' -bench GetRandom -benchmem -count 5 ./appserver/replicas/
 func BenchmarkGetRandom(b *testing.B) {
 	x, y := testbackend.Start(b, "ratings"), testbackend.Start(b, "ratings")
 	rs, err := Dial(config.Backend{Name: "ratings", Replicas: []config.Replica{{GRPC: x.Addr}, {GRPC: y.Addr}}})
