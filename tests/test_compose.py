@@ -36,7 +36,7 @@ def compose() -> dict:
 def test_compose_files_are_generated_from_the_demo_experiment(gobin: Callable[[str], Path]) -> None:
     exp = load_experiment(REPO / "examples" / "demo.yaml")
     arm = arms(exp)[0]
-    assert arm.name == "robinhood"
+    assert arm.name == "relief"  # the recommended policy, the demo's first arm
     for rel, text in compose_gen.generate(exp, arm, Path("examples/demo.yaml")).items():
         assert (REPO / rel).read_text() == text, (
             f"{rel} differs from what the demo experiment makes: run "
