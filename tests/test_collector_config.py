@@ -22,7 +22,16 @@ def test_the_docs_show_the_tested_file() -> None:
 def test_the_pipeline_sends_traces_to_the_rbc_server() -> None:
     cfg = yaml.safe_load(FILE.read_text())
     traces = cfg["service"]["pipelines"]["traces"]
-    assert traces["exporters"] == ["otlp/robinhood"] and traces["receivers"] == ["otlp"]
-    exp = cfg["exporters"]["otlp/robinhood"]
+    assert traces["exporters"] == ["otlp_grpc/robinhood"] and traces["receivers"] == ["otlp"]
+    exp = cfg["exporters"]["otlp_grpc/robinhood"]
     assert exp["headers"]["authorization"].startswith("Bearer ${env:") and "ca_file" in exp["tls"]
     assert "compression" not in exp  # the exporter's default, gzip: what the test exercises
+
+
+def test_the_documented_rbcserver_line_takes_the_collectors_caller() -> None:
+    # Without --otlp-callers, a topology's RBC server takes OTLP only from a caller
+    # named otlp: a Collector sending the collector token would lose every trace.
+    page = (REPO / "docs" / "opentelemetry.md").read_text()
+    line = next(ln for ln in page.splitlines() if ln.startswith("rbcserver --topology"))
+    assert "--otlp-callers collector" in line
+    assert "collector.bearer" in page
