@@ -32,6 +32,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from robinhood_common.contract import ConfigError, read_yaml
 from robinhood_common.logs import LEVELS, level_arg
+from robinhood_common.topology import absolute_files
 from robinhood_common.units import parse_duration
 from robinhood_controller import policies as allocation
 
@@ -455,6 +456,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             raise ExperimentError(f"--topology: cannot read {path}: {e.strerror}") from None
         except ConfigError as e:
             raise ExperimentError(f"topology {path}: {e}") from None
+        if isinstance(doc, dict):  # the copy in the run folder reads its secrets where the file said
+            doc = absolute_files(doc, path.resolve().parent)
+        if args.prometheus and isinstance(doc, dict) and (doc.get("auth") or doc.get("tls")):
+            raise ExperimentError("--prometheus: the testbed's Prometheus scrapes without tokens or TLS; with a "
+                                  "topology's auth or tls block, run Prometheus as docs/security.md shows")
         out = Path(args.out) if args.out else REPO / "runs" / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         dep = Deployment(doc, out, out / "data", only=set(args.id) if args.id else None, prometheus=args.prometheus)
         what = f"{path}" + (f" ({', '.join(args.id)})" if args.id else "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -249,8 +250,23 @@ class Deployment:
 
     # -- starting -------------------------------------------------------------------
 
+    def _scheme(self) -> str:
+        return "https" if self.typed.tls is not None else "http"
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        """How the readiness checks verify the servers of a topology with a tls block:
+        its CA, and under mutual TLS the certificate the clients present."""
+        tls = self.typed.tls
+        if tls is None:
+            return None
+        ctx = ssl.create_default_context(cafile=tls.ca)
+        if tls.client_auth:
+            ctx.load_cert_chain(tls.cert, tls.key)
+        return ctx
+
     def start(self) -> None:
         t, topo_file = self.typed, str(self.topology_path)
+        scheme = self._scheme()
         waits: list[tuple[Proc, str]] = []
         for a in t.app_servers:
             if not self._wanted(a.id):
@@ -276,26 +292,26 @@ class Deployment:
                 args: list[Any] = [go_bin("backend"), "--topology", topo_file, "--id", b.name, "--replica", str(i)]
                 if b.type == "sql" and (b.sql is None or b.sql.db is None):
                     args += ["--db", str(self.data_dir / f"{b.name}-{i}.db")]
-                target = f"http://{r.http}/healthz" if r.http else r.grpc
+                target = f"{scheme}://{r.http}/healthz" if r.http else r.grpc
                 waits.append((self.sup.start(f"backend-{b.name}-{i}", args), target))
         if self._wanted("rbc_server") and t.rbc_server.grpc:
             rbc = self.sup.start("rbcserver", [go_bin("rbcserver"), "--topology", topo_file])
-            waits.append((rbc, f"http://{t.rbc_server.http}/healthz" if t.rbc_server.http else t.rbc_server.grpc))
+            waits.append((rbc, f"{scheme}://{t.rbc_server.http}/healthz" if t.rbc_server.http else t.rbc_server.grpc))
         self._wait(waits)
         waits = []
         for a in t.app_servers:
             if not self._wanted(a.id):
                 continue
             p = self.sup.start(f"appserver-{a.id}", [go_bin("appserver"), "--topology", topo_file, "--id", a.id])
-            waits.append((p, f"http://{a.http}/healthz"))
+            waits.append((p, f"{scheme}://{a.http}/healthz"))
             if a.cache_mode == "partitioned":
                 # ROBINHOOD_BIN: policies that run our tools (the oracle's tracegen) find them.
                 p = self.sup.start(f"controller-{a.id}", [
                     *controller_cmd(), "run", "--topology", topo_file, "--id", a.id,
                     "--timeline", str(self.run_dir / f"controller-{a.id}.jsonl"), "--wait"],
                     env={"ROBINHOOD_BIN": str(bin_dir())})
-                if a.controller.metrics:
-                    waits.append((p, f"http://{a.controller.metrics}/metrics"))
+                if a.controller.metrics:  # /metrics needs a token under auth: then the port is the sign
+                    waits.append((p, a.controller.metrics if t.auth else f"{scheme}://{a.controller.metrics}/metrics"))
         self._wait(waits)
         self._wait_first_ticks()
         if self.prometheus:
@@ -320,9 +336,10 @@ class Deployment:
             time.sleep(0.05)
 
     def _wait(self, waits: list[tuple[Proc, str]]) -> None:
+        ctx = self._ssl_context()
         for proc, target in waits:
-            if target.startswith("http://"):
-                wait_http(proc, target)
+            if target.startswith(("http://", "https://")):
+                wait_http(proc, target, context=ctx)
             else:
                 wait_tcp(proc, target)
 

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -138,8 +139,9 @@ def wait_tcp(proc: Proc, addr: str, timeout: float = 60.0) -> None:
     raise StartError(f"{proc.name} does not listen on {addr} after {timeout:.0f}s; see {proc.log_path}")
 
 
-def wait_http(proc: Proc, url: str, timeout: float = 60.0) -> None:
-    """Wait until GET url answers 200 (or the process dies)."""
+def wait_http(proc: Proc, url: str, timeout: float = 60.0, context: ssl.SSLContext | None = None) -> None:
+    """Wait until GET url answers 200 (or the process dies); ``context`` verifies an
+    https:// server (the topology's CA, and its certificate under mutual TLS)."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
@@ -147,7 +149,7 @@ def wait_http(proc: Proc, url: str, timeout: float = 60.0) -> None:
             raise StartError(f"{proc.name} exited with status {proc.popen.returncode} before {url} "
                              f"answered; last lines of {proc.log_path}:\n{proc.tail()}")
         try:
-            with urllib.request.urlopen(url, timeout=1) as r:
+            with urllib.request.urlopen(url, timeout=1, context=context) as r:
                 if r.status == 200:
                     return
                 last = f"HTTP {r.status}"

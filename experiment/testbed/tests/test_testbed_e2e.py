@@ -195,6 +195,58 @@ def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
     assert leftovers(str(out / "robinhood" / "logs")) == []
 
 
+def test_up_starts_a_topology_with_tokens_and_mutual_tls(tmp_path: Path, built: None, gobin: Callable[[str], Path],
+                                                          free_address: Callable[[], str]) -> None:
+    """`up --topology FILE` with auth and tls blocks written as docs/security.md writes
+    them (paths relative to the file): the copy in the run folder still finds the
+    secrets, the readiness checks speak HTTPS with the topology's CA and certificate,
+    and the started stack serves a request over mutual TLS with a token."""
+    import ssl
+    import urllib.request
+
+    secrets = tmp_path / "conf" / "secrets"
+    subprocess.run([gobin("devcerts"), "--out", secrets, "--callers", "app0,operator"], check=True,
+                   capture_output=True, timeout=60)
+    a = {k: free_address() for k in ("rbc_grpc", "rbc_http", "be_grpc", "be_http", "app", "mc", "ctl")}
+    topo = tmp_path / "conf" / "topology.yaml"
+    topo.write_text(f"""
+auth: {{tokens: secrets/tokens, token: "secrets/{{id}}.token"}}
+tls: {{ca: secrets/ca.pem, cert: secrets/cert.pem, key: secrets/key.pem, client_auth: true}}
+rbc_server: {{grpc: "{a['rbc_grpc']}", http: "{a['rbc_http']}", window: 2s}}
+backends:
+  - {{id: 0, name: kv0, type: kv, limits: {{workers: 2}}, replicas: [{{grpc: "{a['be_grpc']}", http: "{a['be_http']}"}}]}}
+app_servers:
+  - id: app0
+    http: "{a['app']}"
+    cache_budget_mb: 16
+    partitions: {{kv0: "{a['mc']}"}}
+    controller: {{policy: static, min_partition_mb: 16, interval: 500ms, metrics: "{a['ctl']}"}}
+""")
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    log = tmp_path / "up.log"
+    with log.open("w") as fh:  # started from another folder: the relative paths are the file's, not the cwd's
+        p = subprocess.Popen(cli_args("up", "--topology", str(topo), "--out", str(out), "--ready-file", str(ready)),
+                             stdout=fh, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default,
+                             cwd=tmp_path)
+    try:
+        wait_ready_file(p, ready, "testbed up --topology (auth, tls)", timeout=120, log=log)
+        ctx = ssl.create_default_context(cafile=str(secrets / "ca.pem"))
+        ctx.load_cert_chain(str(secrets / "cert.pem"), str(secrets / "key.pem"))
+        token = (secrets / "operator.bearer").read_text().strip()
+        body = json.dumps({"t": 0, "d": [{"kv0": {"S": [100], "U": ["k1"], "C": [1]}}]}).encode()
+        req = urllib.request.Request(f"https://{a['app']}/v1/request", data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+            assert resp.status == 200
+    finally:
+        interrupt(p)
+    assert leftovers(str(out / "logs")) == []
+    # Its Prometheus would scrape without credentials: refused, before anything starts.
+    res = subprocess.run(cli_args("up", "--topology", str(topo), "--prometheus", "--out", str(tmp_path / "o3")),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--prometheus" in res.stderr and not (tmp_path / "o3").exists()
+
+
 def test_up_starts_a_given_topology(tmp_path: Path, built: None, free_address: Callable[[], str]) -> None:
     """`up --topology FILE` starts the processes of an existing topology (every one
     reading that file); an `--id` that names no component is refused."""

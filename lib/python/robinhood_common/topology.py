@@ -264,6 +264,31 @@ class Topology(_Model):
         return {b.id: b.name for b in self.backends}
 
 
+def absolute_files(doc: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A copy of a topology document with the relative paths of its auth and tls blocks
+    and of its partitions' password files made relative to ``folder`` (the topology
+    file's), for a copy of the document written elsewhere (the testbed's run folder).
+    The document is not validated here; fields that are not strings are left alone."""
+    import copy
+
+    out = copy.deepcopy(doc)
+
+    def fix(block: Any, keys: tuple[str, ...]) -> None:
+        if isinstance(block, dict):
+            for k in keys:
+                v = block.get(k)
+                if isinstance(v, str) and v and not Path(v).is_absolute():
+                    block[k] = str(folder / v)
+
+    fix(out.get("auth"), ("tokens", "token"))
+    fix(out.get("tls"), ("ca", "cert", "key"))
+    for a in out.get("app_servers") or []:
+        if isinstance(a, dict) and isinstance(a.get("partitions"), dict):
+            for part in a["partitions"].values():
+                fix(part, ("password_file",))
+    return out
+
+
 def from_document(doc: Any) -> Topology:
     """Validate a topology document (a mapping) and return it typed. A dispatch policy
     must be one lib/dispatch registers (its parameters are the app server's to check)."""
