@@ -77,7 +77,7 @@ type Replicas struct {
 // (plaintext).
 func Dial(b config.Backend, opts ...grpc.DialOption) (*Replicas, error) {
 	if len(b.Replicas) == 0 {
-		return nil, fmt.Errorf("dispatch: backend %q has no replicas", b.Name)
+		return nil, fmt.Errorf("backend %q has no replicas: bin/appserver sends its queries to them (the topology gives a backend's type and replicas for every backend an app server of ours serves)", b.Name)
 	}
 	rs := &Replicas{Backend: b.Name, now: time.Now, done: make(chan struct{})}
 	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), dialopts.Reconnect()}, opts...)

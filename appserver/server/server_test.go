@@ -660,4 +660,16 @@ app_servers:
 	if _, err := New(Config{Topology: topo, AppServerID: "app0"}); err == nil || !strings.Contains(err.Error(), `dispatch.policy: "nosuch"`) {
 		t.Fatalf("unknown policy: %v", err)
 	}
+	// A backend known by id and name alone (a controller-only topology) is no backend
+	// an app server of ours can query.
+	ext, err := config.ParseTopology([]byte(`
+backends: [{id: 0, name: a}]
+app_servers: [{id: app0, http: "127.0.0.1:1", cache_mode: none}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Topology: ext, AppServerID: "app0"}); err == nil || !strings.Contains(err.Error(), `backend "a" has no replicas: bin/appserver sends its queries to them`) {
+		t.Fatalf("external backend: %v", err)
+	}
 }

@@ -206,6 +206,9 @@ func (c *Config) appServers() ([]appServer, error) {
 	var out []appServer
 	if len(c.AppServers) == 0 {
 		for _, a := range c.Topology.AppServers {
+			if a.HTTP == "" {
+				return nil, fmt.Errorf("topology: app server %q has no http address to send requests to", a.ID)
+			}
 			out = append(out, appServer{id: a.ID, url: c.Credentials.Scheme() + "://" + a.HTTP + RequestPath})
 		}
 		if len(out) == 0 {
@@ -223,6 +226,9 @@ func (c *Config) appServers() ([]appServer, error) {
 			return nil, fmt.Errorf("app-servers: %q is given twice", id)
 		}
 		seen[id] = true
+		if a.HTTP == "" {
+			return nil, fmt.Errorf("app-servers: %q has no http address in the topology to send requests to", id)
+		}
 		out = append(out, appServer{id: a.ID, url: c.Credentials.Scheme() + "://" + a.HTTP + RequestPath})
 	}
 	return out, nil

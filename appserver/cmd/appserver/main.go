@@ -141,6 +141,9 @@ func run(args []string) int {
 	if *listen != "" {
 		addr = *listen
 	}
+	if addr == "" {
+		return usage("app server %s has no http address in the topology: bin/appserver serves requests there (or give --http-addr)", app.ID)
+	}
 	guard, err := auth.NewGuard(sec, map[string]string{"--http-addr": addr}, log)
 	if err != nil {
 		return usage("%v", err)

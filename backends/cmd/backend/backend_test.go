@@ -296,6 +296,8 @@ func TestParseConfigFromTopology(t *testing.T) {
      replicas: [{grpc: "127.0.0.1:7301", http: "127.0.0.1:7302"}, {grpc: "127.0.0.1:7303", http: "127.0.0.1:7304"}]}
   - {id: 1, name: mem, type: kv, replicas: [{grpc: "127.0.0.1:7305"}]}
   - {id: 2, name: mm, type: compute, compute: {matrix_size: 32}, replicas: [{grpc: "127.0.0.1:7306"}]}
+  - {id: 3, name: ext}
+  - {id: 4, name: untyped, replicas: [{grpc: "127.0.0.1:7307"}]}
 `
 	if err := os.WriteFile(topo, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
@@ -323,6 +325,8 @@ func TestParseConfigFromTopology(t *testing.T) {
 		{[]string{"--topology", topo, "--id", "db", "--replica", "2"}, "--replica: 2 is not a replica of backend db (it has 2)"},
 		{[]string{"--topology", topo, "--id", "db", "--workers", "0"}, "backends[0].limits.workers (from --workers): 0 is out of range"},
 		{[]string{"--topology", topo}, "--id is required with --topology"},
+		{[]string{"--topology", topo, "--id", "ext"}, "backends[3]: backend ext has no replicas: bin/backend serves one of them"},
+		{[]string{"--topology", topo, "--id", "untyped"}, "backends[4].type: bin/backend needs the backend's data path"},
 	} {
 		if _, err := parseConfig(bad.args, io.Discard); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v: %v, want %q", bad.args, err, bad.want)

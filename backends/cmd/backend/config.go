@@ -122,7 +122,10 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 		if block == nil {
 			return c, fmt.Errorf("--id: %s is not a backend of %s (it has: %v)", config.Quote(*id), *topoPath, names)
 		}
-		reps := block["replicas"].([]any)
+		reps, _ := block["replicas"].([]any)
+		if len(reps) == 0 {
+			return c, fmt.Errorf("%s: backend %s has no replicas: bin/backend serves one of them (an external backend is not started here)", where, *id)
+		}
 		if *replica < 0 || *replica >= len(reps) {
 			return c, fmt.Errorf("--replica: %d is not a replica of backend %s (it has %d)", *replica, *id, len(reps))
 		}
@@ -201,7 +204,11 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 		return c, ov.Annotate(err)
 	}
 	b := norm.(map[string]any)
-	c.Type, c.Name = b["type"].(string), b["name"].(string)
+	backendType, ok := b["type"].(string)
+	if !ok {
+		return c, fmt.Errorf("%s.type: bin/backend needs the backend's data path: kv, sql or compute (or --type)", where)
+	}
+	c.Type, c.Name = backendType, b["name"].(string)
 	if c.Limits, err = config.ReadLimits(b["limits"].(map[string]any), where+".limits"); err != nil {
 		return c, err
 	}

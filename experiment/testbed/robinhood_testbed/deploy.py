@@ -141,7 +141,7 @@ class Endpoints:
         for b in t.backends:
             ep.backends[b.name] = [(r.grpc, r.http or "") for r in b.replicas]
         for a in t.app_servers:
-            ep.app_http[a.id] = a.http
+            ep.app_http[a.id] = a.http or ""
             if a.cache_mode == "partitioned":
                 ep.caches[a.id] = {n: p.endpoint for n, p in a.partitions.items()}
                 ep.stores[a.id] = {n: p.store for n, p in a.partitions.items()}
@@ -222,6 +222,14 @@ class Deployment:
             if unknown:
                 raise ExperimentError(f"--id: {unknown[0]!r} is not rbc_server, a backend or an app server "
                                       f"(known: {', '.join(sorted(known))})")
+        for b in self.typed.backends:  # what the testbed starts, it needs the whole of
+            if self._wanted(b.name) and (b.type is None or not b.replicas):
+                raise ExperimentError(f"backend {b.name!r} has no type or no replicas: the testbed starts every "
+                                      "backend of the topology (an external backend can only be left out with --id)")
+        for a in self.typed.app_servers:
+            if self._wanted(a.id) and not a.http:
+                raise ExperimentError(f"app server {a.id!r} has no http address: the testbed starts it "
+                                      "(leave it out with --id)")
         self.sup = Supervisor(self.run_dir / "logs")
         self.ep = Endpoints.of(self.typed)
         if self.replay:

@@ -292,3 +292,12 @@ app_servers:
     res = subprocess.run(cli_args("up", "--topology", str(topo), "--id", "nope", "--out", str(tmp_path / "o2")),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--id: 'nope' is not rbc_server, a backend or an app server" in res.stderr
+    # A backend given by id and name alone (the attach form) is none the testbed can start.
+    ext = tmp_path / "external.yaml"
+    ext.write_text(topo.read_text().replace("backends:\n", "backends:\n  - {id: 1, name: ext}\n")
+                   .replace("partitions: {kv0:", f"partitions: {{ext: \"{free_address()}\", kv0:")
+                   .replace("cache_budget_mb: 16", "cache_budget_mb: 32"))
+    res = subprocess.run(cli_args("up", "--topology", str(ext), "--out", str(tmp_path / "o4")),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "backend 'ext' has no type or no replicas" in res.stderr, res.stderr
+    assert not (tmp_path / "o4" / "logs").exists() or not list((tmp_path / "o4" / "logs").iterdir())

@@ -77,8 +77,8 @@ class Backend(_Model):
 
     id: int
     name: str
-    type: str
-    replicas: list[Replica]
+    type: str | None = None  # None: an external backend, known by id and name only
+    replicas: list[Replica] = []
     limits: Limits
     seed: int
     kv: KVOptions | None = None
@@ -172,7 +172,7 @@ class AppServer(_Model):
     """One application server and its cache."""
 
     id: str
-    http: str
+    http: str | None = None  # None: an app server of the operator's own, whose controller alone is attached
     cache_mode: str
     cache_budget_mb: int
     partitions: dict[str, Partition]
