@@ -224,14 +224,14 @@ func TestMiniatureLimitsAreValidated(t *testing.T) {
 	s, m := startMini(t, cfg)
 	_ = s
 	bad := -1.0
-	if err := m.applyLimits(m.keys[1].be, capacity.Patch{Rate: &bad}); err == nil {
+	if err := m.applyLimits(m.keys[1].be, capacity.NewPatch(map[string]float64{capacity.FieldRate: float64(bad)})); err == nil {
 		t.Fatal("a negative rate was applied")
 	}
 	if m.fluids[1].lim.Rate != 0 {
 		t.Fatalf("a refused patch changed the limits: %+v", m.fluids[1].lim)
 	}
 	good := 200.0
-	if err := m.applyLimits(m.keys[1].be, capacity.Patch{Rate: &good}); err != nil || m.fluids[1].mu != 200 {
+	if err := m.applyLimits(m.keys[1].be, capacity.NewPatch(map[string]float64{capacity.FieldRate: float64(good)})); err != nil || m.fluids[1].mu != 200 {
 		t.Fatalf("rate 200: %v, µ %v", err, m.fluids[1].mu)
 	}
 	cfg.RequestSample = 2

@@ -63,47 +63,40 @@ func fieldError(err error) error {
 	return err
 }
 
-// Patch is a partial update of Limits: nil fields are left unchanged.
+// Patch is a partial update of Limits: the fields not set are left
+// unchanged. Its fields are config.LimitTable's.
 type Patch struct {
-	Workers        *int
-	Rate           *float64
-	ExtraLatencyMs *float64
-	HiccupProb     *float64
-	HiccupMs       *float64
-	CostMs         *float64
-	StallProb      *float64
-	StallMs        *float64
-	QueueLimit     *int
+	set  uint64
+	vals [maxFields]float64
+}
+
+// maxFields bounds the limit fields a Patch can hold.
+const maxFields = 64
+
+func init() {
+	if len(config.LimitTable) > maxFields {
+		panic("capacity: more limit fields than a Patch holds")
+	}
+}
+
+// NewPatch is a patch setting the given fields; it panics on an unknown one
+// (for literals in code and tests; input goes through ParsePatch or Set).
+func NewPatch(fields map[string]float64) Patch {
+	var p Patch
+	for k, v := range fields {
+		if !p.Set(k, v) {
+			panic("capacity: unknown limit field " + k)
+		}
+	}
+	return p
 }
 
 // Apply returns l with the fields set in p replaced. It does not validate.
 func (p Patch) Apply(l Limits) Limits {
-	if p.Workers != nil {
-		l.Workers = *p.Workers
-	}
-	if p.Rate != nil {
-		l.Rate = *p.Rate
-	}
-	if p.ExtraLatencyMs != nil {
-		l.ExtraLatencyMs = *p.ExtraLatencyMs
-	}
-	if p.HiccupProb != nil {
-		l.HiccupProb = *p.HiccupProb
-	}
-	if p.HiccupMs != nil {
-		l.HiccupMs = *p.HiccupMs
-	}
-	if p.CostMs != nil {
-		l.CostMs = *p.CostMs
-	}
-	if p.StallProb != nil {
-		l.StallProb = *p.StallProb
-	}
-	if p.StallMs != nil {
-		l.StallMs = *p.StallMs
-	}
-	if p.QueueLimit != nil {
-		l.QueueLimit = *p.QueueLimit
+	for i, f := range config.LimitTable {
+		if p.set&(1<<i) != 0 {
+			f.Set(&l, p.vals[i])
+		}
 	}
 	return l
 }
@@ -111,30 +104,27 @@ func (p Patch) Apply(l Limits) Limits {
 // Set sets the named field of p to v (rounded for the integer fields) and
 // reports whether the field exists. It does not validate.
 func (p *Patch) Set(field string, v float64) bool {
-	iv := int(math.Round(v))
-	switch field {
-	case FieldWorkers:
-		p.Workers = &iv
-	case FieldQueueLimit:
-		p.QueueLimit = &iv
-	case FieldRate:
-		p.Rate = &v
-	case FieldExtraLatencyMs:
-		p.ExtraLatencyMs = &v
-	case FieldHiccupProb:
-		p.HiccupProb = &v
-	case FieldHiccupMs:
-		p.HiccupMs = &v
-	case FieldCostMs:
-		p.CostMs = &v
-	case FieldStallProb:
-		p.StallProb = &v
-	case FieldStallMs:
-		p.StallMs = &v
-	default:
+	f, i, ok := config.LimitByName(field)
+	if !ok {
 		return false
 	}
+	if f.Int {
+		v = math.Round(v)
+	}
+	p.set |= 1 << i
+	p.vals[i] = v
 	return true
+}
+
+// Fields lists the fields p sets, in the order of config.LimitTable.
+func (p Patch) Fields() []string {
+	var out []string
+	for i, f := range config.LimitTable {
+		if p.set&(1<<i) != 0 {
+			out = append(out, f.Name)
+		}
+	}
+	return out
 }
 
 // ErrMalformed marks a body that is not a JSON object.
@@ -179,7 +169,7 @@ func ParsePatch(body []byte) (Patch, error) {
 		if err != nil {
 			return Patch{}, err
 		}
-		if k == FieldWorkers || k == FieldQueueLimit {
+		if lf, _, _ := config.LimitByName(k); lf.Int {
 			if f != math.Trunc(f) || math.Abs(f) > 1e15 {
 				return Patch{}, &FieldError{Field: k, Value: string(raw[k]), Reason: "must be an integer"}
 			}

@@ -270,14 +270,14 @@ func TestRaisingWorkersReleasesWaiters(t *testing.T) {
 		t.Fatalf("admitted %d, want 1", got)
 	}
 	w := 3
-	if _, _, err := m.Update(Patch{Workers: &w}); err != nil {
+	if _, _, err := m.Update(NewPatch(map[string]float64{FieldWorkers: float64(w)})); err != nil {
 		t.Fatal(err)
 	}
 	if got := countAdmitted(ts); got != 3 {
 		t.Fatalf("after workers=3 admitted %d, want 3", got)
 	}
 	w = 1
-	if _, _, err := m.Update(Patch{Workers: &w}); err != nil {
+	if _, _, err := m.Update(NewPatch(map[string]float64{FieldWorkers: float64(w)})); err != nil {
 		t.Fatal(err)
 	}
 	ts[0].Release()
@@ -300,7 +300,7 @@ func TestRateChangesApplyToQueuedWork(t *testing.T) {
 		t.Fatalf("rate 100 after 10ms: admitted %d, want 3", got)
 	}
 	slow := 10.0
-	if _, _, err := m.Update(Patch{Rate: &slow}); err != nil {
+	if _, _, err := m.Update(NewPatch(map[string]float64{FieldRate: float64(slow)})); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(99 * time.Millisecond)
@@ -312,7 +312,7 @@ func TestRateChangesApplyToQueuedWork(t *testing.T) {
 		t.Fatalf("rate 10: admitted %d after 100ms, want 4", got)
 	}
 	fast := 1000.0
-	if _, _, err := m.Update(Patch{Rate: &fast}); err != nil {
+	if _, _, err := m.Update(NewPatch(map[string]float64{FieldRate: float64(fast)})); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(5 * time.Millisecond)
@@ -320,14 +320,14 @@ func TestRateChangesApplyToQueuedWork(t *testing.T) {
 		t.Fatalf("rate raised to 1000: admitted %d after 5ms, want 9", got)
 	}
 	unlimited := 0.0
-	if _, _, err := m.Update(Patch{Rate: &unlimited}); err != nil {
+	if _, _, err := m.Update(NewPatch(map[string]float64{FieldRate: float64(unlimited)})); err != nil {
 		t.Fatal(err)
 	}
 	if got := countAdmitted(ts); got != 40 {
 		t.Fatalf("rate 0 (unlimited): admitted %d, want all 40", got)
 	}
 	// Back from unlimited: the bucket starts full.
-	if _, _, err := m.Update(Patch{Rate: &slow}); err != nil {
+	if _, _, err := m.Update(NewPatch(map[string]float64{FieldRate: float64(slow)})); err != nil {
 		t.Fatal(err)
 	}
 	more := mustJoin(t, m, 5)
@@ -449,7 +449,7 @@ func TestQueueLimit(t *testing.T) {
 	}
 	wantStats(t, m, 2, 1)
 	zero := 0
-	if _, _, err := m.Update(Patch{QueueLimit: &zero}); err != nil {
+	if _, _, err := m.Update(NewPatch(map[string]float64{FieldQueueLimit: float64(zero)})); err != nil {
 		t.Fatal(err)
 	}
 	mustJoin(t, m, 5)
@@ -479,27 +479,25 @@ func TestCloseFailsWaiters(t *testing.T) {
 }
 
 func TestInvalidLimitsRejected(t *testing.T) {
-	ptrI := func(v int) *int { return &v }
-	ptrF := func(v float64) *float64 { return &v }
 	cases := []struct {
 		name  string
 		p     Patch
 		field string
 	}{
-		{"zero workers", Patch{Workers: ptrI(0)}, FieldWorkers},
-		{"negative workers", Patch{Workers: ptrI(-3)}, FieldWorkers},
-		{"too many workers", Patch{Workers: ptrI(1_000_000 + 1)}, FieldWorkers},
-		{"negative rate", Patch{Rate: ptrF(-1)}, FieldRate},
-		{"NaN rate", Patch{Rate: ptrF(math.NaN())}, FieldRate},
-		{"infinite rate", Patch{Rate: ptrF(math.Inf(1))}, FieldRate},
-		{"negative extra latency", Patch{ExtraLatencyMs: ptrF(-0.5)}, FieldExtraLatencyMs},
-		{"probability above 1", Patch{HiccupProb: ptrF(1.01)}, FieldHiccupProb},
-		{"negative probability", Patch{HiccupProb: ptrF(-0.1)}, FieldHiccupProb},
-		{"negative hiccup", Patch{HiccupMs: ptrF(-1)}, FieldHiccupMs},
-		{"hiccup beyond an hour", Patch{HiccupMs: ptrF(3_600_000 + 1)}, FieldHiccupMs},
-		{"negative queue limit", Patch{QueueLimit: ptrI(-1)}, FieldQueueLimit},
+		{"zero workers", NewPatch(map[string]float64{FieldWorkers: float64(0)}), FieldWorkers},
+		{"negative workers", NewPatch(map[string]float64{FieldWorkers: float64(-3)}), FieldWorkers},
+		{"too many workers", NewPatch(map[string]float64{FieldWorkers: float64(1_000_000 + 1)}), FieldWorkers},
+		{"negative rate", NewPatch(map[string]float64{FieldRate: -1}), FieldRate},
+		{"NaN rate", NewPatch(map[string]float64{FieldRate: math.NaN()}), FieldRate},
+		{"infinite rate", NewPatch(map[string]float64{FieldRate: math.Inf(1)}), FieldRate},
+		{"negative extra latency", NewPatch(map[string]float64{FieldExtraLatencyMs: -0.5}), FieldExtraLatencyMs},
+		{"probability above 1", NewPatch(map[string]float64{FieldHiccupProb: 1.01}), FieldHiccupProb},
+		{"negative probability", NewPatch(map[string]float64{FieldHiccupProb: -0.1}), FieldHiccupProb},
+		{"negative hiccup", NewPatch(map[string]float64{FieldHiccupMs: -1}), FieldHiccupMs},
+		{"hiccup beyond an hour", NewPatch(map[string]float64{FieldHiccupMs: 3_600_000 + 1}), FieldHiccupMs},
+		{"negative queue limit", NewPatch(map[string]float64{FieldQueueLimit: float64(-1)}), FieldQueueLimit},
 		// One bad field spoils the whole patch.
-		{"good and bad together", Patch{Workers: ptrI(4), Rate: ptrF(-5)}, FieldRate},
+		{"good and bad together", NewPatch(map[string]float64{FieldWorkers: float64(4), FieldRate: -5}), FieldRate},
 	}
 	start := Limits{Workers: 2, Rate: 50, ExtraLatencyMs: 1, HiccupProb: 0.1, HiccupMs: 10}
 	m := mustNew(t, start, newFakeClock())
@@ -521,7 +519,7 @@ func TestInvalidLimitsRejected(t *testing.T) {
 func TestUpdateReturnsOldAndNew(t *testing.T) {
 	m := mustNew(t, Limits{Workers: 2, Rate: 50}, newFakeClock())
 	p := 0.5
-	old, cur, err := m.Update(Patch{HiccupProb: &p})
+	old, cur, err := m.Update(NewPatch(map[string]float64{FieldHiccupProb: float64(p)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +549,7 @@ func TestRandomLimitChangesNeverStrandWork(t *testing.T) {
 			}
 			w := 1 + rng.IntN(6)
 			r := []float64{0, 500, 3000, 20000}[rng.IntN(4)]
-			if _, _, err := m.Update(Patch{Workers: &w, Rate: &r}); err != nil {
+			if _, _, err := m.Update(NewPatch(map[string]float64{FieldWorkers: float64(w), FieldRate: float64(r)})); err != nil {
 				t.Error(err)
 				return
 			}
@@ -651,7 +649,7 @@ func TestLateTimerCatchesUpButIdleBucketStaysSmall(t *testing.T) {
 	bs := mustJoin(t, busy, 20)
 	clk.Advance(time.Second)
 	w := 1000
-	busy.Update(Patch{Workers: &w})
+	busy.Update(NewPatch(map[string]float64{FieldWorkers: float64(w)}))
 	if got := countAdmitted(bs); got != 1+int(Burst(100)) {
 		t.Fatalf("after a second bound by workers, raising them admitted %d, want 1 + depth %v", got, Burst(100))
 	}

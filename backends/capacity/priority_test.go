@@ -162,14 +162,14 @@ func TestWholeReplicaStall(t *testing.T) {
 	clk := newFakeClock()
 	m := mustNew(t, Limits{Workers: 2, ExtraLatencyMs: 10}, clk)
 	first := mustJoin(t, m, 1)[0]
-	if _, _, err := m.Update(Patch{StallProb: ptr(1.0), StallMs: ptr(50.0)}); err != nil {
+	if _, _, err := m.Update(NewPatch(map[string]float64{FieldStallProb: 1.0, FieldStallMs: 50.0})); err != nil {
 		t.Fatal(err)
 	}
 	second := mustJoin(t, m, 1)[0] // its admission stalls the replica
 	if !admitted(second) || m.Stats().Stalls != 1 {
 		t.Fatalf("second admitted=%v stalls=%d", admitted(second), m.Stats().Stalls)
 	}
-	if _, _, err := m.Update(Patch{StallProb: ptr(0.0)}); err != nil {
+	if _, _, err := m.Update(NewPatch(map[string]float64{FieldStallProb: 0.0})); err != nil {
 		t.Fatal(err)
 	}
 	first.Release() // a worker is free, but the replica is stalled
@@ -208,7 +208,7 @@ func TestServeWaitsOutAStall(t *testing.T) {
 	for clk.pending() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	m.Update(Patch{StallProb: ptr(1.0), StallMs: ptr(30.0)})
+	m.Update(NewPatch(map[string]float64{FieldStallProb: 1.0, FieldStallMs: 30.0}))
 	mustJoin(t, m, 1) // stalls the replica while tk is in service
 	clk.Advance(10 * time.Millisecond)
 	for clk.pending() == 0 {

@@ -166,9 +166,7 @@ func (s *Server) UpdateLimits(p capacity.Patch, source string) (capacity.Limits,
 		r.SetConcurrency(cur.Workers)
 	}
 	if diff := old.Diff(cur); len(diff) > 0 {
-		s.log.Info("limits changed", "source", source, "changes", strings.Join(diff, " "),
-			"workers", cur.Workers, "rate", cur.Rate, "extra_latency_ms", cur.ExtraLatencyMs,
-			"hiccup_prob", cur.HiccupProb, "hiccup_ms", cur.HiccupMs, "cost_ms", cur.CostMs, "stall_prob", cur.StallProb, "stall_ms", cur.StallMs, "queue_limit", cur.QueueLimit)
+		s.log.Info("limits changed", append([]any{"source", source, "changes", strings.Join(diff, " ")}, cur.Attrs()...)...)
 	}
 	return cur, nil
 }

@@ -54,6 +54,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
@@ -367,7 +368,8 @@ func (p *parser) checkValue(n *yaml.Node, field string, v float64) error {
 }
 
 func isInteger(field string) bool {
-	return field == capacity.FieldWorkers || field == capacity.FieldQueueLimit
+	f, _, ok := config.LimitByName(field)
+	return ok && f.Int
 }
 
 func (p *parser) setEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) error {

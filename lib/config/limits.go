@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 
 	"github.com/robinhoodcache/robinhood/schema"
 )
@@ -53,8 +55,72 @@ const (
 	FieldQueueLimit     = "queue_limit"
 )
 
-// LimitFields lists every limit field name.
-var LimitFields = []string{FieldWorkers, FieldRate, FieldExtraLatencyMs, FieldHiccupProb, FieldHiccupMs, FieldCostMs, FieldStallProb, FieldStallMs, FieldQueueLimit}
+// LimitField is one limit field: the one table every reader and writer of
+// limits goes through (the topology's limits, bin/backend's flags, the admin
+// API, scenarios, the simulator, the oracle's phases). Adding a limit is a
+// field of Limits, its schema entry ($defs/limits) and a row here.
+type LimitField struct {
+	// Name is the field's name in the schema, the admin API and scenarios.
+	Name string
+	// Int marks an integer field (values are rounded when set).
+	Int bool
+	// Help says what it is, with its unit (bin/backend's flag help).
+	Help string
+	ptrF func(*Limits) *float64
+	ptrI func(*Limits) *int
+}
+
+// Flag is the field's command-line flag: its name with '-' for '_'.
+func (f LimitField) Flag() string { return strings.ReplaceAll(f.Name, "_", "-") }
+
+// Get returns the field of l as a float64.
+func (f LimitField) Get(l Limits) float64 {
+	if f.Int {
+		return float64(*f.ptrI(&l))
+	}
+	return *f.ptrF(&l)
+}
+
+// Set sets the field of l (an integer field to v rounded).
+func (f LimitField) Set(l *Limits, v float64) {
+	if f.Int {
+		*f.ptrI(l) = int(math.Round(v))
+		return
+	}
+	*f.ptrF(l) = v
+}
+
+// LimitTable has every limit field, in the order of the schema.
+var LimitTable = []LimitField{
+	{Name: FieldWorkers, Int: true, Help: "queries in service at once", ptrI: func(l *Limits) *int { return &l.Workers }},
+	{Name: FieldRate, Help: "rate limit in queries/s, token bucket, 0 = unlimited", ptrF: func(l *Limits) *float64 { return &l.Rate }},
+	{Name: FieldExtraLatencyMs, Help: "extra service time per query, ms", ptrF: func(l *Limits) *float64 { return &l.ExtraLatencyMs }},
+	{Name: FieldHiccupProb, Help: "probability that a query hiccups", ptrF: func(l *Limits) *float64 { return &l.HiccupProb }},
+	{Name: FieldHiccupMs, Help: "length of a hiccup, ms", ptrF: func(l *Limits) *float64 { return &l.HiccupMs }},
+	{Name: FieldCostMs, Help: "mean inherent cost of a query, ms, drawn from its key: the same for every copy on any replica, 0 = none", ptrF: func(l *Limits) *float64 { return &l.CostMs }},
+	{Name: FieldStallProb, Help: "probability that admitting a query stalls the whole replica", ptrF: func(l *Limits) *float64 { return &l.StallProb }},
+	{Name: FieldStallMs, Help: "length of a whole-replica stall, ms", ptrF: func(l *Limits) *float64 { return &l.StallMs }},
+	{Name: FieldQueueLimit, Int: true, Help: "queue bound: batches arriving while this many queries wait are rejected, 0 = unbounded", ptrI: func(l *Limits) *int { return &l.QueueLimit }},
+}
+
+// LimitFields lists every limit field name, in the order of LimitTable.
+var LimitFields = func() []string {
+	out := make([]string, len(LimitTable))
+	for i, f := range LimitTable {
+		out[i] = f.Name
+	}
+	return out
+}()
+
+// LimitByName returns the row of a limit field.
+func LimitByName(name string) (LimitField, int, bool) {
+	for i, f := range LimitTable {
+		if f.Name == name {
+			return f, i, true
+		}
+	}
+	return LimitField{}, -1, false
+}
 
 // DefaultLimits are the schema's defaults.
 func DefaultLimits() Limits {
@@ -84,37 +150,39 @@ func (l Limits) Validate() error {
 
 // Doc is l as a document (field name → value).
 func (l Limits) Doc() map[string]any {
-	return map[string]any{
-		FieldWorkers: int64(l.Workers), FieldRate: l.Rate, FieldExtraLatencyMs: l.ExtraLatencyMs,
-		FieldHiccupProb: l.HiccupProb, FieldHiccupMs: l.HiccupMs, FieldCostMs: l.CostMs, FieldStallProb: l.StallProb, FieldStallMs: l.StallMs,
-		FieldQueueLimit: int64(l.QueueLimit),
+	out := make(map[string]any, len(LimitTable))
+	for _, f := range LimitTable {
+		if f.Int {
+			out[f.Name] = int64(*f.ptrI(&l))
+		} else {
+			out[f.Name] = *f.ptrF(&l)
+		}
 	}
+	return out
 }
 
 // Get returns the value of a field by name, as a float64 (the metrics
 // export every limit this way).
 func (l Limits) Get(field string) (float64, bool) {
-	switch field {
-	case FieldWorkers:
-		return float64(l.Workers), true
-	case FieldRate:
-		return l.Rate, true
-	case FieldExtraLatencyMs:
-		return l.ExtraLatencyMs, true
-	case FieldHiccupProb:
-		return l.HiccupProb, true
-	case FieldHiccupMs:
-		return l.HiccupMs, true
-	case FieldCostMs:
-		return l.CostMs, true
-	case FieldStallProb:
-		return l.StallProb, true
-	case FieldStallMs:
-		return l.StallMs, true
-	case FieldQueueLimit:
-		return float64(l.QueueLimit), true
+	f, _, ok := LimitByName(field)
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	return f.Get(l), true
+}
+
+// Attrs is l as alternating field names and values, every limit in the
+// order of LimitTable: the log attributes of a line that states them.
+func (l Limits) Attrs() []any {
+	out := make([]any, 0, 2*len(LimitTable))
+	for _, f := range LimitTable {
+		if f.Int {
+			out = append(out, f.Name, *f.ptrI(&l))
+		} else {
+			out = append(out, f.Name, *f.ptrF(&l))
+		}
+	}
+	return out
 }
 
 // Diff lists the fields that differ between l and o as "field=old→new", in

@@ -65,15 +65,15 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 	name := fs.String("name", "", "backend name, as in the topology and traces (backends[].name)")
 	grpcAddr := fs.String("grpc-addr", "", "gRPC listen address (default: the replica's grpc address in the topology, else 127.0.0.1:7100)")
 	httpAddr := fs.String("http-addr", "", "HTTP listen address: admin API, /healthz, /metrics (default: the replica's http address, else 127.0.0.1:7200)")
-	workers := fs.Int("workers", def.Workers, "initial workers: queries in service at once (limits.workers)")
-	rate := fs.Float64("rate", def.Rate, "initial rate limit in queries/s, token bucket, 0 = unlimited (limits.rate)")
-	extra := fs.Float64("extra-latency-ms", def.ExtraLatencyMs, "initial extra service time per query, ms (limits.extra_latency_ms)")
-	hprob := fs.Float64("hiccup-prob", def.HiccupProb, "initial probability that a query hiccups (limits.hiccup_prob)")
-	hms := fs.Float64("hiccup-ms", def.HiccupMs, "initial length of a hiccup, ms (limits.hiccup_ms)")
-	cost := fs.Float64("cost-ms", def.CostMs, "initial mean inherent cost of a query, ms, drawn from its key: the same for every copy on any replica, 0 = none (limits.cost_ms)")
-	sprob := fs.Float64("stall-prob", def.StallProb, "initial probability that admitting a query stalls the whole replica (limits.stall_prob)")
-	sms := fs.Float64("stall-ms", def.StallMs, "initial length of a whole-replica stall, ms (limits.stall_ms)")
-	qlimit := fs.Int("queue-limit", def.QueueLimit, "initial queue bound: batches arriving while this many queries wait are rejected, 0 = unbounded (limits.queue_limit)")
+	// One flag per limit field (config.LimitTable), named and described there.
+	limitFloats, limitInts := make([]float64, len(config.LimitTable)), make([]int, len(config.LimitTable))
+	for i, f := range config.LimitTable {
+		if f.Int {
+			fs.IntVar(&limitInts[i], f.Flag(), int(f.Get(def)), "initial "+f.Help+" (limits."+f.Name+")")
+		} else {
+			fs.Float64Var(&limitFloats[i], f.Flag(), f.Get(def), "initial "+f.Help+" (limits."+f.Name+")")
+		}
+	}
 	seed := fs.Uint64("seed", 1, "seed of the hiccup draws (seed)")
 	redis := fs.String("redis", "", "kv: keep values in this Redis (host:port) instead of in memory (kv.redis)")
 	maxBytes := fs.Int64("max-bytes", 0, "kv, in memory: bound on stored bytes; least recently used keys are evicted (kv.max_bytes; default 256 MiB)")
@@ -170,15 +170,6 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 		{"type", "type", *typ, nil, ""},
 		{"name", "name", *name, nil, ""},
 		{"seed", "seed", int64(*seed), nil, ""},
-		{"workers", "workers", int64(*workers), func() map[string]any { return limits }, ".limits"},
-		{"rate", "rate", *rate, func() map[string]any { return limits }, ".limits"},
-		{"extra-latency-ms", "extra_latency_ms", *extra, func() map[string]any { return limits }, ".limits"},
-		{"hiccup-prob", "hiccup_prob", *hprob, func() map[string]any { return limits }, ".limits"},
-		{"hiccup-ms", "hiccup_ms", *hms, func() map[string]any { return limits }, ".limits"},
-		{"cost-ms", "cost_ms", *cost, func() map[string]any { return limits }, ".limits"},
-		{"stall-prob", "stall_prob", *sprob, func() map[string]any { return limits }, ".limits"},
-		{"stall-ms", "stall_ms", *sms, func() map[string]any { return limits }, ".limits"},
-		{"queue-limit", "queue_limit", int64(*qlimit), func() map[string]any { return limits }, ".limits"},
 		{"redis", "redis", *redis, func() map[string]any { return opts("kv") }, ".kv"},
 		{"max-bytes", "max_bytes", *maxBytes, func() map[string]any { return opts("kv") }, ".kv"},
 		{"db", "db", *db, func() map[string]any { return opts("sql") }, ".sql"},
@@ -193,6 +184,16 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 		} else {
 			ov.Set(f.into(), where+f.prefix, f.field, f.flag, f.v)
 		}
+	}
+	for i, f := range config.LimitTable {
+		if !set[f.Flag()] {
+			continue
+		}
+		var v any = limitFloats[i]
+		if f.Int {
+			v = int64(limitInts[i])
+		}
+		ov.Set(limits, where+".limits", f.Name, f.Flag(), v)
 	}
 	for _, kind := range []string{"kv", "sql", "compute"} {
 		if m, ok := block[kind].(map[string]any); ok && len(m) == 0 {

@@ -167,10 +167,8 @@ func serve(ctx context.Context, cfg settings, guard *auth.Guard, log *slog.Logge
 		}
 	}()
 	l := cfg.Limits
-	log.Info("backend ready", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"workers", l.Workers, "rate", l.Rate, "extra_latency_ms", l.ExtraLatencyMs,
-		"hiccup_prob", l.HiccupProb, "hiccup_ms", l.HiccupMs, "cost_ms", l.CostMs, "stall_prob", l.StallProb, "stall_ms", l.StallMs, "queue_limit", l.QueueLimit,
-		"seed", cfg.Seed, "options", options(cfg), "security", guard.Describe())
+	attrs := append([]any{"grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String()}, l.Attrs()...)
+	log.Info("backend ready", append(attrs, "seed", cfg.Seed, "options", options(cfg), "security", guard.Describe())...)
 
 	var runErr error
 	select {
