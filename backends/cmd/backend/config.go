@@ -107,32 +107,10 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 		if *id == "" {
 			return c, errors.New("--id is required with --topology: the backend's name")
 		}
-		doc, err := config.ReadTopologyDoc(*topoPath)
-		if err != nil {
+		var t *config.Topology
+		var err error
+		if block, where, rep, t, err = topologyBlock(*topoPath, *id, *replica); err != nil {
 			return c, err
-		}
-		var names []string
-		for i, b := range doc["backends"].([]any) {
-			bm := b.(map[string]any)
-			names = append(names, bm["name"].(string))
-			if bm["name"] == *id {
-				block, where = bm, "backends["+strconv.Itoa(i)+"]"
-			}
-		}
-		if block == nil {
-			return c, fmt.Errorf("--id: %s is not a backend of %s (it has: %v)", config.Quote(*id), *topoPath, names)
-		}
-		reps, _ := block["replicas"].([]any)
-		if len(reps) == 0 {
-			return c, fmt.Errorf("%s: backend %s has no replicas: bin/backend serves one of them (an external backend is not started here)", where, *id)
-		}
-		if *replica < 0 || *replica >= len(reps) {
-			return c, fmt.Errorf("--replica: %d is not a replica of backend %s (it has %d)", *replica, *id, len(reps))
-		}
-		rep = reps[*replica].(map[string]any)
-		t, err := config.TopologyFrom(doc)
-		if err != nil {
-			return c, fmt.Errorf("topology %s: %w", *topoPath, err)
 		}
 		c.Security = c.Security.FromTopology(t, set)
 	} else {
@@ -214,7 +192,57 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 		return c, err
 	}
 	c.Seed = uint64(b["seed"].(int64)) + uint64(*replica)
-	// The type's options with their schema defaults.
+	c.typeOptions(b, where)
+
+	if err := c.listenAddrs(rep, set, *grpcAddr, *httpAddr); err != nil {
+		return c, err
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return c, fmt.Errorf("--log-level: %q is not debug, info, warn or error", *logLevel)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return c, fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
+	}
+	if err := c.Security.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// topologyBlock finds backend id in a topology file: its block (a document),
+// where it is ("backends[i]"), the replica's block, and the typed topology.
+func topologyBlock(path, id string, replica int) (block map[string]any, where string, rep map[string]any, t *config.Topology, err error) {
+	doc, err := config.ReadTopologyDoc(path)
+	if err != nil {
+		return nil, "", nil, nil, err
+	}
+	var names []string
+	for i, b := range doc["backends"].([]any) {
+		bm := b.(map[string]any)
+		names = append(names, bm["name"].(string))
+		if bm["name"] == id {
+			block, where = bm, "backends["+strconv.Itoa(i)+"]"
+		}
+	}
+	if block == nil {
+		return nil, "", nil, nil, fmt.Errorf("--id: %s is not a backend of %s (it has: %v)", config.Quote(id), path, names)
+	}
+	reps, _ := block["replicas"].([]any)
+	if len(reps) == 0 {
+		return nil, "", nil, nil, fmt.Errorf("%s: backend %s has no replicas: bin/backend serves one of them (an external backend is not started here)", where, id)
+	}
+	if replica < 0 || replica >= len(reps) {
+		return nil, "", nil, nil, fmt.Errorf("--replica: %d is not a replica of backend %s (it has %d)", replica, id, len(reps))
+	}
+	if t, err = config.TopologyFrom(doc); err != nil {
+		return nil, "", nil, nil, fmt.Errorf("topology %s: %w", path, err)
+	}
+	return block, where, reps[replica].(map[string]any), t, nil
+}
+
+// typeOptions reads the options of c.Type from the normalized backend block
+// b (the schema's defaults where the block has none).
+func (c *settings) typeOptions(b map[string]any, where string) {
 	optsOf := func(kind string) map[string]any {
 		m, _ := b[kind].(map[string]any)
 		if m == nil {
@@ -241,9 +269,11 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 	case config.TypeCompute:
 		c.MatrixSize = int(optsOf("compute")["matrix_size"].(int64))
 	}
+}
 
-	// Listen addresses: the flag, else the replica's addresses, else the
-	// defaults of a single local backend.
+// listenAddrs sets the listen addresses: the flag, else the replica's
+// addresses, else the defaults of a single local backend.
+func (c *settings) listenAddrs(rep map[string]any, set map[string]bool, grpcAddr, httpAddr string) error {
 	c.GRPCAddr, c.HTTPAddr = "127.0.0.1:7100", "127.0.0.1:7200"
 	if rep != nil {
 		c.GRPCAddr, _ = rep["grpc"].(string)
@@ -252,27 +282,18 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 		}
 	}
 	if set["grpc-addr"] {
-		c.GRPCAddr = *grpcAddr
+		c.GRPCAddr = grpcAddr
 	}
 	if set["http-addr"] {
-		c.HTTPAddr = *httpAddr
+		c.HTTPAddr = httpAddr
 	}
 	for _, a := range []struct{ flag, v string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
 		if !config.IsAddress(a.v) {
-			return c, fmt.Errorf("--%s: %s is not a host:port address (port 0-65535)", a.flag, config.Quote(a.v))
+			return fmt.Errorf("--%s: %s is not a host:port address (port 0-65535)", a.flag, config.Quote(a.v))
 		}
 	}
 	if c.GRPCAddr == c.HTTPAddr {
-		return c, fmt.Errorf("--grpc-addr and --http-addr are both %q; they need different ports", c.GRPCAddr)
+		return fmt.Errorf("--grpc-addr and --http-addr are both %q; they need different ports", c.GRPCAddr)
 	}
-	if err := c.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
-		return c, fmt.Errorf("--log-level: %q is not debug, info, warn or error", *logLevel)
-	}
-	if c.ShutdownTimeout <= 0 {
-		return c, fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
-	}
-	if err := c.Security.Validate(); err != nil {
-		return c, err
-	}
-	return c, nil
+	return nil
 }
