@@ -85,8 +85,10 @@ func (p *laedge) Done(now time.Duration, b *Batch, c int, st Status) {
 }
 
 // fill gives replica r work if it is idle: the oldest waiting batch, or a
-// duplicate of the oldest running batch that was never duplicated
-// (Algorithm 1, lines 16–21).
+// duplicate of the oldest running batch that has one copy running
+// (Algorithm 1, lines 16–21). A batch whose duplicate was pre-empted is such
+// a batch again (Fig. 3, S2→S4): pre-emption cancels a copy, not the
+// batch's right to a hedge.
 func (p *laedge) fill(now time.Duration, r int) {
 	if !p.m.Usable(r) || p.m.InFlight(r) > 0 {
 		return
@@ -97,7 +99,7 @@ func (p *laedge) fill(now time.Duration, r int) {
 	}
 	p.compact()
 	for _, b := range p.running {
-		if b.Answered || len(b.Copies) != 1 || !b.Copies[0].Open || b.On(r) {
+		if b.Answered || !singleCopy(b) || b.On(r) {
 			continue
 		}
 		if p.m.TryExtra(now) {
@@ -105,6 +107,21 @@ func (p *laedge) fill(now time.Duration, r int) {
 		}
 		return
 	}
+}
+
+// singleCopy reports whether exactly one copy of b is running and none is
+// being cancelled.
+func singleCopy(b *Batch) bool {
+	open := 0
+	for i := range b.Copies {
+		if c := &b.Copies[i]; c.Open {
+			if c.Cancelling {
+				return false
+			}
+			open++
+		}
+	}
+	return open == 1
 }
 
 // preemptOne is the pre-emptive cancellation: the most recently started

@@ -238,3 +238,20 @@ func TestLaedgePreemptiveCancellation(t *testing.T) {
 	s2.m.Arrive(0, a2)
 	s2.expect("no pre-emption by default", s2.m.Arrive(ms, NewBatch(1, ms)), "")
 }
+
+// A batch whose duplicate was pre-empted is single-copy again and is hedged
+// again when a replica frees (LÆDGE Fig. 3, S2→S4, as the idealized hedge
+// does): pre-emption cancels a copy, not the batch's right to a hedge.
+func TestLaedgeHedgesAgainAfterPreemption(t *testing.T) {
+	p := &LaedgeParams{BudgetParams: budgetOf(1), Preempt: true}
+	s := newScript(t, "laedge-cc", p, 2)
+	a := NewBatch(0, 0)
+	acts := s.m.Arrive(0, a)
+	ra, rh := replicaOf(a, 0), replicaOf(a, 1)
+	s.expect("a on both idle replicas", acts, fmt.Sprintf("send b0 c0 r%d normal; send b0 c1 r%d low extra", ra, rh))
+	b := NewBatch(1, ms)
+	s.expect("b must wait: a's later copy is cancelled", s.m.Arrive(ms, b), "cancel b0 c1")
+	s.expect("the cancel done: b takes the replica", s.m.Done(2*ms, a, 1, Cancelled), fmt.Sprintf("send b1 c0 r%d normal", rh))
+	s.expect("b answers while a still runs: a is hedged again on the freed replica", s.m.Done(3*ms, b, 0, OK),
+		fmt.Sprintf("complete b1 c0; send b0 c2 r%d low extra", rh))
+}
