@@ -9,13 +9,14 @@ package schema
 
 import "embed"
 
-// Files holds topology.schema.yaml and experiment.schema.yaml.
+// Files holds topology.schema.yaml, experiment.schema.yaml and hedging.schema.yaml.
 //
 //go:embed *.schema.yaml
 var Files embed.FS
 
-// Topology and Experiment are the schema file names (their $id).
+// Topology, Experiment and Hedging are the schema file names (their $id).
 const (
 	Topology   = "topology.schema.yaml"
 	Experiment = "experiment.schema.yaml"
+	Hedging    = "hedging.schema.yaml"
 )

@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "schema"
 COPY = REPO / "lib" / "python" / "robinhood_common" / "schema"
 DOCS = {"topology.schema.yaml": REPO / "docs" / "topology.md",
-        "experiment.schema.yaml": REPO / "docs" / "testbed.md"}
+        "experiment.schema.yaml": REPO / "docs" / "testbed.md",
+        "hedging.schema.yaml": REPO / "docs" / "hedging.md"}
 
 
 def load() -> dict[str, dict[str, Any]]:

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,12 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/dispatch"
 	"github.com/robinhoodcache/robinhood/lib/percentile"
+	"github.com/robinhoodcache/robinhood/schema"
 )
 
 // The hedging bench (docs/hedging.md): the replicated-backend experiments
@@ -38,59 +36,59 @@ const Ideal = "ideal"
 
 // HedgingConfig is a hedging bench experiment (examples/hedging/*.yaml).
 type HedgingConfig struct {
-	Name     string `yaml:"name"`
-	Shards   int    `yaml:"shards"`
-	Replicas int    `yaml:"replicas"`
-	Workers  int    `yaml:"workers"`
+	Name     string `json:"name"`
+	Shards   int    `json:"shards"`
+	Replicas int    `json:"replicas"`
+	Workers  int    `json:"workers"`
 	// Fanout is the shards a request queries (distinct, uniformly chosen);
 	// 0: all of them.
-	Fanout  int         `yaml:"fanout"`
-	Service ServiceDist `yaml:"service"`
+	Fanout  int         `json:"fanout"`
+	Service ServiceDist `json:"service"`
 	// Copies: how a query's later copies cost: shared (the same inherent
 	// cost, LÆDGE's model), independent (a fresh draw), correlated
 	// (r·x + a fresh draw, SingleR §5.1, r = Correlation).
-	Copies      string  `yaml:"copies"`
-	Correlation float64 `yaml:"correlation"`
-	HiccupProb  float64 `yaml:"hiccup_prob"`
-	HiccupMs    float64 `yaml:"hiccup_ms"`
+	Copies      string  `json:"copies"`
+	Correlation float64 `json:"correlation"`
+	HiccupProb  float64 `json:"hiccup_prob"`
+	HiccupMs    float64 `json:"hiccup_ms"`
 	// Measured is a `backendload --measure --json` result (a path relative
 	// to the experiment file): its stall probability and duration become
 	// the hiccups (hiccup_ms = stall_x mean service times).
-	Measured  string  `yaml:"measured"`
-	StallProb float64 `yaml:"stall_prob"`
-	StallMs   float64 `yaml:"stall_ms"`
+	Measured  string  `json:"measured"`
+	StallProb float64 `json:"stall_prob"`
+	StallMs   float64 `json:"stall_ms"`
 	// Cancel: running (a cancelled copy stops, queued or running) or
 	// queued (only queued copies are purged; running ones finish).
-	Cancel       string    `yaml:"cancel"`
-	Utilizations []float64 `yaml:"utilizations"`
-	Requests     int       `yaml:"requests"`
-	Warmup       int       `yaml:"warmup"`
-	Percentile   float64   `yaml:"percentile"`
-	Seeds        []uint64  `yaml:"seeds"`
+	Cancel       string    `json:"cancel"`
+	Utilizations []float64 `json:"utilizations"`
+	Requests     int       `json:"requests"`
+	Warmup       int       `json:"warmup"`
+	Percentile   float64   `json:"percentile"`
+	Seeds        []uint64  `json:"seeds"`
 	// Unit of the table: mean (multiples of the mean service time, the
 	// default) or ms.
-	Unit     string        `yaml:"unit"`
-	Policies []BenchPolicy `yaml:"policies"`
+	Unit     string        `json:"unit"`
+	Policies []BenchPolicy `json:"policies"`
 }
 
 // ServiceDist is the inherent cost's distribution, in ms.
 type ServiceDist struct {
 	// Dist: exponential (MeanMs), pareto (Shape, ModeMs), lognormal (Mu,
 	// Sigma of the log of ms).
-	Dist   string  `yaml:"dist"`
-	MeanMs float64 `yaml:"mean_ms"`
-	Shape  float64 `yaml:"shape"`
-	ModeMs float64 `yaml:"mode_ms"`
-	Mu     float64 `yaml:"mu"`
-	Sigma  float64 `yaml:"sigma"`
+	Dist   string  `json:"dist"`
+	MeanMs float64 `json:"mean_ms"`
+	Shape  float64 `json:"shape"`
+	ModeMs float64 `json:"mode_ms"`
+	Mu     float64 `json:"mu"`
+	Sigma  float64 `json:"sigma"`
 }
 
 // BenchPolicy is one arm: a label and a dispatch block (or ideal).
 type BenchPolicy struct {
-	Label    string         `yaml:"label"`
-	Dispatch map[string]any `yaml:"dispatch"`
+	Label    string         `json:"label"`
+	Dispatch map[string]any `json:"dispatch"`
 	// Cancel overrides the experiment's cancel semantics for this arm.
-	Cancel string `yaml:"cancel"`
+	Cancel string `json:"cancel"`
 }
 
 // Mean is the distribution's mean in ms.
@@ -137,17 +135,26 @@ func (d ServiceDist) validate() error {
 	return nil
 }
 
-// LoadHedging reads and checks a bench experiment; every error names its
-// field.
+// LoadHedging reads and checks a bench experiment through the
+// configuration contract (schema/hedging.schema.yaml: its fields, ranges,
+// defaults and rules, with the shared reader's bounds and named errors),
+// then what only the bench knows (each arm's dispatch parameters, the
+// idealized hedge's conditions).
 func LoadHedging(path string) (*HedgingConfig, error) {
-	b, err := os.ReadFile(path)
+	b, err := config.ReadConfigFile(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
+	doc, err := config.ParseYAML(b, "hedging experiment")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	norm, err := config.Default().Read(schema.Hedging, doc, "")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	c := &HedgingConfig{}
-	if err := dec.Decode(c); err != nil {
+	if err := config.Decode(norm, c); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if c.Measured != "" {

@@ -99,14 +99,19 @@ func TestBenchArms(t *testing.T) {
 
 func TestBenchBadInputIsNamed(t *testing.T) {
 	dir := t.TempDir()
+	base := "name: x\nshards: 2\nreplicas: 2\nservice: {dist: exponential, mean_ms: 1}\nutilizations: [0.5]\nrequests: 1000\n"
 	for _, c := range []struct{ doc, want string }{
-		{"shards: 0", "shards: 0"},
-		{"shards: 2\nreplicas: 2\nworkers: 1\nservice: {dist: weibull}", "service.dist"},
-		{"shards: 2\nreplicas: 2\nworkers: 1\nfanout: 3\nservice: {dist: exponential, mean_ms: 1}", "fanout: 3"},
-		{"shards: 2\nreplicas: 2\nworkers: 2\nservice: {dist: exponential, mean_ms: 1}\nutilizations: [0.5]\nrequests: 1000\npolicies: [{dispatch: {policy: ideal}}]", "workers: 1"},
-		{"shards: 2\nreplicas: 2\nworkers: 1\nservice: {dist: exponential, mean_ms: 1}\nutilizations: [0.5]\nrequests: 1000\npolicies: [{dispatch: {policy: nosuch}}]", "policies[0].dispatch"},
-		{"shards: 2\nreplicas: 2\nworkers: 1\nservice: {dist: exponential, mean_ms: 1}\nutilizations: [1.5]", "utilizations[0]"},
-		{"shards: 2\nreplica: 2", "replica"},
+		// The contract's checks (schema/hedging.schema.yaml; more in tests/config/hedging).
+		{"shards: 0", "name: is required"},
+		{strings.Replace(base, "shards: 2", "shards: 0", 1) + "policies: [{dispatch: random}]", "shards: 0 is out of range [1, 10000]"},
+		{base + "policies: [{dispatch: random}]\nfanout: 3", "fanout: 3 is more than shards (2)"},
+		{base + "policies: [{dispatch: random}]\nreplica: 2", "replica: unknown field"},
+		{"[[[", "not valid YAML"},
+		// The bench's own: each arm's dispatch parameters, the idealized hedge's conditions.
+		{base + "workers: 2\npolicies: [{dispatch: {policy: ideal}}]", "policies[0]: the idealized hedge needs single-worker replicas"},
+		{base + "policies: [{dispatch: {policy: nosuch}}]", "policies[0].dispatch"},
+		{base + "policies: [{dispatch: {policy: jsq, nope: 1}}]", "policies[0].dispatch: nope: unknown parameter"},
+		{base + "policies: [{dispatch: random}, {dispatch: random}]", `policies[1].label: "random" appears twice`},
 	} {
 		p := filepath.Join(dir, "e.yaml")
 		os.WriteFile(p, []byte(c.doc), 0o644)
@@ -134,7 +139,7 @@ func TestBenchTakesAMeasurement(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "jitter.json"), []byte(`{"mean_service_ms": 0.8, "stall_prob": 0.002, "stall_x": 12}`), 0o644)
 	exp := filepath.Join(dir, "e.yaml")
-	doc := "shards: 2\nreplicas: 2\nworkers: 1\nservice: {dist: exponential, mean_ms: 2}\nmeasured: jitter.json\n" +
+	doc := "name: m\nshards: 2\nreplicas: 2\nworkers: 1\nservice: {dist: exponential, mean_ms: 2}\nmeasured: jitter.json\n" +
 		"utilizations: [0.3]\nrequests: 1000\npolicies: [{dispatch: {policy: psq}}]\n"
 	os.WriteFile(exp, []byte(doc), 0o644)
 	c, err := LoadHedging(exp)

@@ -18,8 +18,11 @@ import (
 var casesDir = filepath.Join("..", "..", "tests", "config")
 
 func schemaFor(kind string) string {
-	if kind == "experiment" {
+	switch kind {
+	case "experiment":
 		return schema.Experiment
+	case "hedging":
+		return schema.Hedging
 	}
 	return schema.Topology
 }
@@ -27,7 +30,7 @@ func schemaFor(kind string) string {
 // Every invalid case is rejected with exactly the error of its "# expect:"
 // line, the same text the Python reader gives.
 func TestInvalidCases(t *testing.T) {
-	for _, kind := range []string{"topology", "experiment"} {
+	for _, kind := range []string{"topology", "experiment", "hedging"} {
 		files, _ := filepath.Glob(filepath.Join(casesDir, kind, "invalid", "*.yaml"))
 		if len(files) < 5 {
 			t.Fatalf("%s: only %d invalid cases found", kind, len(files))
@@ -61,7 +64,7 @@ func TestInvalidCases(t *testing.T) {
 // Every valid case normalizes to exactly its .normalized.json (written by
 // the Python reader): the same defaults, shorthands and number types.
 func TestValidCasesNormalize(t *testing.T) {
-	for _, kind := range []string{"topology", "experiment"} {
+	for _, kind := range []string{"topology", "experiment", "hedging"} {
 		files, _ := filepath.Glob(filepath.Join(casesDir, kind, "valid", "*.yaml"))
 		if len(files) == 0 {
 			t.Fatalf("%s: no valid cases", kind)
@@ -92,6 +95,9 @@ func TestValidCasesNormalize(t *testing.T) {
 				}
 				if diff := sameDoc(got, want, ""); diff != "" {
 					t.Fatal(diff)
+				}
+				if kind == "hedging" {
+					return // the bench's own checks are sim.LoadHedging's (sim/hedging_test.go)
 				}
 				if kind == "topology" {
 					if _, err := TopologyFrom(doc); err != nil {

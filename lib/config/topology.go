@@ -271,6 +271,10 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // decode turns a normalized document into a typed value; the field names
 // must match the schema's exactly (unknown fields are an error, so a
 // schema property missing from the Go type is caught by the tests).
+// Decode decodes a document the contract normalized (Contract.Read) into
+// the Go type that mirrors its schema; a field the type lacks is an error.
+func Decode(norm any, out any) error { return decode(norm, out) }
+
 func decode(norm any, out any) error {
 	b, err := json.Marshal(norm)
 	if err != nil {

@@ -20,7 +20,8 @@ def cases(kind: str, which: str) -> list[Path]:
     return sorted((CASES / kind / which).glob("*.yaml"))
 
 
-@pytest.mark.parametrize("path", cases("topology", "invalid") + cases("experiment", "invalid"), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", cases("topology", "invalid") + cases("experiment", "invalid") + cases("hedging", "invalid"),
+                         ids=lambda p: p.stem)
 def test_invalid_cases(path: Path) -> None:
     kind = path.parents[1].name
     first = path.read_text().split("\n", 1)[0]
@@ -30,7 +31,8 @@ def test_invalid_cases(path: Path) -> None:
     assert str(e.value) == first.removeprefix("# expect: ")
 
 
-@pytest.mark.parametrize("path", cases("topology", "valid") + cases("experiment", "valid"), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", cases("topology", "valid") + cases("experiment", "valid") + cases("hedging", "valid"),
+                         ids=lambda p: p.stem)
 def test_valid_cases_normalize(path: Path) -> None:
     kind = path.parents[1].name
     got = Contract.packaged().read(f"{kind}.schema.yaml", read_yaml(path.read_text()))
@@ -47,7 +49,7 @@ def test_packaged_copy_is_current() -> None:
         assert copy.read_text() == src.read_text(), f"{copy} is stale: run make schema"
 
 
-@pytest.mark.parametrize("name", ["topology.schema.yaml", "experiment.schema.yaml"])
+@pytest.mark.parametrize("name", ["topology.schema.yaml", "experiment.schema.yaml", "hedging.schema.yaml"])
 def test_schema_is_json_schema(name: str) -> None:
     """Our dialect is real JSON Schema 2020-12: the standard validator accepts the schema
     and the valid cases (it ignores the x- extensions and our formats)."""
