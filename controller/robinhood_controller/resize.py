@@ -124,170 +124,201 @@ def reconcile(
 ) -> Outcome:
     """Apply the desired limits (see the module doc). Never raises for a partition's
     failure: it is recorded in Outcome.errors and the other partitions proceed."""
-    out = Outcome()
-    start = clock()
-    deadline = start + shrink_budget
-    live: dict[str, Target] = {t.name: t for t in targets if t.stats is not None}
-    limit: dict[str, int] = {n: t.stats.limit_bytes for n, t in live.items()}  # type: ignore[union-attr]
-    malloced: dict[str, int] = {n: t.stats.malloced_bytes for n, t in live.items()}  # type: ignore[union-attr]
+    r = _Reconcile(targets, clock, sleep)
+    r.lower()                                    # 1. lower limits first
+    r.settle(r.shrink(r.start + shrink_budget))  # 2. give pages back, then account for them
+    r.grow(budget_mb)                            # 3. grow only by memory actually freed
+    return r.done()
 
-    def fail(name: str, e: PartitionError) -> None:
+
+class _Reconcile:
+    """One reconcile pass: the partitions still reachable, their limits and usage as
+    they change, and the outcome."""
+
+    def __init__(self, targets: Sequence[Target], clock: Callable[[], float],
+                 sleep: Callable[[float], None]) -> None:
+        self.targets, self.clock, self.sleep = targets, clock, sleep
+        self.out = Outcome()
+        self.start = clock()
+        self.live: dict[str, Target] = {t.name: t for t in targets if t.stats is not None}
+        self.limit: dict[str, int] = {n: t.stats.limit_bytes for n, t in self.live.items()}  # type: ignore[union-attr]
+        self.malloced: dict[str, int] = {
+            n: t.stats.malloced_bytes for n, t in self.live.items()}  # type: ignore[union-attr]
+
+    def fail(self, name: str, e: PartitionError) -> None:
         kind = _error_kind(e)
-        out.errors.append((name, kind, str(e)))
+        self.out.errors.append((name, kind, str(e)))
         if kind == "partition_unreachable":
-            out.lost.add(name)
-            live.pop(name, None)
+            self.out.lost.add(name)
+            self.live.pop(name, None)
 
-    # 1. Lower limits first.
-    for name, t in list(live.items()):
-        want = t.desired_mb * MIB
-        if want < limit[name]:
-            try:
-                t.driver.set_limit(t.desired_mb)
-            except PartitionError as e:
-                fail(name, e)
-                continue
-            out.changed[name] = (limit[name] // MIB, t.desired_mb)
-            limit[name] = want
-
-    # 2. Shrink: give pages back until total_malloced <= limit.
-    shrinking = [
-        _Shrink(t, limit[n], malloced[n], dict(t.stats.pages), start)  # type: ignore[union-attr]
-        for n, t in live.items()
-        if _within(t, malloced[n], limit[n]) > limit[n]
-    ]
-    while True:
-        active = [s for s in shrinking if not s.done]
-        now = clock()
-        if not active or now >= deadline:
-            break
-        acted = False
-        for s in active:
-            name = s.t.name
-            if clock() < s.next_at:
-                continue
-            acted = True
-            try:
-                if s.t.driver.evicts_itself:
-                    # Redis evicts by itself: wait for used_memory to fall.
-                    m, _, _ = s.t.driver.malloced()
-                    s.malloced = _within(s.t, m, s.limit)
-                    if s.malloced <= s.limit:
-                        s.done = True
-                        out.shrink_seconds[name] = clock() - s.started
-                    else:
-                        s.next_at = clock() + s.backoff
-                        s.backoff = min(2 * s.backoff, BACKOFF_MAX)
-                    continue
-                if s.malloced <= s.limit:
-                    # The estimate says done: confirm once no page move is in flight.
-                    m, running, pages = s.t.driver.malloced()
-                    s.malloced, s.pages = m, pages
-                    if running:
-                        s.next_at = clock() + BACKOFF_MIN
-                        continue
-                    if m <= s.limit:
-                        s.done = True
-                        out.shrink_seconds[name] = clock() - s.started
-                        continue
-                cls = s.pick()
-                ans = s.t.driver.reassign(cls)
-            except PartitionError as e:
-                s.done = True
-                fail(name, e)
-                continue
-            if ans is Reassign.OK:
-                s.moved += 1
-                s.malloced -= MIB
-                if cls in s.pages:
-                    s.pages[cls] -= 1
-                s.backoff = BACKOFF_MIN
-            elif ans is Reassign.BUSY:
-                s.busy += 1
-                s.next_at = clock() + s.backoff
-                s.backoff = min(2 * s.backoff, BACKOFF_MAX)
-            elif cls != -1:
-                s.excluded.add(cls)
-            else:
-                # No class has a spare page (memcached keeps one per class in use).
+    def lower(self) -> None:
+        """Lower every limit that must come down, before anything grows."""
+        for name, t in list(self.live.items()):
+            want = t.desired_mb * MIB
+            if want < self.limit[name]:
                 try:
-                    m, running, pages = s.t.driver.malloced()
+                    t.driver.set_limit(t.desired_mb)
                 except PartitionError as e:
-                    s.done = True
-                    fail(name, e)
+                    self.fail(name, e)
                     continue
-                s.malloced, s.pages, s.excluded = m, pages, set()
+                self.out.changed[name] = (self.limit[name] // MIB, t.desired_mb)
+                self.limit[name] = want
+
+    def shrink(self, deadline: float) -> list[_Shrink]:
+        """Give pages back until each partition's total_malloced is within its limit,
+        or the deadline; the shrinks, done or not."""
+        shrinking = [
+            _Shrink(t, self.limit[n], self.malloced[n], dict(t.stats.pages), self.start)  # type: ignore[union-attr]
+            for n, t in self.live.items()
+            if _within(t, self.malloced[n], self.limit[n]) > self.limit[n]
+        ]
+        while True:
+            active = [s for s in shrinking if not s.done]
+            if not active or self.clock() >= deadline:
+                return shrinking
+            acted = False
+            for s in active:
+                if self.clock() < s.next_at:
+                    continue
+                acted = True
+                self._step(s)
+            if not acted:
+                wake = min(s.next_at for s in active)
+                self.sleep(max(0.0, min(wake, deadline) - self.clock()))
+
+    def _finish(self, s: _Shrink) -> None:
+        s.done = True
+        self.out.shrink_seconds[s.t.name] = self.clock() - s.started
+
+    def _later(self, s: _Shrink) -> None:
+        s.next_at = self.clock() + s.backoff
+        s.backoff = min(2 * s.backoff, BACKOFF_MAX)
+
+    def _step(self, s: _Shrink) -> None:
+        """One step of one partition's shrink: a page moved, a wait, or done."""
+        name, clock = s.t.name, self.clock
+        try:
+            if s.t.driver.evicts_itself:
+                # Redis evicts by itself: wait for used_memory to fall.
+                m, _, _ = s.t.driver.malloced()
+                s.malloced = _within(s.t, m, s.limit)
+                if s.malloced <= s.limit:
+                    self._finish(s)
+                else:
+                    self._later(s)
+                return
+            if s.malloced <= s.limit:
+                # The estimate says done: confirm once no page move is in flight.
+                m, running, pages = s.t.driver.malloced()
+                s.malloced, s.pages = m, pages
                 if running:
                     s.next_at = clock() + BACKOFF_MIN
-                elif m <= s.limit:
-                    s.done = True
-                    out.shrink_seconds[name] = clock() - s.started
-                elif s.pick() == -1:
-                    s.done = s.stuck = True
-        if not acted:
-            wake = min(s.next_at for s in active)
-            sleep(max(0.0, min(wake, deadline) - clock()))
-
-    for s in shrinking:
-        name = s.t.name
-        if s.moved:
-            out.pages_moved[name] = s.moved
-        if s.busy:
-            out.busy[name] = s.busy
-        if name not in live:
-            continue
-        if not s.done or s.stuck:
-            try:
-                m, _, _ = s.t.driver.malloced()
-                s.malloced = m
-            except PartitionError as e:
-                fail(name, e)
-                continue
-        malloced[name] = _within(s.t, max(s.malloced, 0), limit[name])
-        if s.stuck and malloced[name] > limit[name]:
-            classes = sum(1 for n in s.pages.values() if n > 0)
-            out.stuck.append(name)
-            out.errors.append((
-                name, "shrink_stuck",
-                f"partition {name}: total_malloced {malloced[name] // MIB} MB stays above its limit "
-                f"{limit[name] // MIB} MB: memcached keeps one page in each of the {classes} slab classes "
-                f"in use and every other page is gone, so the workload needs a floor of {classes} MB "
-                f"(raise min_partition_mb to at least {classes})",
-            ))
-        elif malloced[name] > limit[name]:
-            out.pending[name] = malloced[name] - limit[name]
-
-    # 3. Grow only by memory actually freed.
-    holds: dict[str, int] = {}
-    for t in targets:
-        if t.name in live:
-            holds[t.name] = max(limit[t.name], _within(t, malloced[t.name], limit[t.name]))
+                    return
+                if m <= s.limit:
+                    self._finish(s)
+                    return
+            cls = s.pick()
+            ans = s.t.driver.reassign(cls)
+        except PartitionError as e:
+            s.done = True
+            self.fail(name, e)
+            return
+        if ans is Reassign.OK:
+            s.moved += 1
+            s.malloced -= MIB
+            if cls in s.pages:
+                s.pages[cls] -= 1
+            s.backoff = BACKOFF_MIN
+        elif ans is Reassign.BUSY:
+            s.busy += 1
+            self._later(s)
+        elif cls != -1:
+            s.excluded.add(cls)
         else:
-            holds[t.name] = max(t.desired_mb, t.last_limit_mb) * MIB
-    headroom = budget_mb * MIB - sum(holds.values())
-    growers = sorted(
-        (t for t in live.values() if t.desired_mb * MIB > limit[t.name]),
-        key=lambda t: (limit[t.name] - t.desired_mb * MIB, t.name),
-    )
-    for t in growers:
-        name = t.name
-        cap_mb = (holds[name] + max(headroom, 0)) // MIB
-        new_mb = min(t.desired_mb, cap_mb)
-        if new_mb * MIB > limit[name]:
+            # No class has a spare page (memcached keeps one per class in use).
             try:
-                t.driver.set_limit(new_mb)
+                m, running, pages = s.t.driver.malloced()
             except PartitionError as e:
-                fail(name, e)
-                continue
-            out.changed[name] = (limit[name] // MIB, new_mb)
-            limit[name] = new_mb * MIB
-            new_hold = max(limit[name], malloced[name])
-            headroom -= new_hold - holds[name]
-            holds[name] = new_hold
-        if new_mb < t.desired_mb:
-            out.deferred_mb[name] = t.desired_mb - max(new_mb, limit[name] // MIB)
+                s.done = True
+                self.fail(name, e)
+                return
+            s.malloced, s.pages, s.excluded = m, pages, set()
+            if running:
+                s.next_at = clock() + BACKOFF_MIN
+            elif m <= s.limit:
+                self._finish(s)
+            elif s.pick() == -1:
+                s.done = s.stuck = True
 
-    for name in live:
-        out.limits_mb[name] = limit[name] // MIB
-        out.malloced[name] = malloced[name]
-    return out
+    def settle(self, shrinking: list[_Shrink]) -> None:
+        """Account for each shrink: pages moved, moves refused, what is still above
+        its limit (pending), and a partition that cannot shrink further (stuck)."""
+        out, limit, malloced = self.out, self.limit, self.malloced
+        for s in shrinking:
+            name = s.t.name
+            if s.moved:
+                out.pages_moved[name] = s.moved
+            if s.busy:
+                out.busy[name] = s.busy
+            if name not in self.live:
+                continue
+            if not s.done or s.stuck:
+                try:
+                    m, _, _ = s.t.driver.malloced()
+                    s.malloced = m
+                except PartitionError as e:
+                    self.fail(name, e)
+                    continue
+            malloced[name] = _within(s.t, max(s.malloced, 0), limit[name])
+            if s.stuck and malloced[name] > limit[name]:
+                classes = sum(1 for n in s.pages.values() if n > 0)
+                out.stuck.append(name)
+                out.errors.append((
+                    name, "shrink_stuck",
+                    f"partition {name}: total_malloced {malloced[name] // MIB} MB stays above its limit "
+                    f"{limit[name] // MIB} MB: memcached keeps one page in each of the {classes} slab classes "
+                    f"in use and every other page is gone, so the workload needs a floor of {classes} MB "
+                    f"(raise min_partition_mb to at least {classes})",
+                ))
+            elif malloced[name] > limit[name]:
+                out.pending[name] = malloced[name] - limit[name]
+
+    def grow(self, budget_mb: int) -> None:
+        """Raise limits, the furthest below their target first, only into the budget
+        that the partitions' holdings leave free."""
+        out, limit, malloced, live = self.out, self.limit, self.malloced, self.live
+        holds: dict[str, int] = {}
+        for t in self.targets:
+            if t.name in live:
+                holds[t.name] = max(limit[t.name], _within(t, malloced[t.name], limit[t.name]))
+            else:
+                holds[t.name] = max(t.desired_mb, t.last_limit_mb) * MIB
+        headroom = budget_mb * MIB - sum(holds.values())
+        growers = sorted(
+            (t for t in live.values() if t.desired_mb * MIB > limit[t.name]),
+            key=lambda t: (limit[t.name] - t.desired_mb * MIB, t.name),
+        )
+        for t in growers:
+            name = t.name
+            cap_mb = (holds[name] + max(headroom, 0)) // MIB
+            new_mb = min(t.desired_mb, cap_mb)
+            if new_mb * MIB > limit[name]:
+                try:
+                    t.driver.set_limit(new_mb)
+                except PartitionError as e:
+                    self.fail(name, e)
+                    continue
+                out.changed[name] = (limit[name] // MIB, new_mb)
+                limit[name] = new_mb * MIB
+                new_hold = max(limit[name], malloced[name])
+                headroom -= new_hold - holds[name]
+                holds[name] = new_hold
+            if new_mb < t.desired_mb:
+                out.deferred_mb[name] = t.desired_mb - max(new_mb, limit[name] // MIB)
+
+    def done(self) -> Outcome:
+        for name in self.live:
+            self.out.limits_mb[name] = self.limit[name] // MIB
+            self.out.malloced[name] = self.malloced[name]
+        return self.out
