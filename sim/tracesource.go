@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -18,7 +17,7 @@ import (
 type traceSource struct {
 	sample uint64 // keep a query when its key's hash is below it (0: every query)
 	f      *os.File
-	br     *bufio.Reader
+	lr     *trace.LineReader
 	line   int64
 	traceFeed
 }
@@ -46,7 +45,7 @@ func openTrace(path string, sample float64) (*traceSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
-	t := &traceSource{f: f, br: bufio.NewReaderSize(f, 1<<20)}
+	t := &traceSource{f: f, lr: trace.NewLineReader(f)}
 	if sample < 1 {
 		t.sample = uint64(sample * math.MaxUint64)
 	}
@@ -98,23 +97,14 @@ func (t *traceSource) where() string { return fmt.Sprintf("trace line %d", t.lin
 // next returns the next request and its send offset, io.EOF at the end.
 func (t *traceSource) next() (*trace.Request, time.Duration, error) {
 	for {
-		b, err := t.br.ReadSlice('\n')
-		if err == bufio.ErrBufferFull { // a line longer than the buffer
-			long := append([]byte{}, b...)
-			for err == bufio.ErrBufferFull {
-				b, err = t.br.ReadSlice('\n')
-				long = append(long, b...)
-			}
-			b = long
-		}
-		if len(b) == 0 && err != nil {
+		b, err := t.lr.Next() // bounded: a line longer than trace.MaxLineBytes is an error
+		if err != nil {
 			if err == io.EOF {
 				t.ended = true
 			}
 			return nil, 0, err
 		}
-		t.line++
-		b = bytes.TrimRight(b, "\r\n")
+		t.line = t.lr.Line()
 		if len(bytes.TrimSpace(b)) == 0 {
 			continue
 		}

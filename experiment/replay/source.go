@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -24,8 +23,8 @@ const preflightLines = 1000
 type lineReader struct {
 	path string
 	f    *os.File
-	br   *bufio.Reader
-	line int64 // number of the last line returned
+	lr   *trace.LineReader // bounded: a line longer than trace.MaxLineBytes is an error
+	line int64             // number of the last line returned
 }
 
 func openLines(path string) (*lineReader, error) {
@@ -37,27 +36,23 @@ func openLines(path string) (*lineReader, error) {
 		f.Close()
 		return nil, fmt.Errorf("trace: %s is not a regular file (replay reads it more than once: a pre-flight check, then the run, and again with --loop)", path)
 	}
-	return &lineReader{path: path, f: f, br: bufio.NewReaderSize(f, 1<<20)}, nil
+	return &lineReader{path: path, f: f, lr: trace.NewLineReader(f)}, nil
 }
 
 // next returns the next non-blank line (a fresh slice without the newline),
 // or io.EOF.
 func (r *lineReader) next() ([]byte, error) {
 	for {
-		b, err := r.br.ReadBytes('\n')
-		if len(b) == 0 && err != nil {
-			if err == io.EOF {
-				return nil, io.EOF
-			}
-			return nil, fmt.Errorf("trace %s: %w", r.path, err)
-		}
-		r.line++
-		b = bytes.TrimRight(b, "\r\n")
-		if len(bytes.TrimSpace(b)) > 0 {
-			return b, nil
-		}
+		b, err := r.lr.Next()
 		if err == io.EOF {
 			return nil, io.EOF
+		}
+		if err != nil {
+			return nil, fmt.Errorf("trace %s: %w", r.path, err)
+		}
+		r.line = r.lr.Line()
+		if len(bytes.TrimSpace(b)) > 0 {
+			return append([]byte(nil), b...), nil
 		}
 	}
 }
@@ -66,7 +61,7 @@ func (r *lineReader) rewind() error {
 	if _, err := r.f.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("trace %s: %w", r.path, err)
 	}
-	r.br.Reset(r.f)
+	r.lr = trace.NewLineReader(r.f)
 	r.line = 0
 	return nil
 }
