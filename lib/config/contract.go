@@ -929,16 +929,44 @@ var _ = cel.DynType
 // alias bomb is refused before it is expanded). The Python reader
 // (robinhood_common.contract) has the same bounds and messages; the shared
 // cases are in tests/config.
+// Collections may nest at most MaxConfigDepth deep as written (aliases not
+// followed), so deep nesting is refused before anything recursive meets it.
 const (
 	MaxConfigBytes = 2 << 20
 	MaxConfigNodes = 250_000
+	MaxConfigDepth = 64
 )
 
 var (
 	tooLarge     = fmt.Sprintf("the file is more than %d bytes, the most a configuration file may have", MaxConfigBytes)
 	tooManyNodes = fmt.Sprintf("more than %d YAML nodes, counting what aliases repeat: a configuration file may have at most %d",
 		MaxConfigNodes, MaxConfigNodes)
+	tooDeep = fmt.Sprintf("more than %d levels of nesting: a configuration file may nest its lists and mappings at most %d deep",
+		MaxConfigDepth, MaxConfigDepth)
 )
+
+// nestingDepth is how deep n's collections nest as written (aliases are not
+// followed: their size is countNodes' to bound), without recursion.
+func nestingDepth(root *yaml.Node) int {
+	type at struct {
+		n *yaml.Node
+		d int
+	}
+	deepest, stack := 0, []at{{root, 0}}
+	for len(stack) > 0 {
+		top := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		d := top.d
+		if top.n.Kind == yaml.MappingNode || top.n.Kind == yaml.SequenceNode {
+			d++
+			deepest = max(deepest, d)
+		}
+		for _, k := range top.n.Content {
+			stack = append(stack, at{k, d})
+		}
+	}
+	return deepest
+}
 
 // countNodes is n's node count with aliases expanded (a scalar 1, a
 // collection 1 + its items', mapping keys included; an alias its target's),
@@ -1000,7 +1028,13 @@ func ParseYAML(b []byte, what string) (any, error) {
 		if err.Error() == "EOF" {
 			return nil, &Error{Message: "empty " + what}
 		}
+		if strings.Contains(err.Error(), "exceeded max depth") { // yaml.v3's own bound (10000), far past ours
+			return nil, &Error{Message: tooDeep}
+		}
 		return nil, &Error{Message: "not valid YAML: " + err.Error()}
+	}
+	if nestingDepth(&root) > MaxConfigDepth {
+		return nil, &Error{Message: tooDeep}
 	}
 	if n := countNodes(&root, map[*yaml.Node]int{}); n > MaxConfigNodes {
 		return nil, &Error{Message: tooManyNodes}

@@ -596,14 +596,19 @@ class _Reader:
 _EMPTY = celtypes.ListType([])
 
 
-#: The bounds of a configuration file (docs/topology.md, "Limits"): its size, and its
-#: YAML nodes counting every alias as the nodes it repeats (so an alias bomb is refused
-#: before it is expanded). The Go reader (lib/config) has the same bounds and messages.
+#: The bounds of a configuration file (docs/topology.md, "Limits"): its size, its YAML
+#: nodes counting every alias as the nodes it repeats (so an alias bomb is refused before
+#: it is expanded), and how deep its collections nest as written (so deep nesting is
+#: refused before a recursive loader meets it). The Go reader (lib/config) has the same
+#: bounds and messages.
 MAX_CONFIG_BYTES = 2 << 20
 MAX_CONFIG_NODES = 250_000
+MAX_CONFIG_DEPTH = 64
 TOO_LARGE = f"the file is more than {MAX_CONFIG_BYTES} bytes, the most a configuration file may have"
 TOO_MANY_NODES = (f"more than {MAX_CONFIG_NODES} YAML nodes, counting what aliases repeat: a configuration "
                   f"file may have at most {MAX_CONFIG_NODES}")
+TOO_DEEP = (f"more than {MAX_CONFIG_DEPTH} levels of nesting: a configuration file may nest its lists and "
+            f"mappings at most {MAX_CONFIG_DEPTH} deep")
 _EVENT_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -611,7 +616,8 @@ def count_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
     """The YAML nodes of text's first document, aliases expanded (a scalar 1, a
     collection 1 + its items', mapping keys included; an alias its target's), counted from
     the parser's events without building anything, and stopping once past ``limit``.
-    Text that is not YAML counts what was read before the error (the loader reports it)."""
+    Text that is not YAML counts what was read before the error (the loader reports it).
+    ConfigError (TOO_DEEP) when collections nest deeper than MAX_CONFIG_DEPTH as written."""
     anchors: dict[str, int] = {}
     opened: list[tuple[int, str | None]] = []  # (total when it opened, anchor) of open collections
     total = 0
@@ -627,6 +633,8 @@ def count_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
             elif isinstance(ev, start):
                 opened.append((total, ev.anchor))
                 total += 1
+                if len(opened) > MAX_CONFIG_DEPTH:
+                    raise ConfigError("", TOO_DEEP)
             elif isinstance(ev, end):
                 at, anchor = opened.pop()
                 if anchor is not None:
