@@ -16,6 +16,7 @@ type metrics struct {
 	querySeconds, queueSeconds, serviceSeconds   prometheus.Histogram
 	servedBy                                     [2]prometheus.Counter // by capacity.Priority
 	purged                                       *prometheus.CounterVec
+	purgeRefused                                 prometheus.Counter
 }
 
 // priorityNames are the priority label's values, by capacity.Priority.
@@ -60,7 +61,8 @@ func newMetrics(reg prometheus.Registerer, name string, model *capacity.Model) (
 			return float64(st.QueueLength - st.LowQueued)
 		}
 	}
-	cs := []prometheus.Collector{byPrio, m.purged,
+	m.purgeRefused = counter("backend_purges_refused_total", "Batches a Purge named that another caller sent: left alone (a batch belongs to the caller that sent it).")
+	cs := []prometheus.Collector{byPrio, m.purged, m.purgeRefused,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "backend_stalls_total", Help: "Whole-replica stalls (limits stall_prob, stall_ms).", ConstLabels: labels},
 			func() float64 { return float64(model.Stats().Stalls) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "backend_queue_length_by_priority", Help: "Queries waiting for admission, by priority class.",

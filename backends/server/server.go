@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/hashing"
 	robinhoodv1 "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 )
@@ -59,12 +60,13 @@ const (
 
 // GRPCServerOptions are the message-size options a server of this service
 // needs: responses up to MaxResponseBytes plus framing, requests up to
-// MaxBatchKeys keys of typical length. Clients must raise their receive
+// MaxBatchKeys keys of typical length, a Purge up to MaxPurgeBytes. Clients must raise their receive
 // limit likewise (grpc.MaxCallRecvMsgSize).
 func GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxSendMsgSize(MaxResponseBytes + 16<<20),
 		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.ForceServerCodecV2(serverCodec()), // Purge: its own, smaller limit (codec.go)
 	}
 }
 
@@ -110,6 +112,9 @@ type Server struct {
 
 // batch is one Get in progress that named a batch_id.
 type batch struct {
+	// owner is the caller that sent it (its token's name; "" without
+	// authentication): only the owner's Purge purges it.
+	owner   string
 	tickets []*capacity.Ticket
 	done    []atomic.Bool // query i finished serving (or failed)
 	cancel  context.CancelFunc
@@ -209,7 +214,8 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 	defer cancel()
 	var bt *batch
 	if req.BatchId != 0 {
-		bt = &batch{tickets: tickets, done: make([]atomic.Bool, n), cancel: cancel}
+		owner, _ := auth.Caller(parent)
+		bt = &batch{owner: owner, tickets: tickets, done: make([]atomic.Bool, n), cancel: cancel}
 		s.hold(req.BatchId, bt)
 		defer s.drop(req.BatchId, bt)
 	}
@@ -263,17 +269,24 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 
 // Purge drops the named batches' queued queries and stops their running
 // ones (a running query's injected delay ends at once, its data path when it
-// next checks its context: docs/backends.md).
-func (s *Server) Purge(_ context.Context, req *robinhoodv1.PurgeRequest) (*robinhoodv1.PurgeResponse, error) {
+// next checks its context: docs/backends.md). A batch belongs to the caller
+// that sent it: another caller's Purge of its id purges nothing of it
+// (counted in backend_purges_refused_total).
+func (s *Server) Purge(ctx context.Context, req *robinhoodv1.PurgeRequest) (*robinhoodv1.PurgeResponse, error) {
 	if len(req.BatchIds) > MaxBatchKeys {
 		return nil, status.Errorf(codes.InvalidArgument, "purge of %d batches exceeds the limit of %d", len(req.BatchIds), MaxBatchKeys)
 	}
+	caller, _ := auth.Caller(ctx)
 	var resp robinhoodv1.PurgeResponse
 	for _, id := range req.BatchIds {
 		s.batchMu.Lock()
 		held := append([]*batch(nil), s.batches[id]...)
 		s.batchMu.Unlock()
 		for _, bt := range held {
+			if bt.owner != caller {
+				s.m.purgeRefused.Inc()
+				continue
+			}
 			if bt.purged.Swap(true) {
 				continue
 			}
