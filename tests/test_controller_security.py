@@ -107,3 +107,17 @@ app_servers:
                         "--metrics", f":{port}", "--max-ticks", "1", "--insecure"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_refused_token_file_leaves_no_metrics_listener(procs, gobin, free_address, tmp_path: Path) -> None:
+    """A shared-readable token file is refused before /metrics listens: the controller
+    exits 2 naming the file, and never said it served metrics."""
+    _secrets(gobin, tmp_path / "secrets")
+    (tmp_path / "secrets" / "app0.token").chmod(0o644)
+    _, mc = procs.memcached(16)
+    topo = _topology(tmp_path, free_address(), free_address(), mc)
+    metrics = free_address()
+    r = subprocess.run([sys.executable, "-m", "robinhood_controller.cli", "run", "--topology", topo, "--id", "app0",
+                        "--metrics", metrics, "--max-ticks", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "app0.token" in r.stderr and "event=metrics" not in r.stderr, r.stderr

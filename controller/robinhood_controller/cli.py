@@ -367,6 +367,13 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGHUP, on_hup)
     try:
+        # Every credential and the policy are read before anything listens: a refused
+        # token file (shared-readable, missing) leaves no /metrics open behind it.
+        try:
+            ctl = Controller(cfg, metrics=metrics, timeline=timeline)
+        except (policies.PolicyError, AuthError) as e:
+            print(f"robinhood-controller: invalid configuration: {e}", file=sys.stderr)
+            return EXIT_CONFIG
         if s.metrics:
             try:
                 port = metrics.serve(s.metrics, tokens=cfg.auth.tokens if cfg.auth else None, tls=cfg.tls,
@@ -379,11 +386,6 @@ def cmd_run(cfg: ControllerConfig, ns: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return EXIT_FAIL
             log.info("event=metrics addr=%s port=%d", s.metrics, port)
-        try:
-            ctl = Controller(cfg, metrics=metrics, timeline=timeline)
-        except (policies.PolicyError, AuthError) as e:
-            print(f"robinhood-controller: invalid configuration: {e}", file=sys.stderr)
-            return EXIT_CONFIG
         log.info("event=start app_server=%s policy=%s params=%s budget_mb=%d partitions=%s interval=%gs "
                  "min_partition_mb=%d dry_run=%s rbc=%s rbc_window=%gs",
                  cfg.app_server, cfg.policy, json.dumps(cfg.policy_params.model_dump(), separators=(",", ":")),

@@ -26,7 +26,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import IO, Any
 
@@ -176,6 +176,8 @@ def parse_request(line: str) -> Message:
         req = json.loads(line, parse_constant=_no_constant)
     except ValueError as e:
         raise RequestError(f"request: not JSON ({e})") from None
+    except RecursionError:
+        raise RequestError("request: nested too deep to be a request") from None
     op = _object(req, "request").get("op")
     if op is None:
         raise RequestError("op: missing")
@@ -400,13 +402,37 @@ def _answer(out: IO[str], answer: dict[str, Any]) -> None:
     out.flush()
 
 
+#: The longest request line: a tick of 1,024 partitions is about 300 KB. A longer line is
+#: answered with an error and skipped without being held whole.
+MAX_REQUEST_BYTES = 4 << 20
+
+
+def _lines(inp: IO[bytes]) -> Iterator[bytes | None]:
+    """inp's lines, each at most MAX_REQUEST_BYTES; None for a longer one (its rest is
+    read and dropped in bounded pieces)."""
+    while True:
+        raw = inp.readline(MAX_REQUEST_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_REQUEST_BYTES and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = inp.readline(MAX_REQUEST_BYTES)
+            yield None
+            continue
+        yield raw
+
+
 def serve(inp: IO[bytes], out: IO[str]) -> int:
     """Answer requests from inp on out until close or the end of inp; 0 then, 1 when
     out is closed by the reader. Blank lines are skipped."""
     server = PolicyServer()
     log.info("event=policy_server_start pid=%d", os.getpid())
     try:
-        for raw in iter(inp.readline, b""):
+        for raw in _lines(inp):
+            if raw is None:
+                log.warning("event=bad_request error=%r", "request: longer than the limit")
+                _answer(out, _error(f"request: longer than {MAX_REQUEST_BYTES} bytes"))
+                continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -231,6 +231,9 @@ def test_bad_requests_answer_an_error_and_change_nothing(server: Server, tmp_pat
         return a["error"]
 
     assert error("{not json").startswith("request: not JSON")
+    assert error("[" * 200_000 + "]" * 200_000) == "request: nested too deep to be a request"
+    assert error('{"op": "tick", "x": [' + "0," * 2_500_000 + '0]}') == "request: longer than 4194304 bytes"
+    assert error('{"op": "fly"}') == 'op: "fly" is not one of open, tick, close'  # the next line is read whole
     assert error("[1, 2]") == "request: a list is not an object"
     assert error({"app_server": "app0"}) == "op: missing"
     assert error({"op": "fly"}) == 'op: "fly" is not one of open, tick, close'
@@ -289,7 +292,7 @@ def test_bad_requests_answer_an_error_and_change_nothing(server: Server, tmp_pat
     assert error({"op": "close", "now": 1}).startswith("now: unknown field")
     code, rest, err = server.finish()
     assert code == 0 and rest == ""
-    assert "event=bad_request" in err
+    assert "event=bad_request" in err and "Traceback" not in err  # a bad request is a line, not a traceback
 
 
 def test_two_app_servers_in_one_process(server: Server, tmp_path: Path) -> None:

@@ -125,6 +125,15 @@ func (t *traceService) Export(ctx context.Context, req *collectortrace.ExportTra
 		return nil, status.Error(codes.Unavailable, "rbcserver is shutting down")
 	default:
 	}
+	app := "otlp"
+	if name, ok := auth.Caller(ctx); ok {
+		app = name
+	}
+	if t.s.cfg.Reporters != nil && !t.s.cfg.OTLPCallers[app] { // before anything is assembled or counted
+		t.s.m.batchesRejected.WithLabelValues(ReasonReporter).Inc()
+		t.s.log.Warn("OTLP export rejected", "caller", app, "reason", ReasonReporter)
+		return nil, status.Errorf(codes.PermissionDenied, "caller %q may not export traces: only --otlp-callers may", app)
+	}
 	var spans []otlp.Span
 	for _, rs := range req.GetResourceSpans() {
 		svc := attrString(rs.GetResource().GetAttributes(), "service.name")
@@ -156,16 +165,6 @@ func (t *traceService) Export(ctx context.Context, req *collectortrace.ExportTra
 	}
 	if len(recs) == 0 {
 		return &collectortrace.ExportTraceServiceResponse{}, nil
-	}
-	app := "otlp"
-	if name, ok := auth.Caller(ctx); ok {
-		app = name
-	}
-	if t.s.cfg.Reporters != nil && !t.s.cfg.OTLPCallers[app] {
-		t.s.m.batchesRejected.WithLabelValues(ReasonReporter).Inc()
-		t.s.m.recordsRejected.WithLabelValues(ReasonReporter).Add(float64(len(recs)))
-		t.s.log.Warn("OTLP export rejected", "caller", app, "reason", ReasonReporter)
-		return nil, status.Errorf(codes.PermissionDenied, "caller %q may not export traces: only --otlp-callers may", app)
 	}
 	if lim := int(t.s.cfg.MaxBatchFraction * float64(t.s.cfg.RingSize)); len(recs) > lim {
 		return nil, t.s.refuse(app, len(recs), ReasonShare, fmt.Errorf("an export of %d requests is more than %g of the ring (%d records; --max-batch-fraction)", len(recs), t.s.cfg.MaxBatchFraction, lim))

@@ -335,6 +335,10 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else REPO / "runs" / f"zoo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     if out.exists() and any(out.iterdir()):
         raise ExperimentError(f"--out: {out} exists and is not empty")
+    try:  # before drawing anything: a folder that cannot be made is a bad --out
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExperimentError(f"--out: cannot create {out}: {e.strerror}") from None
     start = time.monotonic()
     with make_executor(args.executor, args.scheduler, args.jobs) as executor:
         console.print(f"Scenario zoo: {', '.join(names)}, {len(seeds)} {zoo.seed_range(seeds)} seeds, "
@@ -679,6 +683,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except StartError as e:
         print(f"robinhood-testbed: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        raise  # standard output closed by its reader: console.run ends quietly
+    except OSError as e:  # a file or folder the run needs (--out on a full or read-only disk, ...)
+        where = f": {e.filename}" if e.filename else ""
+        print(f"robinhood-testbed: {e.strerror or e}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("robinhood-testbed: interrupted; every process was stopped", file=sys.stderr)

@@ -149,7 +149,8 @@ def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
     assert [pol.model_dump() for pol in p.exp.compare.policies] == [{"name": "relief", "alarm": 0.5}]
     # Bad input: named, nothing run.
     for args, msg in ((["--seeds", "0"], "outside"), (["--policies", "nope"], "nope"),
-                      (["--app-servers", "1,0"], "--app-servers")):
+                      (["--app-servers", "1,0"], "--app-servers"),
+                      (["--out", "/dev/full/x"], "--out: cannot create /dev/full/x")):
         res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--out", str(tmp_path / "bad"), *args),
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 2 and msg in res.stderr, (args, res.stderr)

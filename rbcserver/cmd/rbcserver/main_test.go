@@ -425,4 +425,22 @@ auth: {tokens: secrets/tokens, token: "secrets/{id}.token"}
 	if err != nil || got.GetWindowRequests() != 10 {
 		t.Fatalf("the window: %v, %v; want app0's 10 records only", got, err)
 	}
+	// The refused export's spans were never assembled: none is counted as used.
+	bearer, err := os.ReadFile(filepath.Join(secrets, "app0"+auth.DevBearerSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "http://"+h+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(bearer)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`rbcserver_otlp_spans_total{outcome="request"} 0`, `rbcserver_otlp_spans_total{outcome="query"} 0`} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("/metrics after a refused export lacks %s", want)
+		}
+	}
 }
