@@ -18,7 +18,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600 --durations=15
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: hooks collector-check build test demo sim-demo hedging zoo oracle-check paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: hooks test-busy collector-check build test demo sim-demo hedging zoo oracle-check paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -51,6 +51,11 @@ $(VENV)/.installed: requirements.txt $(addsuffix /pyproject.toml,$(PYPKGS))
 
 ## test: Go and Python tests (unit, integration with real processes)
 test: build vet proto-check schema-check layout-check go-test py-test
+
+## test-busy: the whole suite while every core is kept busy by a loop (scripts/busy.sh;
+## HOGS=N loops); it must pass as on a quiet machine, only slower
+test-busy:
+	scripts/busy.sh $(MAKE) test
 
 vet:
 	$(GO) vet ./...

@@ -300,28 +300,52 @@ def test_rotating_every_token_under_load(stack: Stack) -> None:
                              + "\n" for i in range(50)))
     replay = stack.procs.start([go_binary("tracegen"), "replay", "--topology", stack.topology, "--trace", trace,
                                 "--out", stack.dir / "rotation-replay", "--rate", "50", "--loop",
-                                "--duration", "14s"], name="rotation-replay")
+                                "--duration", "30s"], name="rotation-replay")
     tokens_file = stack.secrets / "tokens"
     old = {line.split()[0]: line.split()[1] for line in tokens_file.read_text().splitlines()
            if line.strip() and not line.startswith("#")}
     new = {name: f"rotated-{name}-" + "x" * 24 + str(i) for i, name in enumerate(old)}
     old_prom = old["prometheus"]
-    time.sleep(3)
-    # 1. Both tokens for every caller; SIGHUP every server.
+
+    def answered() -> float:  # requests the app server answered (its counter, read as the operator)
+        page = stack.get(stack.addr["appserver"], "/metrics", caller="prometheus")
+        return sum(float(v) for v in re.findall(rb"^appserver_requests_total(?:\{[^}]*\})? ([0-9.e+]+)$", page, re.M))
+
+    def ticks() -> float:
+        return metric(stack.get(stack.addr["controller"], "/metrics", caller="prometheus"), "controller_ticks_total")
+
+    def reloads() -> list[int]:  # SIGHUP re-reads each server has logged
+        return [stack.procs.log(p).count("SIGHUP: credentials re-read") + stack.procs.log(p).count("event=reloaded")
+                for p in servers]
+
+    start = answered()
+    wait_for("the replay's first requests", lambda: answered() >= start + 20, stack, timeout=60)
+    # 1. Both tokens for every caller; SIGHUP every server, and wait until each says it re-read.
     tokens_file.write_text("".join(f"{n} {old[n]}\n{n} {new[n]}\n" for n in old))
+    before = reloads()
     for p in servers:
         p.send_signal(signal.SIGHUP)
-    time.sleep(1)
-    # 2. The callers' own files.
+    wait_for("every server to re-read its credentials", lambda: all(a > b for a, b in zip(reloads(), before)), stack,
+             timeout=60)
+    # 2. The callers' own files. A caller re-reads its file on its first call at least a
+    #    second after its last look: wait for that second, then for a call of each caller
+    #    (a request through the app server, which calls the backend and the RBC server; a
+    #    controller tick, which reads the RBC server).
     for n, tok in new.items():
         (stack.secrets / f"{n}.token").write_text(f"{n} {tok}\n")
         (stack.secrets / f"{n}.bearer").write_text(tok + "\n")
-    time.sleep(2.5)
+    written = time.monotonic()
+    wait_for("a second since the callers' files changed", lambda: time.monotonic() - written > 1.1, stack)
+    a0, t0 = answered(), ticks()
+    wait_for("a request and a tick after that second", lambda: answered() > a0 + 5 and ticks() > t0 + 1, stack,
+             timeout=60)
     # 3. The old tokens out; SIGHUP again.
     tokens_file.write_text("".join(f"{n} {new[n]}\n" for n in new))
+    before = reloads()
     for p in servers:
         p.send_signal(signal.SIGHUP)
-    time.sleep(1)
+    wait_for("every server to re-read its credentials again", lambda: all(a > b for a, b in zip(reloads(), before)),
+             stack, timeout=60)
 
     assert ctl.poll() is None, f"the controller exited with {ctl.returncode} on SIGHUP\n{stack.logs()}"
     assert "event=reloaded signal=SIGHUP reread=tokens,tls,rbc_token,rbc_tls" in stack.procs.log(ctl)
@@ -347,6 +371,6 @@ def test_rotating_every_token_under_load(stack: Stack) -> None:
     page = stack.get(stack.addr["controller"], "/metrics", caller="prometheus")
     assert metric(page, 'controller_errors_total{kind="rbc_error"}') == refused, "RBC calls refused after rotation"
     # The replay's requests: none refused by the app server while the tokens turned over.
-    assert replay.wait(timeout=30) == 0, stack.procs.log(replay)
+    assert replay.wait(timeout=90) == 0, stack.procs.log(replay)
     summary = json.loads((stack.dir / "rotation-replay" / "summary.json").read_text())
     assert summary["sent"] > 300 and not any(summary["errors"].values()) and summary["answered"] == summary["sent"], summary
