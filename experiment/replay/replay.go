@@ -7,6 +7,7 @@
 package replay
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/csv"
@@ -255,32 +256,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.client = &http.Client{Transport: cfg.Credentials.Transport(&http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        cfg.MaxConns * len(apps),
-		MaxIdleConnsPerHost: cfg.MaxConns,
-		MaxConnsPerHost:     cfg.MaxConns,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	})}
+	r.client = cfg.httpClient(len(apps))
 	defer r.client.CloseIdleConnections()
 
 	// The scenario, complete, before anything starts.
-	var changes []scenario.Change
-	var replicas map[string][]string
-	if cfg.Scenario != nil {
-		if replicas, err = cfg.Scenario.Replicas(cfg.Topology); err != nil {
-			return nil, err
-		}
-		initial, err := scenario.ReadInitial(ctx, r.client, cfg.Credentials.Scheme(), replicas, cfg.Scenario.NeedsInitial())
-		if err != nil {
-			return nil, fmt.Errorf("scenario: %w", err)
-		}
-		if changes, err = cfg.Scenario.Expand(cfg.Duration, cfg.ScenarioSeed, initial); err != nil {
-			return nil, err
-		}
+	changes, replicas, err := cfg.expandScenario(ctx, r.client)
+	if err != nil {
+		return nil, err
 	}
-
 	lr, err := openLines(cfg.TracePath)
 	if err != nil {
 		return nil, err
@@ -288,51 +271,19 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer lr.close()
 	sched := &schedule{lr: lr, rate: cfg.Rate, loop: cfg.Loop, until: cfg.Duration,
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x6172726976616c))} // "arrival"
-
-	var metricsSrv *http.Server
-	metricsDone := make(chan struct{})
-	if cfg.MetricsAddr == "" {
-		close(metricsDone)
-	} else {
-		ln, err := net.Listen("tcp", cfg.MetricsAddr)
-		if err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(r.met.reg, promhttp.HandlerOpts{}))
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			defer close(metricsDone)
-			_ = metricsSrv.Serve(ln)
-		}()
-		r.log.Info("serving metrics", "addr", ln.Addr().String())
+	stopMetrics, err := r.serveMetrics()
+	if err != nil {
+		return nil, err
 	}
-	stopMetrics := sync.OnceFunc(func() {
-		if metricsSrv != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = metricsSrv.Shutdown(sctx)
-			cancel()
-		}
-		<-metricsDone
-	})
 	defer stopMetrics()
 
 	// Nothing is written before every check above has passed.
-	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
-		return nil, fmt.Errorf("out: %w", err)
-	}
-	reqFile, err := os.Create(filepath.Join(cfg.OutDir, "requests.csv"))
+	out, err := openOutputs(cfg.OutDir)
 	if err != nil {
-		return nil, fmt.Errorf("out: %w", err)
+		return nil, err
 	}
-	defer reqFile.Close()
-	scFile, err := os.Create(filepath.Join(cfg.OutDir, "scenario.jsonl"))
-	if err != nil {
-		return nil, fmt.Errorf("out: %w", err)
-	}
-	defer scFile.Close()
-	bw := newBufWriter(reqFile)
-	r.csv = csv.NewWriter(bw)
+	defer out.close()
+	r.csv = csv.NewWriter(out.bw)
 	_ = r.csv.Write([]string{"send_ms", "latency_us", "status", "blocking_backend", "app_server"})
 
 	r.log.Info("replay starting", "trace", cfg.TracePath, "app_servers", len(apps), "rate", cfg.Rate,
@@ -340,28 +291,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	r.start = time.Now()
 
 	// The reader: trace lines to timed items, ahead of the scheduler.
-	items := make(chan item, 8192)
-	stopRead := make(chan struct{})
-	readDone := make(chan error, 1)
-	go func() {
-		defer close(items)
-		for {
-			it, err := sched.next()
-			if err != nil {
-				if err == io.EOF {
-					err = nil
-				}
-				readDone <- err
-				return
-			}
-			select {
-			case items <- it:
-			case <-stopRead:
-				readDone <- nil
-				return
-			}
-		}
-	}()
+	items, stopRead, readDone := readAhead(sched)
 
 	// The collector: results to requests.csv, the recorder and metrics,
 	// plus the progress line.
@@ -379,7 +309,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if len(changes) == 0 {
 			return
 		}
-		ap := &scenario.Applier{Client: r.client, Replicas: replicas, Log: r.log, Out: scFile, Scheme: cfg.Credentials.Scheme()}
+		ap := &scenario.Applier{Client: r.client, Replicas: replicas, Log: r.log, Out: out.scenario, Scheme: cfg.Credentials.Scheme()}
 		scTotals, scErr = ap.Run(scCtx, r.start, changes)
 	}()
 
@@ -399,7 +329,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	<-collected
 	stopMetrics()
 	r.csv.Flush()
-	if err := errors.Join(r.csvErr, r.csv.Error(), bw.Flush()); err != nil {
+	if err := errors.Join(r.csvErr, r.csv.Error(), out.bw.Flush()); err != nil {
 		return nil, fmt.Errorf("writing requests.csv: %w", err)
 	}
 
@@ -427,6 +357,126 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return sum, readErr
 	}
 	return sum, nil
+}
+
+// httpClient is the client of the app servers (and the backends' admin
+// API): up to MaxConns connections to each of apps app servers.
+func (cfg Config) httpClient(apps int) *http.Client {
+	return &http.Client{Transport: cfg.Credentials.Transport(&http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        cfg.MaxConns * apps,
+		MaxIdleConnsPerHost: cfg.MaxConns,
+		MaxConnsPerHost:     cfg.MaxConns,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	})}
+}
+
+// expandScenario reads the backends' initial limits the scenario needs and
+// expands it into its changes, and the replicas' admin addresses (nothing
+// without a scenario).
+func (cfg Config) expandScenario(ctx context.Context, client *http.Client) ([]scenario.Change, map[string][]string, error) {
+	if cfg.Scenario == nil {
+		return nil, nil, nil
+	}
+	replicas, err := cfg.Scenario.Replicas(cfg.Topology)
+	if err != nil {
+		return nil, nil, err
+	}
+	initial, err := scenario.ReadInitial(ctx, client, cfg.Credentials.Scheme(), replicas, cfg.Scenario.NeedsInitial())
+	if err != nil {
+		return nil, nil, fmt.Errorf("scenario: %w", err)
+	}
+	changes, err := cfg.Scenario.Expand(cfg.Duration, cfg.ScenarioSeed, initial)
+	if err != nil {
+		return nil, nil, err
+	}
+	return changes, replicas, nil
+}
+
+// serveMetrics serves the replayer's /metrics on cfg.MetricsAddr (nothing
+// without one) and returns what stops it (safe to call more than once).
+func (r *run) serveMetrics() (func(), error) {
+	var metricsSrv *http.Server
+	metricsDone := make(chan struct{})
+	if r.cfg.MetricsAddr == "" {
+		close(metricsDone)
+	} else {
+		ln, err := net.Listen("tcp", r.cfg.MetricsAddr)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(r.met.reg, promhttp.HandlerOpts{}))
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			defer close(metricsDone)
+			_ = metricsSrv.Serve(ln)
+		}()
+		r.log.Info("serving metrics", "addr", ln.Addr().String())
+	}
+	return sync.OnceFunc(func() {
+		if metricsSrv != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = metricsSrv.Shutdown(sctx)
+			cancel()
+		}
+		<-metricsDone
+	}), nil
+}
+
+// outputs are the files a run writes as it goes.
+type outputs struct {
+	requests, scenario *os.File
+	bw                 *bufio.Writer
+}
+
+func openOutputs(dir string) (*outputs, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	reqFile, err := os.Create(filepath.Join(dir, "requests.csv"))
+	if err != nil {
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	scFile, err := os.Create(filepath.Join(dir, "scenario.jsonl"))
+	if err != nil {
+		reqFile.Close()
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	return &outputs{requests: reqFile, scenario: scFile, bw: newBufWriter(reqFile)}, nil
+}
+
+func (o *outputs) close() {
+	o.requests.Close()
+	o.scenario.Close()
+}
+
+// readAhead turns the schedule's trace lines into timed items on a
+// goroutine of its own, ahead of the scheduler, until the trace ends or
+// stop is closed; done receives its error (nil at the end).
+func readAhead(sched *schedule) (items chan item, stop chan struct{}, done chan error) {
+	items, stop, done = make(chan item, 8192), make(chan struct{}), make(chan error, 1)
+	go func() {
+		defer close(items)
+		for {
+			it, err := sched.next()
+			if err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				done <- err
+				return
+			}
+			select {
+			case items <- it:
+			case <-stop:
+				done <- nil
+				return
+			}
+		}
+	}()
+	return items, stop, done
 }
 
 // schedule sends every item at its time and returns whether ctx ended it.
