@@ -191,101 +191,140 @@ func New(cfg Config) (_ *Server, err error) {
 	names := make([]string, 0, len(cfg.Topology.Backends))
 	for _, tb := range cfg.Topology.Backends {
 		names = append(names, tb.Name)
-		rs, err := replicas.Dial(tb, cfg.Credentials.DialOptions()...)
-		if err != nil {
+		if err := s.addBackend(cfg, tb, copt, shared, where); err != nil {
 			return nil, err
-		}
-		rs.AttemptTimeout = s.backendTimeout
-		be := &backend{name: tb.Name, id: tb.ID, replicas: rs, m: s.m.forBackend(tb.Name)}
-		s.backends[tb.Name] = be
-		if be.dispatcher, err = replicas.Build(app.Dispatch, rs); err != nil {
-			return nil, fmt.Errorf("%s: backend %s: %w", where, tb.Name, err)
-		}
-		lbl := prometheus.Labels{"backend": tb.Name}
-		d := be.dispatcher
-		s.m.reg.MustRegister(
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_backend_retries_total", ConstLabels: lbl,
-				Help: "Batches retried on another replica after their replica failed with Unavailable or did not answer within backend_timeout."},
-				func() float64 { return float64(d.Stats().Retries) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_replica_ejections_total", ConstLabels: lbl,
-				Help: "Times a replica was taken out of rotation after failing calls in a row (passive health checks)."},
-				func() float64 { return float64(rs.Ejections()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_replica_readmissions_total", ConstLabels: lbl,
-				Help: "Ejected replicas readmitted early because they passed an active gRPC health check after at least 1 s out."},
-				func() float64 { return float64(rs.Readmissions()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appserver_replicas_in_rotation", ConstLabels: lbl,
-				Help: "Replicas not ejected (all of them when every one is: a backend is never given up on)."},
-				func() float64 {
-					n := 0
-					for i := range rs.Len() {
-						if rs.Healthy(i) {
-							n++
-						}
-					}
-					return float64(n)
-				}),
-			newDispatchCollector(tb.Name, d))
-		switch app.CacheMode {
-		case config.CachePartitioned:
-			var c cache.Store
-			if p := app.Partitions[tb.Name]; p.Store() == config.StoreRedis {
-				pw, err := p.Password()
-				if err != nil {
-					return nil, fmt.Errorf("%s: partition %s: %w", where, tb.Name, err)
-				}
-				ropt := copt
-				ropt.Username, ropt.Password = p.User, pw
-				c = cache.NewRedisClient(p.Endpoint(), ropt)
-			} else {
-				c = cache.NewClient(p.Endpoint(), copt)
-			}
-			be.cache = c
-			s.clients = append(s.clients, c)
-			s.warnUnresolvable(tb.Name, app.Partitions[tb.Name].Endpoint())
-			s.m.reg.MustRegister(
-				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_cache_breaker_openings_total", ConstLabels: lbl,
-					Help: "Times the circuit breaker in front of the backend's cache partition (memcached or Redis) opened (three operations in a row unanswered)."},
-					func() float64 { return float64(c.BreakerOpenings()) }),
-				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appserver_cache_bypassed", ConstLabels: lbl,
-					Help: "1 while the backend's cache partition (memcached or Redis) is bypassed by its circuit breaker."},
-					func() float64 {
-						if c.Bypassed() {
-							return 1
-						}
-						return 0
-					}))
-		case config.CacheShared:
-			be.cache = shared
-		}
-		if be.cache != nil {
-			bm := be.m
-			be.filler = cache.NewFiller(be.cache, cache.FillOptions{
-				QueueLen: cfg.FillQueue,
-				Workers:  cfg.FillWorkers,
-				Timeout:  s.backendTimeout,
-				Done: func(err error) {
-					switch {
-					case err == nil:
-						bm.fills.Inc()
-					case errors.Is(err, cache.ErrTooLarge):
-						bm.fillTooLarge.Inc()
-					default:
-						bm.cacheEr(cache.ErrorKind(err)).Inc()
-					}
-				},
-			})
 		}
 	}
 	sort.Strings(names)
 	s.names = strings.Join(names, ", ")
+	if err := s.startReporter(cfg); err != nil {
+		return nil, err
+	}
+	s.registerFuncMetrics()
+	return s, nil
+}
 
+// addBackend dials a backend's replicas, builds its dispatcher and, in the
+// partitioned and shared modes, its cache client and filler; each with its
+// metrics.
+func (s *Server) addBackend(cfg Config, tb config.Backend, copt cache.Options, shared *cache.Client, where string) error {
+	app := s.app
+	rs, err := replicas.Dial(tb, cfg.Credentials.DialOptions()...)
+	if err != nil {
+		return err
+	}
+	rs.AttemptTimeout = s.backendTimeout
+	be := &backend{name: tb.Name, id: tb.ID, replicas: rs, m: s.m.forBackend(tb.Name)}
+	s.backends[tb.Name] = be
+	if be.dispatcher, err = replicas.Build(app.Dispatch, rs); err != nil {
+		return fmt.Errorf("%s: backend %s: %w", where, tb.Name, err)
+	}
+	s.registerReplicaMetrics(tb.Name, rs, be.dispatcher)
+	switch app.CacheMode {
+	case config.CachePartitioned:
+		c, err := s.partitionCache(tb.Name, copt, where)
+		if err != nil {
+			return err
+		}
+		be.cache = c
+	case config.CacheShared:
+		be.cache = shared
+	}
+	if be.cache != nil {
+		bm := be.m
+		be.filler = cache.NewFiller(be.cache, cache.FillOptions{
+			QueueLen: cfg.FillQueue,
+			Workers:  cfg.FillWorkers,
+			Timeout:  s.backendTimeout,
+			Done: func(err error) {
+				switch {
+				case err == nil:
+					bm.fills.Inc()
+				case errors.Is(err, cache.ErrTooLarge):
+					bm.fillTooLarge.Inc()
+				default:
+					bm.cacheEr(cache.ErrorKind(err)).Inc()
+				}
+			},
+		})
+	}
+	return nil
+}
+
+// registerReplicaMetrics registers a backend's retry, ejection and rotation
+// metrics and its dispatcher's.
+func (s *Server) registerReplicaMetrics(name string, rs *replicas.Replicas, d *replicas.Dispatcher) {
+	lbl := prometheus.Labels{"backend": name}
+	s.m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_backend_retries_total", ConstLabels: lbl,
+			Help: "Batches retried on another replica after their replica failed with Unavailable or did not answer within backend_timeout."},
+			func() float64 { return float64(d.Stats().Retries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_replica_ejections_total", ConstLabels: lbl,
+			Help: "Times a replica was taken out of rotation after failing calls in a row (passive health checks)."},
+			func() float64 { return float64(rs.Ejections()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_replica_readmissions_total", ConstLabels: lbl,
+			Help: "Ejected replicas readmitted early because they passed an active gRPC health check after at least 1 s out."},
+			func() float64 { return float64(rs.Readmissions()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appserver_replicas_in_rotation", ConstLabels: lbl,
+			Help: "Replicas not ejected (all of them when every one is: a backend is never given up on)."},
+			func() float64 {
+				n := 0
+				for i := range rs.Len() {
+					if rs.Healthy(i) {
+						n++
+					}
+				}
+				return float64(n)
+			}),
+		newDispatchCollector(name, d))
+}
+
+// partitionCache is the client of a backend's cache partition (memcached or
+// Redis), with its circuit breaker's metrics.
+func (s *Server) partitionCache(name string, copt cache.Options, where string) (cache.Store, error) {
+	var c cache.Store
+	if p := s.app.Partitions[name]; p.Store() == config.StoreRedis {
+		pw, err := p.Password()
+		if err != nil {
+			return nil, fmt.Errorf("%s: partition %s: %w", where, name, err)
+		}
+		ropt := copt
+		ropt.Username, ropt.Password = p.User, pw
+		c = cache.NewRedisClient(p.Endpoint(), ropt)
+	} else {
+		c = cache.NewClient(p.Endpoint(), copt)
+	}
+	s.clients = append(s.clients, c)
+	s.warnUnresolvable(name, s.app.Partitions[name].Endpoint())
+	lbl := prometheus.Labels{"backend": name}
+	s.m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "appserver_cache_breaker_openings_total", ConstLabels: lbl,
+			Help: "Times the circuit breaker in front of the backend's cache partition (memcached or Redis) opened (three operations in a row unanswered)."},
+			func() float64 { return float64(c.BreakerOpenings()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "appserver_cache_bypassed", ConstLabels: lbl,
+			Help: "1 while the backend's cache partition (memcached or Redis) is bypassed by its circuit breaker."},
+			func() float64 {
+				if c.Bypassed() {
+					return 1
+				}
+				return 0
+			}))
+	return c, nil
+}
+
+// startReporter connects to the RBC server and starts the reporter (and the
+// statistics collector, unless NoStats); without an rbc_server.grpc
+// address, nothing is reported.
+func (s *Server) startReporter(cfg Config) error {
+	app := s.app
+	var err error
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopReporter = cancel
 	if addr := cfg.Topology.RBCServer.GRPC; addr != "" {
 		s.rbcConn, err = grpc.NewClient(addr, append(cfg.Credentials.DialOptions(), dialopts.Reconnect())...)
 		if err != nil {
 			cancel()
-			return nil, fmt.Errorf("rbc_server.grpc %q: %w", addr, err)
+			return fmt.Errorf("rbc_server.grpc %q: %w", addr, err)
 		}
 		if !cfg.NoStats {
 			if cfg.ShadowBytes <= 0 {
@@ -320,8 +359,7 @@ func New(cfg Config) (_ *Server, err error) {
 		close(s.reporterDone)
 		s.log.Warn("the topology has no rbc_server.grpc address; request records are not reported")
 	}
-	s.registerFuncMetrics()
-	return s, nil
+	return nil
 }
 
 // warnUnresolvable logs, at start, a cache partition whose host name does
