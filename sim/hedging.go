@@ -659,7 +659,7 @@ func Summarize(runs []BenchRun) []BenchSummary {
 			}
 		}
 		sort.Float64s(tails)
-		s.Tail, s.TailMin, s.TailMax = percentile.Of(tails, 0.5), tails[0], tails[len(tails)-1]
+		s.Tail, s.TailMin, s.TailMax = percentile.MedianOfSeeds(tails), tails[0], tails[len(tails)-1]
 		// JSON has no infinity: an unstable seed's tail is written as 0
 		// and counted in Unstable.
 		for _, v := range []*float64{&s.Tail, &s.TailMin, &s.TailMax} {

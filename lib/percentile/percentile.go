@@ -35,3 +35,19 @@ func Of[T any](sorted []T, q float64) T {
 	}
 	return sorted[Rank(len(sorted), q)-1]
 }
+
+// MedianOfSeeds is the median of a few results (one per seed): the middle
+// value, or the mean of the two middle ones for an even count; 0 when there
+// are none. It is not a percentile of a distribution but a summary of
+// repeated runs, where the nearest rank would report the lower middle value.
+// sorted is ascending; +Inf (an unstable run) in a middle value gives +Inf.
+func MedianOfSeeds(sorted []float64) float64 {
+	n := len(sorted)
+	switch {
+	case n == 0:
+		return 0
+	case n%2 == 1:
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}

@@ -48,3 +48,15 @@ func TestOf(t *testing.T) {
 		t.Fatal("Of")
 	}
 }
+
+func TestMedianOfSeeds(t *testing.T) {
+	inf := math.Inf(1)
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{1, 2, 9}, 2}, {[]float64{1, 2, 4, 9}, 3}, {[]float64{1, inf}, inf}} {
+		if got := MedianOfSeeds(c.in); got != c.want {
+			t.Errorf("%v: %v, want %v", c.in, got, c.want)
+		}
+	}
+}
