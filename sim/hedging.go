@@ -340,10 +340,21 @@ type BenchRun struct {
 	// Unfinished requests (after warm-up) when the run stopped, counted
 	// as slower than every finished one; Unstable when they reach into the
 	// percentile (an overloaded arm: Tail is then unknown, 0).
-	Unfinished int     `json:"unfinished"`
-	Unstable   bool    `json:"unstable"`
-	WallS      float64 `json:"wall_s"`
+	Unfinished int  `json:"unfinished"`
+	Unstable   bool `json:"unstable"`
+	// Drift is the mean latency of the requests that arrived in the second
+	// half of the measured ones over that of the first half. An arm is
+	// also Unstable when Drift exceeds MaxDrift (its queue grows through the
+	// run: the tail it reports is a property of the run's length, not of
+	// the load) or when any request is still unfinished when the run stops.
+	Drift float64 `json:"drift"`
+	WallS float64 `json:"wall_s"`
 }
+
+// MaxDrift is the largest second-half over first-half mean latency of a
+// stable arm. A stable queue's halves differ by a few percent over
+// thousands of requests; a queue that grows without bound doubles first.
+const MaxDrift = 2.0
 
 // RunBench runs one arm: policy p at utilization u with seed.
 func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRun, error) {
@@ -394,6 +405,10 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	rate := c.Rate(u)
 	total := c.Warmup + c.Requests
 	lat := make([]float64, 0, c.Requests)
+	var halves [2]struct {
+		sum float64
+		n   int
+	}
 	var queries int
 	perm := make([]int, c.Shards)
 	for i := range perm {
@@ -432,7 +447,11 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 				left--
 				if left == 0 {
 					if n >= c.Warmup {
-						lat = append(lat, float64(end-t0)/float64(time.Millisecond))
+						ms := float64(end-t0) / float64(time.Millisecond)
+						lat = append(lat, ms)
+						h := &halves[min(1, 2*(n-c.Warmup)/c.Requests)] // by arrival
+						h.sum += ms
+						h.n++
 					}
 				}
 			}
@@ -453,11 +472,14 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	// The unfinished requests are slower than any finished one: the
 	// percentile is exact while it does not reach them.
 	rank := percentile.Rank(c.Requests, c.Percentile/100)
-	run.Unstable = rank > len(lat)
+	if halves[0].n > 0 && halves[1].n > 0 && halves[0].sum > 0 {
+		run.Drift = (halves[1].sum / float64(halves[1].n)) / (halves[0].sum / float64(halves[0].n))
+	}
+	run.Unstable = rank > len(lat) || run.Unfinished > 0 || run.Drift > MaxDrift
 	if len(lat) > 0 {
 		sort.Float64s(lat)
-		if !run.Unstable {
-			run.Tail = lat[rank-1]
+		if rank <= len(lat) {
+			run.Tail = lat[rank-1] // known, even when the arm is unstable (Summarize reports it so)
 		}
 		run.Median = percentile.Of(lat, 0.5)
 		s := 0.0
