@@ -24,6 +24,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
 
 from rich import box
@@ -523,7 +524,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per job (docs/testbed.md)."""
     ap = argparse.ArgumentParser(prog="robinhood-testbed", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -653,31 +655,25 @@ def main(argv: list[str] | None = None) -> int:
     cmps.add_argument("--out", required=True, help="the repository root to write into (docker-compose.yml, deploy/compose/)")
     cmps.add_argument("--store", choices=("memcached", "redis"), help="override cache.store")
     cmps.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
-    args = ap.parse_args(argv)
+    return ap
+
+
+#: What each subcommand runs.
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "up": cmd_up, "run": lambda a: cmd_compare(a, single=True), "compose": cmd_compose, "report": cmd_report,
+    "versus": cmd_versus, "sweep": cmd_sweep, "matrix": cmd_matrix, "zoo": cmd_zoo, "chaos": cmd_chaos,
+    "compare": cmd_compare,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if not hasattr(args, "duration"):
         args.duration = None
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _sigterm)
     try:
-        if args.cmd == "up":
-            return cmd_up(args)
-        if args.cmd == "run":
-            return cmd_compare(args, single=True)
-        if args.cmd == "compose":
-            return cmd_compose(args)
-        if args.cmd == "report":
-            return cmd_report(args)
-        if args.cmd == "versus":
-            return cmd_versus(args)
-        if args.cmd == "sweep":
-            return cmd_sweep(args)
-        if args.cmd == "matrix":
-            return cmd_matrix(args)
-        if args.cmd == "zoo":
-            return cmd_zoo(args)
-        if args.cmd == "chaos":
-            return cmd_chaos(args)
-        return cmd_compare(args)
+        return COMMANDS[args.cmd](args)
     except ExperimentError as e:
         print(f"robinhood-testbed: {e}", file=sys.stderr)
         return 2
