@@ -60,6 +60,21 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
                           "--insecure"])}
     ports: ["127.0.0.1:7071:7071"]
 """)
+    backend_services = _backend_services(topology, svc, jobs)
+    _app_services(exp, topology, backend_services, svc, jobs)
+    svc.append(_loadgen(exp, topology, scenario))
+    files["docker-compose.yml"] = _compose_file(header, exp, svc)
+    prom: dict[str, Any] = {
+        "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+        "scrape_configs": [{"job_name": j, "static_configs": [{"targets": t}]} for j, t in jobs.items() if t],
+    }
+    files["deploy/compose/prometheus.yml"] = header + "# Scrapes every component of docker-compose.yml.\n" + \
+        yaml.safe_dump(prom, sort_keys=False)
+    return files
+
+
+def _backend_services(topology: dict[str, Any], svc: list[str], jobs: dict[str, list[str]]) -> list[str]:
+    """A service per backend replica; their names."""
     backend_services = []
     for b in topology["backends"]:
         for i, _ in enumerate(b["replicas"]):
@@ -74,6 +89,12 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
     command: {_cmd(args)}
 """)
             jobs["backend"].append(f"{name}:7200")
+    return backend_services
+
+
+def _app_services(exp: Experiment, topology: dict[str, Any], backend_services: list[str], svc: list[str],
+                  jobs: dict[str, list[str]]) -> None:
+    """Per app server: its cache instances, the app server and its controller."""
     mc_args = [str(a) for a in exp.cache.memcached_args]
     for j, app in enumerate(topology["app_servers"]):
         aid = app["id"]
@@ -119,6 +140,10 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
     depends_on: {_cmd(["rbcserver", *caches])}
 """)
             jobs["controller"].append(f"controller-{aid}:9100")
+
+
+def _loadgen(exp: Experiment, topology: dict[str, Any], scenario: Any) -> str:
+    """The load generator (synthesis, then the replay with the scenario) and Prometheus."""
     s = exp.trace.synth
     synth = ["tracegen", "synth", "--profile", s.profile, "--backends", str(len(exp.backends)),
              "--backend-names", ",".join(b.name for b in exp.backends), "--rate", f"{s.rate:g}",
@@ -135,7 +160,7 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
         replay += ["--scenario", SCENARIO]
     apps = [a["id"] for a in topology["app_servers"]]
     ctls = [f"controller-{a['id']}" for a in topology["app_servers"] if a["cache_mode"] == "partitioned"]
-    svc.append(f"""  # Synthesises the trace and replays it open-loop with the scenario; results
+    return f"""  # Synthesises the trace and replays it open-loop with the scenario; results
   # (requests.csv, summary.json, scenario.jsonl) land in the `results` volume.
   loadgen:
     <<: *go
@@ -156,10 +181,14 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
     command: ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.retention.time=1d"]
     ports: ["127.0.0.1:9090:9090"]
     networks: [robinhood]
-""")
+"""
+
+
+def _compose_file(header: str, exp: Experiment, svc: list[str]) -> str:
+    """docker-compose.yml around the services."""
     redis_anchor = ("\nx-redis: &redis\n  image: redis:7.0\n  networks: [robinhood]\n  restart: on-failure\n"
                     if exp.cache.store == "redis" else "")
-    files["docker-compose.yml"] = f"""{header}#
+    return f"""{header}#
 # The experiment {exp.name} in containers: the backends, one memcached (or Redis) per partition,
 # the app servers, the RBC server, a controller per app server, a load generator that
 # synthesises the trace and replays it with the scenario, and Prometheus scraping
@@ -193,10 +222,3 @@ volumes:
 networks:
   robinhood: {{}}
 """
-    prom: dict[str, Any] = {
-        "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
-        "scrape_configs": [{"job_name": j, "static_configs": [{"targets": t}]} for j, t in jobs.items() if t],
-    }
-    files["deploy/compose/prometheus.yml"] = header + "# Scrapes every component of docker-compose.yml.\n" + \
-        yaml.safe_dump(prom, sort_keys=False)
-    return files
