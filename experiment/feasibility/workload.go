@@ -95,169 +95,203 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 	if maxMB < 1 {
 		return nil, fmt.Errorf("cache of %d MB per app server: need at least 1", maxMB)
 	}
-	type acc struct{ c, u int }
-	type backendAcc struct {
-		idx     int
-		bytes   float64
-		queries float64
-		pairs   map[acc]int
-		slabs   slabs
-		stacks  []*stackdist.Stack // per app server
-		held    *heldProbe         // on app server 0's share
-	}
-	per := map[string]*backendAcc{}
-	var order []*backendAcc
-	shapes := map[string]int{}
-	buckets := 1
-	bucket := duration
-	sub := 1
-	// Per bucket, per backend (in order of first appearance): counts and
-	// histograms, grown as backends appear.
-	type cell struct {
-		c, u float64
-		hist []float32
-	}
-	var cells [][]*cell
-	var requests []float64
-	depth := int64(maxMB+1) * MiB
-	grid := heldGrid(maxMB)
-	w := &Workload{AppServers: appServers, MaxMB: maxMB, Duration: duration}
-	limit := float64(duration.Milliseconds())
-	var lastMs float64
-	count, untimed := 0, 0
-	layers := 0
-	cur := map[string]*acc{}
-	var names []string
-	var sb strings.Builder
-	start := func(timed bool) {
-		w.Timed = timed
-		if timed {
-			bucket = time.Second
-			for {
-				n := int((duration + bucket - 1) / bucket)
-				if n <= 3600 {
-					buckets = n
-					break
-				}
-				bucket *= 2
-			}
-			sub = SubBuckets
-		}
-		cells = make([][]*cell, buckets*sub)
-		requests = make([]float64, buckets*sub)
-	}
-	err := mrc.EachRequest(path, func(r *trace.Request) {
-		if count == 0 && untimed == 0 {
-			start(r.HasTs)
-		}
-		if r.HasTs != w.Timed {
-			if !r.HasTs {
-				untimed++
-			}
-			return
-		}
-		if r.HasTs && r.TsMs >= limit {
-			return
-		}
-		t := 0 // the sub-bucket
-		if r.HasTs {
-			lastMs = max(lastMs, r.TsMs)
-			t = min(int(time.Duration(r.TsMs*float64(time.Millisecond))*time.Duration(sub)/bucket), buckets*sub-1)
-		}
-		app := int(hashing.Mix64(uint64(count)) % uint64(appServers))
-		count++
-		requests[t]++
-		layers = max(layers, len(r.Layers))
-		clear(cur)
-		names = names[:0]
-		for _, l := range r.Layers {
-			for i := range l {
-				q := &l[i]
-				b := per[q.Backend]
-				if b == nil {
-					b = &backendAcc{idx: len(order), pairs: map[acc]int{}, stacks: make([]*stackdist.Stack, appServers),
-						held: newHeldProbe(grid, maxMB)}
-					for a := range b.stacks {
-						b.stacks[a] = stackdist.New(depth)
-					}
-					per[q.Backend] = b
-					order = append(order, b)
-				}
-				for len(cells[t]) <= b.idx {
-					cells[t] = append(cells[t], nil)
-				}
-				ce := cells[t][b.idx]
-				if ce == nil {
-					ce = &cell{}
-					cells[t][b.idx] = ce
-				}
-				a := cur[q.Backend]
-				if a == nil {
-					a = &acc{}
-					cur[q.Backend] = a
-					names = append(names, q.Backend)
-				}
-				for j, c := range q.Cacheable {
-					if c {
-						a.c++
-						ce.c++
-						b.slabs.add(q.Keys[j], q.Sizes[j])
-						d, cold := b.stacks[app].Access(q.Keys[j], q.Sizes[j], q.Sizes[j])
-						at := maxMB + 1
-						if !cold {
-							at = min(int((d+MiB-1)/MiB), maxMB+1)
-						}
-						if ce.hist == nil {
-							ce.hist = make([]float32, maxMB+2)
-						}
-						ce.hist[at]++
-						if app == 0 {
-							b.held.access(q.Keys[j], q.Sizes[j], at)
-						}
-					} else {
-						a.u++
-						ce.u++
-					}
-					b.bytes += float64(q.Sizes[j])
-					b.queries++
-				}
-			}
-		}
-		sort.Strings(names)
-		sb.Reset()
-		for _, n := range names {
-			a := cur[n]
-			if a.c+a.u == 0 {
-				continue
-			}
-			per[n].pairs[*a]++
-			sb.WriteString(n)
-			sb.WriteByte(0)
-			sb.WriteString(strconv.Itoa(a.c))
-			sb.WriteByte(':')
-			sb.WriteString(strconv.Itoa(a.u))
-			sb.WriteByte(0)
-		}
-		shapes[sb.String()]++
-	})
-	if err != nil {
+	sc := &scanner{w: &Workload{AppServers: appServers, MaxMB: maxMB, Duration: duration}, per: map[string]*backendAcc{},
+		shapes: map[string]int{}, buckets: 1, bucket: duration, sub: 1, depth: int64(maxMB+1) * MiB,
+		grid: heldGrid(maxMB), limit: float64(duration.Milliseconds()), cur: map[string]*pairAcc{}}
+	if err := mrc.EachRequest(path, sc.add); err != nil {
 		return nil, err
 	}
-	if count == 0 {
+	if sc.count == 0 {
 		return nil, fmt.Errorf("%s: no request sent before %v", path, duration)
 	}
-	if untimed > 0 {
-		return nil, fmt.Errorf("%s: %d requests have no ts_ms while others have: a trace has arrival times on every line or on none", path, untimed)
+	if sc.untimed > 0 {
+		return nil, fmt.Errorf("%s: %d requests have no ts_ms while others have: a trace has arrival times on every line or on none", path, sc.untimed)
 	}
+	sc.fanout()
+	sc.counts()
+	return sc.w, nil
+}
+
+// pairAcc counts one request's cacheable and uncacheable queries to a backend.
+type pairAcc struct{ c, u int }
+
+// backendAcc is what the scan gathers of one backend.
+type backendAcc struct {
+	idx     int
+	bytes   float64
+	queries float64
+	pairs   map[pairAcc]int
+	slabs   slabs
+	stacks  []*stackdist.Stack // per app server
+	held    *heldProbe         // on app server 0's share
+}
+
+// scanCell is one (sub-bucket, backend)'s counts and stack-distance histogram.
+type scanCell struct {
+	c, u float64
+	hist []float32
+}
+
+// scanner is Scan's state while it reads the trace, one request at a time.
+type scanner struct {
+	w       *Workload
+	per     map[string]*backendAcc
+	order   []*backendAcc
+	shapes  map[string]int
+	buckets int
+	bucket  time.Duration
+	sub     int
+	// Per sub-bucket, per backend (in order of first appearance): counts and
+	// histograms, grown as backends appear.
+	cells          [][]*scanCell
+	requests       []float64
+	depth          int64
+	grid           []int
+	limit, lastMs  float64
+	count, untimed int
+	layers         int
+	cur            map[string]*pairAcc
+	names          []string
+	sb             strings.Builder
+}
+
+// start sizes the buckets once the first request says whether the trace is
+// timed.
+func (sc *scanner) start(timed bool) {
+	sc.w.Timed = timed
+	if timed {
+		sc.bucket = time.Second
+		for {
+			n := int((sc.w.Duration + sc.bucket - 1) / sc.bucket)
+			if n <= 3600 {
+				sc.buckets = n
+				break
+			}
+			sc.bucket *= 2
+		}
+		sc.sub = SubBuckets
+	}
+	sc.cells = make([][]*scanCell, sc.buckets*sc.sub)
+	sc.requests = make([]float64, sc.buckets*sc.sub)
+}
+
+// add takes one request of the trace.
+func (sc *scanner) add(r *trace.Request) {
+	w, maxMB := sc.w, sc.w.MaxMB
+	if sc.count == 0 && sc.untimed == 0 {
+		sc.start(r.HasTs)
+	}
+	if r.HasTs != w.Timed {
+		if !r.HasTs {
+			sc.untimed++
+		}
+		return
+	}
+	if r.HasTs && r.TsMs >= sc.limit {
+		return
+	}
+	t := 0 // the sub-bucket
+	if r.HasTs {
+		sc.lastMs = max(sc.lastMs, r.TsMs)
+		t = min(int(time.Duration(r.TsMs*float64(time.Millisecond))*time.Duration(sc.sub)/sc.bucket), sc.buckets*sc.sub-1)
+	}
+	app := int(hashing.Mix64(uint64(sc.count)) % uint64(w.AppServers))
+	sc.count++
+	sc.requests[t]++
+	sc.layers = max(sc.layers, len(r.Layers))
+	clear(sc.cur)
+	sc.names = sc.names[:0]
+	for _, l := range r.Layers {
+		for i := range l {
+			q := &l[i]
+			b := sc.backend(q.Backend)
+			for len(sc.cells[t]) <= b.idx {
+				sc.cells[t] = append(sc.cells[t], nil)
+			}
+			ce := sc.cells[t][b.idx]
+			if ce == nil {
+				ce = &scanCell{}
+				sc.cells[t][b.idx] = ce
+			}
+			a := sc.cur[q.Backend]
+			if a == nil {
+				a = &pairAcc{}
+				sc.cur[q.Backend] = a
+				sc.names = append(sc.names, q.Backend)
+			}
+			for j, c := range q.Cacheable {
+				if c {
+					a.c++
+					ce.c++
+					b.slabs.add(q.Keys[j], q.Sizes[j])
+					d, cold := b.stacks[app].Access(q.Keys[j], q.Sizes[j], q.Sizes[j])
+					at := maxMB + 1
+					if !cold {
+						at = min(int((d+MiB-1)/MiB), maxMB+1)
+					}
+					if ce.hist == nil {
+						ce.hist = make([]float32, maxMB+2)
+					}
+					ce.hist[at]++
+					if app == 0 {
+						b.held.access(q.Keys[j], q.Sizes[j], at)
+					}
+				} else {
+					a.u++
+					ce.u++
+				}
+				b.bytes += float64(q.Sizes[j])
+				b.queries++
+			}
+		}
+	}
+	sort.Strings(sc.names)
+	sc.sb.Reset()
+	for _, n := range sc.names {
+		a := sc.cur[n]
+		if a.c+a.u == 0 {
+			continue
+		}
+		sc.per[n].pairs[*a]++
+		sc.sb.WriteString(n)
+		sc.sb.WriteByte(0)
+		sc.sb.WriteString(strconv.Itoa(a.c))
+		sc.sb.WriteByte(':')
+		sc.sb.WriteString(strconv.Itoa(a.u))
+		sc.sb.WriteByte(0)
+	}
+	sc.shapes[sc.sb.String()]++
+}
+
+// backend is the accumulator of a backend, made on its first query.
+func (sc *scanner) backend(name string) *backendAcc {
+	b := sc.per[name]
+	if b == nil {
+		b = &backendAcc{idx: len(sc.order), pairs: map[pairAcc]int{}, stacks: make([]*stackdist.Stack, sc.w.AppServers),
+			held: newHeldProbe(sc.grid, sc.w.MaxMB)}
+		for a := range b.stacks {
+			b.stacks[a] = stackdist.New(sc.depth)
+		}
+		sc.per[name] = b
+		sc.order = append(sc.order, b)
+	}
+	return b
+}
+
+// fanout sets the workload's fan-out (backends sorted by name, their pairs
+// and the requests' shapes), the backends' slabs and worth curves, the
+// covered time and the request rate.
+func (sc *scanner) fanout() {
+	w, per, count := sc.w, sc.per, sc.count
 	f := &w.Fanout
-	f.Layers = layers
+	f.Layers = sc.layers
 	for n := range per {
 		f.Backends = append(f.Backends, n)
 	}
 	sort.Strings(f.Backends)
 	index := map[string]int{}
-	pairIndex := make([]map[acc]int32, len(f.Backends))
-	w.heldGrid = grid
+	pairIndex := make([]map[pairAcc]int32, len(f.Backends))
+	w.heldGrid = sc.grid
 	for i, n := range f.Backends {
 		index[n] = i
 		b := per[n]
@@ -279,19 +313,19 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 			}
 			return ps[x].Uncacheable < ps[y].Uncacheable
 		})
-		pairIndex[i] = map[acc]int32{}
+		pairIndex[i] = map[pairAcc]int32{}
 		for j, p := range ps {
-			pairIndex[i][acc{p.Cacheable, p.Uncacheable}] = int32(j)
+			pairIndex[i][pairAcc{p.Cacheable, p.Uncacheable}] = int32(j)
 		}
 		f.Pairs = append(f.Pairs, ps)
 	}
-	keys := make([]string, 0, len(shapes))
-	for k := range shapes {
+	keys := make([]string, 0, len(sc.shapes))
+	for k := range sc.shapes {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		s := Shape{Weight: float64(shapes[k]) / float64(count), Pair: make([]int32, len(f.Backends))}
+		s := Shape{Weight: float64(sc.shapes[k]) / float64(count), Pair: make([]int32, len(f.Backends))}
 		for i := range s.Pair {
 			s.Pair[i] = -1
 		}
@@ -301,22 +335,27 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 			c, _ := strconv.Atoi(cu[0])
 			u, _ := strconv.Atoi(cu[1])
 			b := index[parts[i]]
-			s.Pair[b] = pairIndex[b][acc{c, u}]
+			s.Pair[b] = pairIndex[b][pairAcc{c, u}]
 		}
 		f.Shapes = append(f.Shapes, s)
 	}
-	w.Covered = duration
+	w.Covered = w.Duration
 	if w.Timed {
-		w.Covered = min(duration, time.Duration(lastMs*float64(time.Millisecond)))
+		w.Covered = min(w.Duration, time.Duration(sc.lastMs*float64(time.Millisecond)))
 		if w.Covered <= 0 {
-			w.Covered = min(duration, bucket)
+			w.Covered = min(w.Duration, sc.bucket)
 		}
 	}
 	f.Rate = float64(count) / w.Covered.Seconds()
-	// Reorder the cells by the sorted backends; the histograms beyond the
-	// budget of memory lose their sub-buckets, then get wider buckets.
-	w.Bucket, w.Sub = bucket, sub
-	w.subReq = requests
+}
+
+// counts sets the buckets' counts, histograms and their tails, the cells
+// reordered by the sorted backends; the histograms beyond the budget of
+// memory lose their sub-buckets, then get wider buckets.
+func (sc *scanner) counts() {
+	w, f, cells, maxMB := sc.w, &sc.w.Fanout, sc.cells, sc.w.MaxMB
+	w.Bucket, w.Sub = sc.bucket, sc.sub
+	w.subReq = sc.requests
 	nb := len(f.Backends)
 	w.subU = make([][]float64, len(cells))
 	w.hist = make([][][]float32, len(cells))
@@ -326,7 +365,7 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		w.hist[t] = make([][]float32, nb)
 		cacheable[t] = make([]float64, nb)
 		for i, n := range f.Backends {
-			b := per[n]
+			b := sc.per[n]
 			if b.idx < len(cells[t]) && cells[t][b.idx] != nil {
 				ce := cells[t][b.idx]
 				cacheable[t][i], w.subU[t][i], w.hist[t][i] = ce.c, ce.u, ce.hist
@@ -342,7 +381,6 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		cacheable = w.merge(k, cacheable)
 		w.Bucket *= time.Duration(k)
 	}
-	// The buckets' counts.
 	nbk := len(w.subReq) / w.Sub
 	w.Requests = make([]float64, nbk)
 	w.Cacheable = make([][]float64, nbk)
@@ -372,7 +410,6 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		}
 	}
 	w.curves = map[[2]int][]float64{}
-	return w, nil
 }
 
 // merge merges every k sub-buckets into one and returns the merged
