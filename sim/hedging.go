@@ -342,16 +342,18 @@ type BenchRun struct {
 	// percentile (an overloaded arm: Tail is then unknown, 0).
 	Unfinished int  `json:"unfinished"`
 	Unstable   bool `json:"unstable"`
-	// Drift is the mean latency of the requests that arrived in the second
-	// half of the measured ones over that of the first half. An arm is
-	// also Unstable when Drift exceeds MaxDrift (its queue grows through the
-	// run: the tail it reports is a property of the run's length, not of
-	// the load) or when any request is still unfinished when the run stops.
+	// Drift is the median latency of the requests that arrived in the
+	// second half of the measured ones over that of the first half (medians:
+	// a heavy-tailed service time moves a half's mean by chance). An arm is
+	// also Unstable when Drift exceeds MaxDrift: its queue grows through the
+	// run, and the tail it reports is a property of the run's length, not of
+	// the load. (A few unfinished requests are not a sign of it: with
+	// Pareto service times one query can outlast the run on its own.)
 	Drift float64 `json:"drift"`
 	WallS float64 `json:"wall_s"`
 }
 
-// MaxDrift is the largest second-half over first-half mean latency of a
+// MaxDrift is the largest second-half over first-half median latency of a
 // stable arm. A stable queue's halves differ by a few percent over
 // thousands of requests; a queue that grows without bound doubles first.
 const MaxDrift = 2.0
@@ -405,10 +407,7 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	rate := c.Rate(u)
 	total := c.Warmup + c.Requests
 	lat := make([]float64, 0, c.Requests)
-	var halves [2]struct {
-		sum float64
-		n   int
-	}
+	var halves [2][]float64 // latencies by the half of the measured arrivals they arrived in
 	var queries int
 	perm := make([]int, c.Shards)
 	for i := range perm {
@@ -450,8 +449,7 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 						ms := float64(end-t0) / float64(time.Millisecond)
 						lat = append(lat, ms)
 						h := &halves[min(1, 2*(n-c.Warmup)/c.Requests)] // by arrival
-						h.sum += ms
-						h.n++
+						*h = append(*h, ms)
 					}
 				}
 			}
@@ -472,10 +470,14 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	// The unfinished requests are slower than any finished one: the
 	// percentile is exact while it does not reach them.
 	rank := percentile.Rank(c.Requests, c.Percentile/100)
-	if halves[0].n > 0 && halves[1].n > 0 && halves[0].sum > 0 {
-		run.Drift = (halves[1].sum / float64(halves[1].n)) / (halves[0].sum / float64(halves[0].n))
+	if len(halves[0]) > 0 && len(halves[1]) > 0 {
+		sort.Float64s(halves[0])
+		sort.Float64s(halves[1])
+		if m0 := percentile.Of(halves[0], 0.5); m0 > 0 {
+			run.Drift = percentile.Of(halves[1], 0.5) / m0
+		}
 	}
-	run.Unstable = rank > len(lat) || run.Unfinished > 0 || run.Drift > MaxDrift
+	run.Unstable = rank > len(lat) || run.Drift > MaxDrift
 	if len(lat) > 0 {
 		sort.Float64s(lat)
 		if rank <= len(lat) {
