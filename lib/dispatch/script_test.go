@@ -216,19 +216,28 @@ func TestSingleRStartsReissuingAtZeroWithProbabilityB(t *testing.T) {
 	}
 }
 
+// preempted runs laedge-cc with pre-emptive cancellation on two replicas up
+// to a pre-emption: batch a on ra with its duplicate on rh, batch b arrives,
+// a's duplicate is cancelled and b takes rh.
+func preempted(t *testing.T) (s *script, a, b *Batch, ra, rh int) {
+	t.Helper()
+	p := &LaedgeParams{BudgetParams: budgetOf(1), Preempt: true}
+	s = newScript(t, "laedge-cc", p, 2)
+	a = NewBatch(0, 0)
+	acts := s.m.Arrive(0, a)
+	ra, rh = replicaOf(a, 0), replicaOf(a, 1)
+	s.expect("a on both idle replicas", acts, fmt.Sprintf("send b0 c0 r%d normal; send b0 c1 r%d low extra", ra, rh))
+	b = NewBatch(1, ms)
+	s.expect("b must wait: a's later copy is cancelled", s.m.Arrive(ms, b), "cancel b0 c1")
+	s.expect("the cancel done: b takes the replica", s.m.Done(2*ms, a, 1, Cancelled), fmt.Sprintf("send b1 c0 r%d normal", rh))
+	return s, a, b, ra, rh
+}
+
 // LÆDGE's pre-emptive cancellation: a batch that must wait cancels the
 // most recently started copy of a hedged batch and takes its replica; the
 // unhedged batch's copy is never pre-empted.
 func TestLaedgePreemptiveCancellation(t *testing.T) {
-	p := &LaedgeParams{BudgetParams: budgetOf(1), Preempt: true}
-	s := newScript(t, "laedge-cc", p, 2)
-	a := NewBatch(0, 0)
-	acts := s.m.Arrive(0, a)
-	ra, rh := replicaOf(a, 0), replicaOf(a, 1)
-	s.expect("a on both idle replicas", acts, fmt.Sprintf("send b0 c0 r%d normal; send b0 c1 r%d low extra", ra, rh))
-	b := NewBatch(1, ms)
-	s.expect("b must wait: a's later copy is cancelled", s.m.Arrive(ms, b), "cancel b0 c1")
-	s.expect("the cancel done: b takes the replica", s.m.Done(2*ms, a, 1, Cancelled), fmt.Sprintf("send b1 c0 r%d normal", rh))
+	s, a, _, ra, _ := preempted(t)
 	c := NewBatch(2, 3*ms)
 	s.expect("c waits: nothing is hedged", s.m.Arrive(3*ms, c), "")
 	s.expect("a answers: c takes its replica", s.m.Done(4*ms, a, 0, OK), fmt.Sprintf("complete b0 c0; send b2 c0 r%d normal", ra))
@@ -243,15 +252,7 @@ func TestLaedgePreemptiveCancellation(t *testing.T) {
 // again when a replica frees (LÆDGE Fig. 3, S2→S4, as the idealized hedge
 // does): pre-emption cancels a copy, not the batch's right to a hedge.
 func TestLaedgeHedgesAgainAfterPreemption(t *testing.T) {
-	p := &LaedgeParams{BudgetParams: budgetOf(1), Preempt: true}
-	s := newScript(t, "laedge-cc", p, 2)
-	a := NewBatch(0, 0)
-	acts := s.m.Arrive(0, a)
-	ra, rh := replicaOf(a, 0), replicaOf(a, 1)
-	s.expect("a on both idle replicas", acts, fmt.Sprintf("send b0 c0 r%d normal; send b0 c1 r%d low extra", ra, rh))
-	b := NewBatch(1, ms)
-	s.expect("b must wait: a's later copy is cancelled", s.m.Arrive(ms, b), "cancel b0 c1")
-	s.expect("the cancel done: b takes the replica", s.m.Done(2*ms, a, 1, Cancelled), fmt.Sprintf("send b1 c0 r%d normal", rh))
+	s, _, b, _, rh := preempted(t)
 	s.expect("b answers while a still runs: a is hedged again on the freed replica", s.m.Done(3*ms, b, 0, OK),
 		fmt.Sprintf("complete b1 c0; send b0 c2 r%d low extra", rh))
 }

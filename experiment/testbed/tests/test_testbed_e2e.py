@@ -195,6 +195,21 @@ def test_up_with_prometheus(tmp_path: Path, built: None) -> None:
     assert leftovers(str(out / "robinhood" / "logs")) == []
 
 
+def _one_kv_topology(a: dict[str, str]) -> str:
+    """A topology of one kv backend and one partitioned app server on the addresses a."""
+    return f"""
+rbc_server: {{grpc: "{a['rbc_grpc']}", http: "{a['rbc_http']}", window: 2s}}
+backends:
+  - {{id: 0, name: kv0, type: kv, limits: {{workers: 2}}, replicas: [{{grpc: "{a['be_grpc']}", http: "{a['be_http']}"}}]}}
+app_servers:
+  - id: app0
+    http: "{a['app']}"
+    cache_budget_mb: 16
+    partitions: {{kv0: "{a['mc']}"}}
+    controller: {{policy: static, min_partition_mb: 16, interval: 500ms, metrics: "{a['ctl']}"}}
+"""
+
+
 def test_up_starts_a_topology_with_tokens_and_mutual_tls(tmp_path: Path, built: None, gobin: Callable[[str], Path],
                                                           free_address: Callable[[], str]) -> None:
     """`up --topology FILE` with auth and tls blocks written as docs/security.md writes
@@ -209,19 +224,9 @@ def test_up_starts_a_topology_with_tokens_and_mutual_tls(tmp_path: Path, built: 
                    capture_output=True, timeout=60)
     a = {k: free_address() for k in ("rbc_grpc", "rbc_http", "be_grpc", "be_http", "app", "mc", "ctl")}
     topo = tmp_path / "conf" / "topology.yaml"
-    topo.write_text(f"""
-auth: {{tokens: secrets/tokens, token: "secrets/{{id}}.token"}}
-tls: {{ca: secrets/ca.pem, cert: secrets/cert.pem, key: secrets/key.pem, client_auth: true}}
-rbc_server: {{grpc: "{a['rbc_grpc']}", http: "{a['rbc_http']}", window: 2s}}
-backends:
-  - {{id: 0, name: kv0, type: kv, limits: {{workers: 2}}, replicas: [{{grpc: "{a['be_grpc']}", http: "{a['be_http']}"}}]}}
-app_servers:
-  - id: app0
-    http: "{a['app']}"
-    cache_budget_mb: 16
-    partitions: {{kv0: "{a['mc']}"}}
-    controller: {{policy: static, min_partition_mb: 16, interval: 500ms, metrics: "{a['ctl']}"}}
-""")
+    topo.write_text("""
+auth: {tokens: secrets/tokens, token: "secrets/{id}.token"}
+tls: {ca: secrets/ca.pem, cert: secrets/cert.pem, key: secrets/key.pem, client_auth: true}""" + _one_kv_topology(a))
     out, ready = tmp_path / "out", tmp_path / "ready"
     log = tmp_path / "up.log"
     with log.open("w") as fh:  # started from another folder: the relative paths are the file's, not the cwd's
@@ -254,17 +259,7 @@ def test_up_starts_a_given_topology(tmp_path: Path, built: None, free_address: C
 
     a = {k: free_address() for k in ("rbc_grpc", "rbc_http", "be_grpc", "be_http", "app", "mc", "ctl")}
     topo = tmp_path / "topology.yaml"
-    topo.write_text(f"""
-rbc_server: {{grpc: "{a['rbc_grpc']}", http: "{a['rbc_http']}", window: 2s}}
-backends:
-  - {{id: 0, name: kv0, type: kv, limits: {{workers: 2}}, replicas: [{{grpc: "{a['be_grpc']}", http: "{a['be_http']}"}}]}}
-app_servers:
-  - id: app0
-    http: "{a['app']}"
-    cache_budget_mb: 16
-    partitions: {{kv0: "{a['mc']}"}}
-    controller: {{policy: static, min_partition_mb: 16, interval: 500ms, metrics: "{a['ctl']}"}}
-""")
+    topo.write_text(_one_kv_topology(a))
     out, ready = tmp_path / "out", tmp_path / "ready"
     log = tmp_path / "up.log"  # a file, never a pipe nobody reads: a full pipe would block `up`
     with log.open("w") as fh:
