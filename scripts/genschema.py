@@ -5,18 +5,21 @@ registries:
 - lib/python/robinhood_common/schema/*.schema.yaml, the copy the Python package carries;
 - the reference tables in docs/topology.md and docs/testbed.md, between the markers
   "<!-- BEGIN GENERATED FROM schema/... -->" and "<!-- END GENERATED -->";
-- the tables of allocation policies (docs/controller.md, from the controller's registry)
-  and dispatch policies (docs/appserver.md, from `bin/appserver
-  --list-dispatch-policies`; run `make build` first), and the dispatch policy names the
-  Python topology reader accepts (lib/python/robinhood_common/dispatch_policies.py,
-  from the same listing);
+- schema/policies.schema.yaml, every policy's parameters as the contract checks them:
+  the allocation policies' from the controller's registry (their pydantic fields), the
+  dispatch policies' from `bin/appserver --list-dispatch-policies --json` (their
+  parameter structs' tags; run `make build` first). Each policy declares its parameters
+  once, in its own file; every reader of a topology checks them through this file;
+- the tables of allocation policies (docs/controller.md) and dispatch policies
+  (docs/appserver.md), from the same declarations;
 - the zoo's seed ranges the testbed uses (experiment/testbed/robinhood_testbed/seeds.py,
   from `bin/tracegen scenario seeds --json`: experiment/zoo/seeds.go is the definition).
 
   scripts/genschema.py              write them
   scripts/genschema.py --registries write only what comes from the policy registries
                                     (`make build` runs this, so a new policy file is
-                                    documented, and known to Python, by building)
+                                    documented, and checked by every reader, by
+                                    building; exit 10 when the policies' schema changed)
   scripts/genschema.py --check      fail (exit 1) when a committed copy is stale
 """
 from __future__ import annotations
@@ -134,7 +137,13 @@ def section(docs: dict[str, Any], node: dict[str, Any], base: str, title: str, t
             out.append(f"| {field} | {type_text(docs, sub, base, titles)} | {default_text(eff)} | {desc} |")
         out.append("")
     extra = node.get("additionalProperties")
-    if props and extra is True:
+    if props and extra is True and "x-variants" in node:
+        xv = node["x-variants"]
+        unknown = ("; a name the contract does not know is left to the component" if xv.get("open")
+                   else "; another name is refused")
+        out += [f"Other fields are the parameters of the policy `{xv['field']}` names, checked by every reader "
+                f"against that policy's declaration (schema/policies.schema.yaml{unknown}).", ""]
+    elif props and extra is True:
         out += ["Other fields are passed on as parameters (validated by the policy).", ""]
     return "\n".join(out)
 
@@ -168,9 +177,9 @@ def splice(text: str, path: Path, source: str, body: str) -> str:
 def allocation_table() -> str:
     from robinhood_controller import policies
 
-    rows = ["| policy | role | parameters (defaults) | what it does |", "|---|---|---|---|"]
+    rows = ["| policy | role | parameters (default, range) | what it does |", "|---|---|---|---|"]
     for d in policies.describe():
-        params = "<br>".join(f"`{p['name']}` = `{p['default']}`: {p['description']}" for p in d["params"]) or "—"
+        params = "<br>".join(param_text(p) for p in d["params"]) or "—"
         rbc = " Needs the RBC server." if d["needs_rbc"] else ""
         run = " Needs the run's description (`controller.run`): experiments only." if d["needs_run"] else ""
         role = f"**{d['role']}** (the default)" if d["default"] else d["role"]
@@ -178,38 +187,121 @@ def allocation_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def dispatch_listing() -> list[str]:
-    """`bin/appserver --list-dispatch-policies`: lib/dispatch's registry, one line a policy."""
+def dispatch_describe() -> list[dict[str, Any]]:
+    """`bin/appserver --list-dispatch-policies --json`: lib/dispatch's registry, each policy
+    with its parameters' declarations."""
     exe = REPO / "bin" / "appserver"
     if not exe.exists():
         raise SystemExit(f"{exe} is missing: run make build first")
-    out = subprocess.run([str(exe), "--list-dispatch-policies"], capture_output=True, text=True, check=True).stdout
-    return out.splitlines()
+    out = subprocess.run([str(exe), "--list-dispatch-policies", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)
 
 
-def dispatch_names_module() -> str:
-    """lib/python/robinhood_common/dispatch_policies.py: the registered names, for the
-    Python topology reader."""
-    names = [line.split()[0] for line in dispatch_listing()]
-    body = "".join(f"    {n!r},\n" for n in names)
-    return (f'"""{DISPATCH_NAMES_DOC}"""\n\n'
-            f"NAMES: tuple[str, ...] = (\n{body})\n")
+def param_text(p: dict[str, Any]) -> str:
+    """One parameter in a docs table: name, type and bounds, default, what it does."""
+    b = declared_bounds(p)
+    kind = p["type"] + (f" {b}" if b else "")
+    if p.get("enum"):
+        kind = " \\| ".join(f"`{e}`" for e in p["enum"])
+    d = p.get("default")
+    default = "" if d is None else f" = `{d if isinstance(d, str) else json.dumps(d)}`"
+    return f"`{p['name']}`{default} ({kind}): {p.get('doc') or p.get('description') or ''}"
 
 
-DISPATCH_NAMES_DOC = """The dispatch policies lib/dispatch registers, as `bin/appserver
---list-dispatch-policies` lists them: the names a topology's `dispatch.policy` may take.
-
-Generated by scripts/genschema.py (`make build`); do not edit."""
-DISPATCH_NAMES = REPO / "lib" / "python" / "robinhood_common" / "dispatch_policies.py"
+def declared_bounds(p: dict[str, Any]) -> str:
+    lo, hi = p.get("minimum"), p.get("maximum")
+    if lo is not None and hi is not None:
+        return f"{'(' if p.get('exclusive_minimum') else '['}{lo}, {hi}{')' if p.get('exclusive_maximum') else ']'}"
+    if lo is not None:
+        return f"{'>' if p.get('exclusive_minimum') else '≥'} {lo}"
+    if hi is not None:
+        return f"{'<' if p.get('exclusive_maximum') else '≤'} {hi}"
+    return ""
 
 
 def dispatch_table() -> str:
-    rows = ["| policy | parameters (defaults) | what it does |", "|---|---|---|"]
-    for line in dispatch_listing():
-        head, _, summary = line.partition(" -- ")
-        name, *params = head.split()
-        rows.append(f"| `{name}` | {', '.join(f'`{p}`' for p in params) or '—'} | {summary} |")
+    rows = ["| policy | parameters (default, range) | what it does |", "|---|---|---|"]
+    for d in dispatch_describe():
+        params = "<br>".join(param_text(p) for p in d["params"]) or "—"
+        rows.append(f"| `{d['name']}` | {params} | {d['summary']} |")
     return "\n".join(rows) + "\n"
+
+
+POLICIES = SCHEMA / "policies.schema.yaml"
+POLICIES_HEAD = """\
+# Every policy's parameters, as the configuration contract checks them: what a
+# topology's `dispatch: {policy: NAME, ...}` and `controller.policy: {name: NAME, ...}`
+# may hold (topology.schema.yaml selects the case with x-variants).
+#
+# Generated by scripts/genschema.py (make build) from the policies' own declarations:
+# a dispatch policy's parameter struct (lib/dispatch, its json/range/doc tags) and an
+# allocation policy's parameter model (controller/robinhood_controller/policies, its
+# pydantic fields). Do not edit: change the policy's file.
+"""
+
+
+def _seconds(d: str) -> float | int:
+    from robinhood_common.units import parse_duration_ns
+    s = parse_duration_ns(d) / 1e9
+    return int(s) if s == int(s) else s
+
+
+def param_schema(p: dict[str, Any]) -> dict[str, Any]:
+    """One declaration (either registry's form) as a schema node of the contract."""
+    out: dict[str, Any] = {"description": p.get("doc") or p.get("description") or p["name"]}
+    kind = p["type"]
+    lo, hi = p.get("minimum"), p.get("maximum")
+    if kind == "duration":
+        out.update({"type": "string", "format": "duration"})
+        msgs = {}
+        if lo is not None:
+            key = "exclusiveMinimum" if p.get("exclusive_minimum") else "minimum"
+            out[key] = _seconds(lo)
+            msgs[key] = f"must be above {lo}" if p.get("exclusive_minimum") else f"is below the minimum of {lo}"
+        if hi is not None:
+            key = "exclusiveMaximum" if p.get("exclusive_maximum") else "maximum"
+            out[key] = _seconds(hi)
+            msgs[key] = f"must be below {hi}" if p.get("exclusive_maximum") else f"is above the maximum of {hi}"
+        if msgs:
+            out["x-messages"] = msgs
+    elif kind.startswith("map of "):
+        out.update({"type": "object", "additionalProperties": {"type": kind.removeprefix("map of ")}})
+    else:
+        out["type"] = kind
+        if p.get("enum"):
+            out["enum"] = list(p["enum"])
+        if lo is not None:
+            out["exclusiveMinimum" if p.get("exclusive_minimum") else "minimum"] = lo
+        if hi is not None:
+            out["exclusiveMaximum" if p.get("exclusive_maximum") else "maximum"] = hi
+    if p.get("default") is not None:
+        out["x-default"] = p["default"]
+    return out
+
+
+def policies_schema() -> str:
+    from robinhood_controller import policies
+
+    def family(title: str, desc: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"title": title, "description": desc, "properties": {
+            d["name"]: {"description": d["summary"], "type": "object", "additionalProperties": False,
+                        "properties": {p["name"]: param_schema(p) for p in d["params"]}}
+            for d in items}}
+
+    doc = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "policies.schema.yaml",
+        "title": "policy parameters",
+        "description": "The parameters of every registered policy; x-default is the default the policy applies.",
+        "$defs": {
+            "dispatch": family("dispatch policies", "lib/dispatch's registry (bin/appserver "
+                               "--list-dispatch-policies): a dispatch block's parameters.", dispatch_describe()),
+            "allocation": family("allocation policies", "The controller's registry (robinhood-controller "
+                                 "policies): a controller.policy block's parameters.", policies.describe()),
+        },
+    }
+    return POLICIES_HEAD + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
 
 
 SEEDS_MODULE = REPO / "experiment" / "testbed" / "robinhood_testbed" / "seeds.py"
@@ -245,21 +337,28 @@ def render_docs(docs: dict[str, Any] | None) -> dict[Path, str]:
     out[ctl] = splice(out.get(ctl, ctl.read_text()), ctl, "the allocation policy registry", allocation_table())
     app = REPO / "docs" / "appserver.md"
     out[app] = splice(out.get(app, app.read_text()), app, "the dispatch policy registry", dispatch_table())
-    out[DISPATCH_NAMES] = dispatch_names_module()
     out[SEEDS_MODULE] = seeds_module()
+    out[POLICIES] = out[COPY / POLICIES.name] = policies_schema()
     return out
+
+
+REBUILD = 10
+"""--registries' exit status when it rewrote schema/policies.schema.yaml: the Go binaries
+embed it, so `make build` builds them again."""
 
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     if "--registries" in argv:
+        rebuild = False
         for p, text in render_docs(None).items():
             if not p.exists() or p.read_text() != text:
                 p.write_text(text)
                 print(f"wrote {p.relative_to(REPO)} (from the registries and bin/tracegen)")
-        return 0
+                rebuild |= p == POLICIES
+        return REBUILD if rebuild else 0
     docs = load()
-    wanted: dict[Path, str] = {COPY / n: (SCHEMA / n).read_text() for n in docs}
+    wanted: dict[Path, str] = {COPY / n: (SCHEMA / n).read_text() for n in docs if n != POLICIES.name}
     wanted.update(render_docs(docs))
     stale = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
     extra = [p for p in COPY.glob("*.schema.yaml") if p.name not in docs]

@@ -110,7 +110,8 @@ func TestBenchBadInputIsNamed(t *testing.T) {
 		// The bench's own: each arm's dispatch parameters, the idealized hedge's conditions.
 		{base + "workers: 2\npolicies: [{dispatch: {policy: ideal}}]", "policies[0]: the idealized hedge needs single-worker replicas"},
 		{base + "policies: [{dispatch: {policy: nosuch}}]", "policies[0].dispatch"},
-		{base + "policies: [{dispatch: {policy: jsq, nope: 1}}]", "policies[0].dispatch: nope: unknown parameter"},
+		{base + "policies: [{dispatch: {policy: jsq, nope: 1}}]", "policies[0].dispatch.nope: unknown field (known: none)"},
+		{base + "policies: [{dispatch: {policy: psq, n: 0}}]", "policies[0].dispatch.n: 0 is out of range [1, 1000]"},
 		{base + "policies: [{dispatch: random}, {dispatch: random}]", `policies[1].label: "random" appears twice`},
 	} {
 		p := filepath.Join(dir, "e.yaml")

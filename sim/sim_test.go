@@ -197,7 +197,13 @@ func TestBadInputIsNamed(t *testing.T) {
 	if _, err := os.Stat(cfg.OutDir); !os.IsNotExist(err) {
 		t.Fatal("a run that cannot start must not write its folder")
 	}
-	cfg = simConfig(t, dir, strings.Replace(sharedTopology, "cache_mode: none,", "cache_mode: none, dispatch: {policy: hedge, budget: -1},", 1), "")
+	// A bad dispatch parameter is the topology reader's to refuse (the
+	// contract); a Config built in code is checked again by Run.
+	if _, err := config.ParseTopology([]byte(strings.Replace(sharedTopology, "cache_mode: none,", "cache_mode: none, dispatch: {policy: hedge, budget: -1},", 1))); err == nil || !strings.Contains(err.Error(), "app_servers[1].dispatch.budget") {
+		t.Fatalf("the topology reader should refuse a bad dispatch parameter by name: %v", err)
+	}
+	cfg = simConfig(t, dir, sharedTopology, "")
+	cfg.Topology.AppServers[1].Dispatch = config.Dispatch{Policy: "hedge", Params: map[string]any{"budget": -1.0}}
 	cfg.OutDir = filepath.Join(dir, "out2")
 	if _, err := Run(cfg); err == nil || !strings.Contains(err.Error(), "app_servers[1].dispatch") || !strings.Contains(err.Error(), "budget") {
 		t.Fatalf("a bad dispatch parameter should be refused by name: %v", err)

@@ -25,20 +25,12 @@ REPO = Path(__file__).resolve().parents[1]
 DISPATCH_FILE = '''package dispatch
 
 import (
-	"errors"
 	"math/rand/v2"
 	"time"
 )
 
 type pinnedParams struct {
-	Replica int `json:"replica" doc:"the replica that serves every batch"`
-}
-
-func (p *pinnedParams) Validate() error {
-	if p.Replica < 0 {
-		return errors.New("replica: must not be negative")
-	}
-	return nil
+	Replica int `json:"replica" range:"[0,1000]" doc:"the replica that serves every batch"`
 }
 
 // pinned sends every batch to one configured replica while it is usable,
@@ -124,9 +116,15 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     res = subprocess.run(["go", "build", "-o", str(root / "bin") + "/", "./..."], cwd=root,
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr
-    # What `make build` does next: the registries' tables and the dispatch policy names
-    # the Python topology reader accepts.
-    in_copy(root, sys.executable, "scripts/genschema.py", "--registries")
+    # What `make build` does next: the registries' tables and the policies' declarations
+    # every reader checks (exit 10: they changed, so the binaries, which embed them, are
+    # built again).
+    res = subprocess.run([sys.executable, "scripts/genschema.py", "--registries"], cwd=root, env=env_for(root),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 10, f"the new policies' declarations were not written:\n{res.stdout}\n{res.stderr}"
+    res = subprocess.run(["go", "build", "-o", str(root / "bin") + "/", "./..."], cwd=root,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr
     return root
 
 
@@ -164,7 +162,9 @@ def test_the_suites_pass_in_the_copy(copy: Path) -> None:
                   "Contract|Params|Describe|TestEveryDispatchPolicy|TestAppserverRejectsBadConfiguration")
     assert "=== RUN   TestEveryPolicyKeepsTheContract/pinned" in out  # the contract test ran the new policy
     assert "pinned:" in out  # and the app server ran it (TestEveryDispatchPolicyThroughTheAppServer's log)
-    assert "pinned" in (copy / "lib" / "python" / "robinhood_common" / "dispatch_policies.py").read_text()
+    for schema in (copy / "schema", copy / "lib" / "python" / "robinhood_common" / "schema"):
+        text = (schema / "policies.schema.yaml").read_text()
+        assert "pinned:" in text and "even:" in text  # both declarations reach every reader
 
 
 def test_the_registries_list_the_new_policies(copy: Path) -> None:
@@ -206,11 +206,19 @@ app_servers:
     (tmp_path / "bad.yaml").write_text(bad)
     res = subprocess.run([str(copy / "bin" / "appserver"), "--topology", str(tmp_path / "bad.yaml"), "--id", "app0",
                           "--check"], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "app_servers[0].dispatch.replica: must not be negative" in res.stderr
+    assert res.returncode == 2 and "app_servers[0].dispatch.replica: -1 is out of range [0, 1000]" in res.stderr
+    # Every reader holds the new declarations: topocheck, and the Python loader.
+    res = subprocess.run([str(copy / "bin" / "topocheck"), str(tmp_path / "bad.yaml")], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2 and "app_servers[0].dispatch.replica: -1 is out of range [0, 1000]" in res.stderr
+    (tmp_path / "bad-step.yaml").write_text(topo.read_text().replace("step: 0.5}", "step: 2}"))
+    res = subprocess.run([str(copy / "bin" / "topocheck"), str(tmp_path / "bad-step.yaml")], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2 and "app_servers[0].controller.policy.step: 2.0 is out of range (0, 1]" in res.stderr
     res = subprocess.run([sys.executable, "-m", "robinhood_controller.cli", "plan", "--topology", str(topo),
                           "--id", "app0", "--policy-param", "step=2"], env=env, capture_output=True, text=True,
                          timeout=60)
-    assert res.returncode == 2 and "controller.policy.step (from --policy-param): 2 is above the maximum of 1" in res.stderr
+    assert res.returncode == 2 and "controller.policy.step (from --policy-param): 2.0 is out of range (0, 1]" in res.stderr
 
     out, ready = tmp_path / "out", tmp_path / "ready"
     log = tmp_path / "up.log"  # a file, never a pipe nobody reads: a full pipe would block `up`

@@ -59,7 +59,7 @@ func TestBuildRejectsUnknownPolicy(t *testing.T) {
 		t.Fatalf("got %v, want an error naming the policy and the known ones", err)
 	}
 	_, err = Build(config.Dispatch{Policy: "psq", Params: map[string]any{"n": int64(0)}}, &Replicas{})
-	if err == nil || !strings.Contains(err.Error(), "n: 0 is not between 1 and 1000") {
+	if err == nil || !strings.Contains(err.Error(), "n: 0 is out of range [1, 1000]") {
 		t.Fatalf("got %v, want the parameter named", err)
 	}
 }

@@ -649,11 +649,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	topo, err := config.ParseTopology([]byte(`
 backends: [{id: 0, name: a, type: kv, replicas: [{grpc: "127.0.0.1:1"}]}]
 app_servers:
-  - {id: app0, http: "127.0.0.1:1", cache_mode: none, dispatch: {policy: nosuch}}
+  - {id: app0, http: "127.0.0.1:1", cache_mode: none}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The topology reader refuses an unknown policy (tests/config); New checks
+	// again for a Config built in code.
+	topo.AppServers[0].Dispatch = config.Dispatch{Policy: "nosuch"}
 	if _, err := New(Config{Topology: topo, AppServerID: "app9"}); err == nil || !strings.Contains(err.Error(), `"app9"`) || !strings.Contains(err.Error(), "app0") {
 		t.Fatalf("unknown id: %v", err)
 	}

@@ -53,10 +53,10 @@ def test_invalid_config_exits_2_and_touches_nothing(procs, tmp_path: Path) -> No
         assert r.returncode == 2, r.stderr
         assert r.stderr.strip().splitlines() == [
             f"robinhood-controller: invalid configuration: topology {topo}: "
-            "app_servers[0].controller.policy.unused_gap: -1 is below the minimum of 0"
+            "app_servers[0].controller.policy.unused_gap: -1.0 is out of range [0, 100]"
         ]
     r = _run("run", "--topology", _write(tmp_path, {"a": a}), "--id", "app0", "--policy-param", "tax=0.9")
-    assert r.returncode == 2 and "controller.policy.tax (from --policy-param): 0.9 is above the maximum of 0.5" in r.stderr
+    assert r.returncode == 2 and "controller.policy.tax (from --policy-param): 0.9 is out of range [0, 0.5]" in r.stderr
     r = _run("run", "--topology", tmp_path / "missing.yaml", "--app-server", "app0")
     assert r.returncode == 2 and "cannot read" in r.stderr and "missing.yaml" in r.stderr
     r = _run("run", "--topology", _write(tmp_path, {"a": a}), "--id", "app0", "--policy-param", "tax=lots")

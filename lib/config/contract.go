@@ -63,6 +63,7 @@ var keywords = map[string]bool{
 	"minLength": true, "minimum": true, "maximum": true, "exclusiveMinimum": true,
 	"exclusiveMaximum": true, "minItems": true, "maxItems": true, "default": true, "format": true,
 	"x-shorthand": true, "x-rules": true, "x-let": true, "x-messages": true, "x-unit": true,
+	"x-variants": true, "x-default": true,
 }
 
 // omap is a YAML mapping of the schema with its key order.
@@ -242,6 +243,9 @@ func (c *Contract) audit(n *omap, where string) error {
 			return err
 		}
 	}
+	if err := c.auditVariants(n, where); err != nil {
+		return err
+	}
 	lets := letsOf(n)
 	for _, r := range rulesOf(n) {
 		for _, e := range []string{r.rule, r.message, r.fieldExpr} {
@@ -256,6 +260,36 @@ func (c *Contract) audit(n *omap, where string) error {
 				return fmt.Errorf("%s: %w", where, err)
 			}
 		}
+	}
+	return nil
+}
+
+// auditVariants checks an x-variants keyword: {field: FIELD, cases: REF,
+// open: BOOL}, REF naming a node whose properties are the cases.
+func (c *Contract) auditVariants(n *omap, where string) error {
+	xv, ok := n.get("x-variants")
+	if !ok {
+		return nil
+	}
+	m, _ := xv.(*omap)
+	if m == nil || m.str("field") == "" || m.str("cases") == "" {
+		return fmt.Errorf("%s: x-variants needs field (a property) and cases (a $ref)", where)
+	}
+	for _, k := range m.keys {
+		if k != "field" && k != "cases" && k != "open" {
+			return fmt.Errorf("%s: x-variants: %q is not one of field, cases, open", where, k)
+		}
+	}
+	if _, ok := n.sub("properties").get(m.str("field")); !ok && n.str("$ref") == "" {
+		return fmt.Errorf("%s: x-variants: field %q is not a property", where, m.str("field"))
+	}
+	base, _, _ := strings.Cut(where, "/")
+	cases, _, err := c.resolve(m.str("cases"), base)
+	if err != nil {
+		return fmt.Errorf("%s: x-variants: %w", where, err)
+	}
+	if cases.sub("properties") == nil {
+		return fmt.Errorf("%s: x-variants: %s has no properties (the cases)", where, m.str("cases"))
 	}
 	return nil
 }
@@ -624,6 +658,10 @@ func (r *reader) check(node *omap, base string, v any, path string) (norm, celv 
 				return nil, nil, nil, errAt(path, "%s is not a duration (%s)", FormatValue(str), DurationHint)
 			}
 			celv = d.Seconds()
+			// A duration's bounds are in seconds.
+			if err := r.bounds(s, str, d.Seconds(), path); err != nil {
+				return nil, nil, nil, err
+			}
 		case "address":
 			if !IsAddress(str) {
 				return nil, nil, nil, errAt(path, "%s is not a host:port address (port 0-65535)", FormatValue(str))
@@ -813,7 +851,54 @@ func (r *reader) checkObject(s *omap, base string, v map[string]any, path string
 			}
 		}
 	}
+	if err := r.checkVariant(s, base, v, path, norm, celv, w); err != nil {
+		return nil, nil, err
+	}
 	return norm, celv, nil
+}
+
+// checkVariant applies an x-variants keyword: the value of its field
+// names a case (a schema among the properties of the node "cases" refers
+// to), and the object's other fields are checked against it. A name that
+// is not a case is an error unless the variants are open (the component
+// then checks it). Fields the case normalizes replace the unchecked ones.
+func (r *reader) checkVariant(s *omap, base string, v map[string]any, path string, norm, celv map[string]any, w *walkNode) error {
+	xv := s.sub("x-variants")
+	if xv == nil {
+		return nil
+	}
+	on := xv.str("field")
+	name, _ := norm[on].(string)
+	cases, cbase, err := r.c.resolve(xv.str("cases"), base)
+	if err != nil {
+		return err
+	}
+	props := cases.sub("properties")
+	node := props.sub(name)
+	if node == nil {
+		if open, _ := xv.get("open"); open == true {
+			return nil
+		}
+		return errAt(join(path, on), "%s is not one of %s", FormatValue(name), strings.Join(props.keys, ", "))
+	}
+	rest := make(map[string]any, len(v))
+	for k, e := range v {
+		if k != on {
+			rest[k] = e
+		}
+	}
+	n, c, child, err := r.check(node, cbase, rest, path)
+	if err != nil {
+		return err
+	}
+	for k, e := range n.(map[string]any) {
+		norm[k] = e
+	}
+	for k, e := range c.(map[string]any) {
+		celv[k] = e
+	}
+	w.children = append(w.children, child.children...) // the parameters are this object's fields
+	return nil
 }
 
 func (r *reader) checkArray(s *omap, base string, v []any, path string, w *walkNode) (any, any, error) {

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/robinhoodcache/robinhood/lib/config"
@@ -41,6 +43,9 @@ func Params(spec config.Dispatch) (any, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: unknown parameter of policy %s (known: %s)", k, spec.Policy, strings.Join(names, ", "))
 		}
+		if f, ok := spec.Params[k].(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			return nil, fmt.Errorf("%s: %s is not a number", k, config.FormatValue(f))
+		}
 		b, err := json.Marshal(spec.Params[k])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
@@ -53,20 +58,28 @@ func Params(spec config.Dispatch) (any, error) {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
 	}
-	if v, ok := p.(interface{ Validate() error }); ok {
-		if err := v.Validate(); err != nil {
-			return nil, err
-		}
+	if err := validate(p); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
 
-// Param describes one parameter of a policy.
+// Param describes one parameter of a policy: its declaration (declare.go).
 type Param struct {
-	Name    string `json:"name"`
+	Name string `json:"name"`
+	// Type is what the contract calls it: number, integer, boolean,
+	// duration or string.
 	Type    string `json:"type"`
 	Default any    `json:"default"`
 	Doc     string `json:"doc,omitempty"`
+	// Minimum and Maximum bound it (numbers, or duration strings for a
+	// duration), excluded when the Exclusive flag is set.
+	Minimum          any  `json:"minimum,omitempty"`
+	Maximum          any  `json:"maximum,omitempty"`
+	ExclusiveMinimum bool `json:"exclusive_minimum,omitempty"`
+	ExclusiveMaximum bool `json:"exclusive_maximum,omitempty"`
+	// Enum lists the values a string parameter takes.
+	Enum []string `json:"enum,omitempty"`
 }
 
 // Description describes a registered policy.
@@ -89,12 +102,41 @@ func Describe() []Description {
 				if dur, ok := def.(config.Duration); ok {
 					def = dur.D().String()
 				}
-				d.Params = append(d.Params, Param{Name: name, Type: kindName(sf.Type), Default: def, Doc: sf.Tag.Get("doc")})
+				d.Params = append(d.Params, describeParam(name, sf, def))
 			})
 		}
 		out = append(out, d)
 	}
 	return out
+}
+
+func describeParam(name string, sf reflect.StructField, def any) Param {
+	p := Param{Name: name, Type: paramKind(sf.Type), Default: def, Doc: sf.Tag.Get("doc")}
+	if e, ok := reflect.Zero(sf.Type).Interface().(enumerated); ok {
+		p.Enum = e.Values()
+	}
+	if tag := sf.Tag.Get("range"); tag != "" {
+		iv, err := parseRange(tag, sf.Type == durationType)
+		if err != nil {
+			panic(fmt.Sprintf("dispatch: parameter %s: %v", name, err)) // a programming error
+		}
+		p.ExclusiveMinimum, p.ExclusiveMaximum = iv.loX, iv.hiX
+		if iv.isDuration {
+			p.Minimum, p.Maximum = iv.loS, iv.hiS
+		} else {
+			p.Minimum, p.Maximum = jsonNumber(iv.loS), jsonNumber(iv.hiS)
+		}
+	}
+	return p
+}
+
+// jsonNumber is a bound as written: an integer stays one.
+func jsonNumber(s string) any {
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return i
+	}
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
 }
 
 // eachField calls fn for every parameter of the struct v, in declaration

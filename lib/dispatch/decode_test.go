@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -47,9 +48,9 @@ func TestParamsErrorsNameTheField(t *testing.T) {
 		{config.Dispatch{Policy: "psq", Params: map[string]any{"m": int64(1)}}, "m: unknown parameter of policy psq (known: n)"},
 		{config.Dispatch{Policy: "d-hedge", Params: map[string]any{"budgets": 1.0}}, "budgets: unknown parameter of policy d-hedge (known: budget, budget_window, delay, percentile, samples, cancel)"},
 		{config.Dispatch{Policy: "psq", Params: map[string]any{"n": "one"}}, `n: "one" is not an integer`},
-		{config.Dispatch{Policy: "psq", Params: map[string]any{"n": int64(0)}}, "n: 0 is not between 1 and 1000"},
+		{config.Dispatch{Policy: "psq", Params: map[string]any{"n": int64(0)}}, "n: 0 is out of range [1, 1000]"},
 		{config.Dispatch{Policy: "hedge", Params: map[string]any{"cancel": "yes"}}, `cancel: "yes" is not true or false`},
-		{config.Dispatch{Policy: "hedge", Params: map[string]any{"budget": int64(11)}}, "budget: 11 is not between 0 and 10"},
+		{config.Dispatch{Policy: "hedge", Params: map[string]any{"budget": int64(11)}}, "budget: 11 is out of range [0, 10]"},
 		{config.Dispatch{Policy: "d-hedge", Params: map[string]any{"delay": "soon"}}, `delay: "soon" is not a duration`},
 		{config.Dispatch{Policy: "d-hedge", Params: map[string]any{"delay": int64(5)}}, `delay: 5 is not a duration`},
 		{config.Dispatch{Policy: "singler", Params: map[string]any{"q_rule": "made_up"}}, "q_rule"},
@@ -85,8 +86,69 @@ func TestDescribeListsEveryPolicy(t *testing.T) {
 			continue
 		}
 		if len(d.Params) != 6 || d.Params[0].Name != "budget" || d.Params[0].Default != 0.1 || d.Params[2].Name != "delay" ||
-			d.Params[2].Default != "10ms" || d.Params[2].Type != "a duration" {
+			d.Params[2].Default != "10ms" || d.Params[2].Type != "duration" ||
+			d.Params[2].Minimum != "0s" || d.Params[2].Maximum != "1m" || d.Params[3].Maximum != int64(100) || !d.Params[3].ExclusiveMaximum {
 			t.Fatalf("d-hedge: %+v", d.Params)
 		}
 	}
+}
+
+// Every declaration is checked: a value just outside each declared bound is
+// refused naming the parameter, the bound itself as declared, and NaN
+// always.
+func TestDeclaredRangesAreEnforced(t *testing.T) {
+	checked := 0
+	for _, d := range Describe() {
+		for _, p := range d.Params {
+			if p.Minimum == nil && p.Enum == nil {
+				continue
+			}
+			var bad []any
+			switch p.Type {
+			case "duration":
+				lo, _ := time.ParseDuration(p.Minimum.(string))
+				hi, _ := time.ParseDuration(p.Maximum.(string))
+				bad = []any{(hi + time.Millisecond).String()}
+				if lo > 0 {
+					bad = append(bad, (lo - time.Microsecond).String())
+				}
+			case "string":
+				bad = []any{"not-a-" + p.Name}
+			case "integer":
+				bad = []any{toInt(p.Minimum) - 1, toInt(p.Maximum) + 1}
+			case "number":
+				bad = []any{toFloat(p.Minimum) - 0.5, toFloat(p.Maximum) + 0.5, math.NaN()}
+				if p.ExclusiveMinimum {
+					bad = append(bad, toFloat(p.Minimum))
+				}
+				if p.ExclusiveMaximum {
+					bad = append(bad, toFloat(p.Maximum))
+				}
+			}
+			for _, v := range bad {
+				_, err := Params(config.Dispatch{Policy: d.Name, Params: map[string]any{p.Name: v}})
+				if err == nil || !strings.HasPrefix(err.Error(), p.Name+": ") {
+					t.Errorf("%s %s = %v: got %v, want an error naming it", d.Name, p.Name, v, err)
+				}
+				checked++
+			}
+		}
+	}
+	if checked < 30 {
+		t.Fatalf("only %d bad values tried", checked)
+	}
+}
+
+func toInt(v any) int64 {
+	if i, ok := v.(int64); ok {
+		return i
+	}
+	return int64(v.(float64))
+}
+
+func toFloat(v any) float64 {
+	if i, ok := v.(int64); ok {
+		return float64(i)
+	}
+	return v.(float64)
 }

@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -11,27 +10,10 @@ import (
 // DHedgeParams are the parameters of d-hedge.
 type DHedgeParams struct {
 	BudgetParams
-	Delay      config.Duration `json:"delay" doc:"the second copy goes after this delay (and while percentile has too few samples)"`
-	Percentile float64         `json:"percentile" doc:"when above 0, the delay is this percentile of the recent batch latencies"`
-	Samples    int             `json:"samples" doc:"recent batch latencies the percentile is taken over"`
+	Delay      config.Duration `json:"delay" range:"[0s,1m]" doc:"the second copy goes after this delay (and while percentile has too few samples)"`
+	Percentile float64         `json:"percentile" range:"[0,100)" doc:"when above 0, the delay is this percentile of the recent batch latencies"`
+	Samples    int             `json:"samples" range:"[10,1000000]" doc:"recent batch latencies the percentile is taken over"`
 	Cancel     bool            `json:"cancel" doc:"cancel the losing copy when one answers"`
-}
-
-// Validate checks the parameters.
-func (p *DHedgeParams) Validate() error {
-	if err := p.BudgetParams.Validate(); err != nil {
-		return err
-	}
-	if d := p.Delay.D(); d < 0 || d > time.Minute {
-		return fmt.Errorf("delay: %v is not between 0s and 1m", d)
-	}
-	if !(p.Percentile >= 0) || p.Percentile >= 100 {
-		return fmt.Errorf("percentile: %g is not in [0, 100)", p.Percentile)
-	}
-	if p.Samples < 10 || p.Samples > 1_000_000 {
-		return fmt.Errorf("samples: %d is not between 10 and 1000000", p.Samples)
-	}
-	return nil
 }
 
 func init() {

@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -11,15 +10,7 @@ type PSQParams struct {
 	// N is JBSQ's bound: the copies this app server keeps in flight at a
 	// replica at most; the rest wait in the app server's queue. 1 is
 	// per-shard queuing proper.
-	N int `json:"n" doc:"copies in flight per replica at most (1: PSQ; n > 1: JBSQ(n))"`
-}
-
-// Validate checks the bound.
-func (p *PSQParams) Validate() error {
-	if p.N < 1 || p.N > 1000 {
-		return fmt.Errorf("n: %d is not between 1 and 1000", p.N)
-	}
-	return nil
+	N int `json:"n" range:"[1,1000]" doc:"copies in flight per replica at most (1: PSQ; n > 1: JBSQ(n))"`
 }
 
 func init() {

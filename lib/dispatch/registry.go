@@ -15,8 +15,9 @@ type Factory struct {
 	// Summary is one line on what the policy does.
 	Summary string
 	// Params returns a pointer to a new parameter struct holding the
-	// defaults; nil when the policy takes no parameters. A struct with a
-	// Validate() error method is validated before New.
+	// defaults; nil when the policy takes no parameters. Its fields are
+	// declared by their tags (declare.go) and checked before New; a struct
+	// with a Validate() error method is also checked by it.
 	Params func() any
 	// Single: the policy never has two copies of a batch open at once
 	// (it sends another only after the first ended: a retry). A driver may
@@ -100,10 +101,8 @@ func New(name string, params any, env Env) (*Machine, error) {
 	if params == nil && f.Params != nil {
 		params = f.Params()
 	}
-	if v, ok := params.(interface{ Validate() error }); ok {
-		if err := v.Validate(); err != nil {
-			return nil, err
-		}
+	if err := validate(params); err != nil {
+		return nil, err
 	}
 	m := newMachine(name, env)
 	p, err := f.New(params, m, env)

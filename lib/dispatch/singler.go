@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -10,29 +9,12 @@ import (
 type SingleRParams struct {
 	BudgetParams
 	// Percentile is k: the percentile of the latency the fit minimizes.
-	Percentile float64 `json:"percentile" doc:"the latency percentile the reissue delay and probability minimize"`
-	Samples    int     `json:"samples" doc:"primary and reissue response times the fit uses (the latest)"`
+	Percentile float64 `json:"percentile" range:"(0,100)" doc:"the latency percentile the reissue delay and probability minimize"`
+	Samples    int     `json:"samples" range:"[100,1000000]" doc:"primary and reissue response times the fit uses (the latest)"`
 	// LearningRate is λ of §4.3: d moves by λ·(d_local − d) at each refit.
-	LearningRate float64 `json:"learning_rate" doc:"each refit moves the delay this share of the way to the fitted one (1: all the way)"`
+	LearningRate float64 `json:"learning_rate" range:"(0,1]" doc:"each refit moves the delay this share of the way to the fitted one (1: all the way)"`
 	QRule        QRule   `json:"q_rule" doc:"corrected (q = B / Pr(X > d*), the default) or as_printed (line 13 of SingleR's Figure 1)"`
 	Cancel       bool    `json:"cancel" doc:"cancel the other copy when one answers (the fit then sees fewer slow primaries)"`
-}
-
-// Validate checks the parameters.
-func (p *SingleRParams) Validate() error {
-	if err := p.BudgetParams.Validate(); err != nil {
-		return err
-	}
-	if !(p.Percentile > 0) || p.Percentile >= 100 {
-		return fmt.Errorf("percentile: %g is not in (0, 100)", p.Percentile)
-	}
-	if p.Samples < 100 || p.Samples > 1_000_000 {
-		return fmt.Errorf("samples: %d is not between 100 and 1000000", p.Samples)
-	}
-	if !(p.LearningRate > 0) || p.LearningRate > 1 {
-		return fmt.Errorf("learning_rate: %g is not in (0, 1]", p.LearningRate)
-	}
-	return p.QRule.Validate()
 }
 
 func init() {

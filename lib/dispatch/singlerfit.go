@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"fmt"
 	"slices"
 	"sort"
 )
@@ -18,13 +17,8 @@ const (
 	QAsPrinted QRule = "as_printed"
 )
 
-// Validate checks the rule's name.
-func (r QRule) Validate() error {
-	if r != QCorrected && r != QAsPrinted {
-		return fmt.Errorf("q_rule: %q is not corrected or as_printed", string(r))
-	}
-	return nil
-}
+// Values lists the rules (a parameter of this type is one of them).
+func (QRule) Values() []string { return []string{string(QCorrected), string(QAsPrinted)} }
 
 // SingleRFit is the optimal SingleR policy for a latency log.
 type SingleRFit struct {

@@ -21,6 +21,17 @@ func TestAppserverRejectsBadConfiguration(t *testing.T) {
 backends: [{id: 0, name: a, type: kv, replicas: [{grpc: "127.0.0.1:1"}]}]
 app_servers:
   - {id: app0, http: "127.0.0.1:0", cache_mode: none}
+  - {id: app1, http: "127.0.0.1:0", cache_mode: none}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// An unknown dispatch policy is refused by every reader of the topology,
+	// whichever app server it is for.
+	badPolicy := filepath.Join(dir, "bad-policy.yaml")
+	if err := os.WriteFile(badPolicy, []byte(`
+backends: [{id: 0, name: a, type: kv, replicas: [{grpc: "127.0.0.1:1"}]}]
+app_servers:
+  - {id: app0, http: "127.0.0.1:0", cache_mode: none}
   - {id: app1, http: "127.0.0.1:0", cache_mode: none, dispatch: {policy: no-such-policy}}
 `), 0o644); err != nil {
 		t.Fatal(err)
@@ -40,7 +51,8 @@ app_servers:
 		{"missing file", []string{"--topology", filepath.Join(dir, "nope.yaml"), "--id", "app0"}, "nope.yaml: no such file"},
 		{"invalid topology", []string{"--topology", bad, "--id", "app0"}, "backends: at least one backend is required"},
 		{"bad log level", []string{"--topology", good, "--id", "app0", "--log-level", "loud"}, `--log-level "loud" is not one of debug, info, warn, error`},
-		{"unknown dispatch policy", []string{"--topology", good, "--id", "app1"}, `dispatch.policy: "no-such-policy" is not one of ` + strings.Join(dispatch.Names(), ", ")},
+		{"unknown dispatch policy", []string{"--topology", badPolicy, "--id", "app1"}, `app_servers[1].dispatch.policy: "no-such-policy" is not one of ` + strings.Join(dispatch.Names(), ", ")},
+		{"another app server's unknown dispatch policy", []string{"--topology", badPolicy, "--id", "app0"}, `app_servers[1].dispatch.policy: "no-such-policy"`},
 		{"bad pool size", []string{"--topology", good, "--id", "app0", "--memcached-conns", "0"}, "--memcached-conns 0 must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

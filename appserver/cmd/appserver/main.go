@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -51,11 +52,12 @@ func run(args []string) int {
 	maxRequest := fs.Int64("max-request-bytes", server.DefaultMaxRequestBytes, "most value bytes one request may ask for in all (the sum of its sizes); a larger one is refused with 413 before anything is sent")
 	check := fs.Bool("check", false, "validate the topology and this app server's settings (dispatch policy parameters among them), print what would run, and exit")
 	listDispatch := fs.Bool("list-dispatch-policies", false, "print every registered dispatch policy, one a line (name, parameters with defaults, summary), and exit")
+	listJSON := fs.Bool("json", false, "with --list-dispatch-policies: print the policies and their parameters' declarations (type, range, default, doc) as JSON")
 	var sec auth.ServerOptions
 	sec.Register(fs)
 	listen := fs.String("http-addr", "", "listen address (default: the app server's http address in the topology; set it when that name is not local, e.g. 0.0.0.0:8080 behind a container service name)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: appserver --topology FILE --id ID [flags]\n       appserver --list-dispatch-policies\n\n")
+		fmt.Fprintf(fs.Output(), "usage: appserver --topology FILE --id ID [flags]\n       appserver --list-dispatch-policies [--json]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -74,6 +76,11 @@ func run(args []string) int {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usage("--log-level %q is not one of debug, info, warn, error", *logLevel)
+	}
+	if *listDispatch && *listJSON {
+		out, _ := json.MarshalIndent(dispatch.Describe(), "", "  ")
+		fmt.Println(string(out))
+		return 0
 	}
 	if *listDispatch {
 		printDispatchPolicies(os.Stdout)

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from ..plan import MIB
 from .base import AllocationPolicy, Decision, Params, PlanInput, PolicyError
@@ -29,7 +29,7 @@ from .registry import register
 
 
 class OracleParams(Params):
-    lookahead: bool = Field(True, description="apply the schedule with foresight (the run known in advance: the "
+    lookahead: StrictBool = Field(True, description="apply the schedule with foresight (the run known in advance: the "
                                               "bound); false: the reactive one, which learns each phase of the "
                                               "scenario when it starts and nothing after it")
 

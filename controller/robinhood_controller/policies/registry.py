@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import types
+import typing
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -146,14 +148,47 @@ def build(name: str, params: dict[str, Any], ctx: PolicyContext) -> AllocationPo
     return cls(validate_params(name, params), ctx)
 
 
+_TYPES = {float: "number", int: "integer", bool: "boolean", str: "string"}
+
+
+def declaration(info: Any) -> dict[str, Any]:
+    """A parameter's declaration in the contract's terms, from its pydantic field: type
+    (number, integer, boolean, string, or map of integer / number), and its bounds
+    (minimum, maximum, exclusive_minimum, exclusive_maximum). An optional field is
+    declared by its type: leaving it out (or null) is what None means.
+    scripts/genschema.py writes these into schema/policies.schema.yaml."""
+    ann = info.annotation
+    args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) in (
+        typing.Union, types.UnionType) else [ann]
+    if len(args) != 1:
+        raise TypeError(f"parameter type {ann} cannot be declared (one type, optionally | None)")
+    t = args[0]
+    out: dict[str, Any] = {}
+    if typing.get_origin(t) is dict and typing.get_args(t)[0] is str and typing.get_args(t)[1] in (int, float):
+        out["type"] = "map of " + _TYPES[typing.get_args(t)[1]]
+    elif t in _TYPES:
+        out["type"] = _TYPES[t]
+    else:
+        raise TypeError(f"parameter type {ann} cannot be declared")
+    for m in info.metadata:
+        for attr, key, excl in (("ge", "minimum", False), ("gt", "minimum", True),
+                                ("le", "maximum", False), ("lt", "maximum", True)):
+            if getattr(m, attr, None) is not None:
+                out[key] = getattr(m, attr)
+                if excl:
+                    out[f"exclusive_{key}"] = True
+    return out
+
+
 def describe() -> list[dict[str, Any]]:
     """Every policy, by role: name, role, whether it is the default, summary, whether it
-    needs the RBC or the run, and its parameters (name, default, description)."""
+    needs the RBC or the run, and its parameters (name, default, description, and the
+    declaration: type and bounds)."""
     out = []
     rec = with_role("recommended")
     for n in ordered():
         cls = _REGISTRY[n]
-        params = [{"name": f, "default": info.default, "description": info.description or ""}
+        params = [{"name": f, "default": info.default, "description": info.description or "", **declaration(info)}
                   for f, info in cls.Params.model_fields.items()]
         out.append({"name": n, "role": cls.role, "default": rec == [n], "summary": cls.summary,
                     "needs_rbc": cls.needs_rbc, "needs_run": cls.needs_run,

@@ -49,7 +49,7 @@ KEYWORDS = frozenset({
     "type", "properties", "additionalProperties", "required", "items", "enum", "pattern",
     "minLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "minItems", "maxItems", "default", "format",
-    "x-shorthand", "x-rules", "x-let", "x-messages", "x-unit",
+    "x-shorthand", "x-rules", "x-let", "x-messages", "x-unit", "x-variants", "x-default",
 })
 FORMATS = ("duration", "address")
 _ADDR_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*):([0-9]{1,5})$")
@@ -274,11 +274,29 @@ class Contract:
         for k in ("items", "additionalProperties"):
             if isinstance(node.get(k), dict):
                 self._audit(node[k], f"{where}/{k}")
+        self._audit_variants(node, where)
         for r in node.get("x-rules") or []:
             lets = node.get("x-let") or {}
             for field in ("rule", "message", "fieldExpression"):
                 if field in r:
                     _program(_substitute(r[field], lets))
+
+    def _audit_variants(self, node: dict[str, Any], where: str) -> None:
+        """An x-variants keyword is {field: FIELD, cases: REF, open: BOOL}, REF naming a
+        node whose properties are the cases."""
+        if "x-variants" not in node:
+            return
+        xv = node["x-variants"]
+        if not isinstance(xv, dict) or not xv.get("field") or not xv.get("cases"):
+            raise SchemaError(f"{where}: x-variants needs field (a property) and cases (a $ref)")
+        for k in xv:
+            if k not in ("field", "cases", "open"):
+                raise SchemaError(f"{where}: x-variants: {k!r} is not one of field, cases, open")
+        if xv["field"] not in (node.get("properties") or {}) and "$ref" not in node:
+            raise SchemaError(f"{where}: x-variants: field {xv['field']!r} is not a property")
+        cases = self.resolve(xv["cases"], where.split("/")[0])
+        if not isinstance(cases, dict) or not isinstance(cases.get("properties"), dict):
+            raise SchemaError(f"{where}: x-variants: {xv['cases']} has no properties (the cases)")
 
     def resolve(self, ref: str, base: str) -> dict[str, Any]:
         """The schema node a ``$ref`` names ("#/$defs/x" or "file#/$defs/x")."""
@@ -403,6 +421,10 @@ def _type_ok(t: str, v: Any) -> bool:
     raise SchemaError(f"type {t!r} is not implemented")
 
 
+def _bound_text(b: Any) -> str:
+    return "" if b is None else format_number(b)
+
+
 class _Reader:
     def __init__(self, contract: Contract, base: str) -> None:
         self.c = contract
@@ -445,6 +467,7 @@ class _Reader:
                     celv = parse_duration_ns(v) / 1e9
                 except ValueError:
                     raise ConfigError(path, f"{format_value(v)} is not a duration ({DURATION_HINT})") from None
+                self.bounds(s, celv, path, shown=format_value(v))
             elif fmt == "address" and not is_address(v):
                 raise ConfigError(path, f"{format_value(v)} is not a host:port address (port 0-65535)")
         if _is_num(v):
@@ -457,7 +480,9 @@ class _Reader:
         out.celv = celv
         return v, celv, out
 
-    def bounds(self, s: dict[str, Any], v: float, path: str) -> None:
+    def bounds(self, s: dict[str, Any], v: float, path: str, shown: str | None = None) -> None:
+        """Refuse v outside the bounds of s; a duration's bounds are in seconds (v is then in
+        seconds, shown the value as written)."""
         lo, lox = (s["exclusiveMinimum"], True) if "exclusiveMinimum" in s else (s.get("minimum"), False)
         hi, hix = (s["exclusiveMaximum"], True) if "exclusiveMaximum" in s else (s.get("maximum"), False)
         below = lo is not None and (v <= lo if lox else v < lo)
@@ -465,21 +490,22 @@ class _Reader:
         if not (below or above):
             return
         unit = f" {s['x-unit']}" if "x-unit" in s else ""
-        val = format_number(v)
+        val = shown if shown is not None else format_number(v)
         if below and "exclusiveMinimum" in s and "exclusiveMinimum" in (s.get("x-messages") or {}):
             raise ConfigError(path, f"{val} {s['x-messages']['exclusiveMinimum']}")
         if below and "minimum" in (s.get("x-messages") or {}):
             raise ConfigError(path, f"{val} {s['x-messages']['minimum']}")
         if above and "maximum" in (s.get("x-messages") or {}):
             raise ConfigError(path, f"{val} {s['x-messages']['maximum']}")
+        lo_t, hi_t = _bound_text(lo), _bound_text(hi)
         if lo is not None and hi is not None:
-            interval = f"{'(' if lox else '['}{format_number(lo)}, {format_number(hi)}{')' if hix else ']'}"
+            interval = f"{'(' if lox else '['}{lo_t}, {hi_t}{')' if hix else ']'}"
             raise ConfigError(path, f"{val} is out of range {interval}{unit}")
         if below:
-            raise ConfigError(path, f"{val} must be above {format_number(lo)}{unit}" if lox
-                              else f"{val} is below the minimum of {format_number(lo)}{unit}")
-        raise ConfigError(path, f"{val} must be below {format_number(hi)}{unit}" if hix
-                          else f"{val} is above the maximum of {format_number(hi)}{unit}")
+            raise ConfigError(path, f"{val} must be above {lo_t}{unit}" if lox
+                              else f"{val} is below the minimum of {lo_t}{unit}")
+        raise ConfigError(path, f"{val} must be below {hi_t}{unit}" if hix
+                          else f"{val} is above the maximum of {hi_t}{unit}")
 
     def check_object(self, s: dict[str, Any], base: str, v: dict[str, Any], path: str,
                      out: _Node) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -524,7 +550,30 @@ class _Reader:
             for k in v:
                 if k not in props:
                     norm[k] = celv[k] = v[k]
+        if "x-variants" in s:
+            self.check_variant(s, base, v, path, norm, celv, out)
         return norm, celv
+
+    def check_variant(self, s: dict[str, Any], base: str, v: dict[str, Any], path: str,
+                      norm: dict[str, Any], celv: dict[str, Any], out: _Node) -> None:
+        """x-variants: the value of its field names a case (a schema among the
+        properties of the node "cases" refers to), and the object's other fields are
+        checked against it. A name that is not a case is an error unless the variants are
+        open (the component then checks it)."""
+        xv = s["x-variants"]
+        on = xv["field"]
+        file = xv["cases"].partition("#")[0] or base
+        cases = self.c.resolve(xv["cases"], base)["properties"]
+        name = norm.get(on)
+        if name not in cases:
+            if xv.get("open"):
+                return
+            raise ConfigError(join(path, on), f"{format_value(name)} is not one of {', '.join(cases)}")
+        rest = {k: e for k, e in v.items() if k != on}
+        n, c, child = self.check(cases[name], file, rest, path)
+        norm.update(n)
+        celv.update(c)
+        out.children.extend(child.children)  # the parameters are this object's fields
 
     def check_array(self, s: dict[str, Any], base: str, v: list[Any], path: str,
                     out: _Node) -> tuple[list[Any], list[Any]]:

@@ -8,14 +8,12 @@ test checks that their fields are exactly the schema's properties.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from .contract import ConfigError, Contract, read_config_file, read_yaml
-from .dispatch_policies import NAMES as DISPATCH_POLICIES
 from .split import fill_rest
 
 SCHEMA = "topology.schema.yaml"
@@ -291,19 +289,10 @@ def absolute_files(doc: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 def from_document(doc: Any) -> Topology:
     """Validate a topology document (a mapping) and return it typed. A dispatch policy
-    must be one lib/dispatch registers (its parameters are the app server's to check)."""
+    and its parameters, and an allocation policy's parameters, are checked against their
+    declarations (schema/policies.schema.yaml, generated from the policies' files)."""
     _, typed = Contract.packaged().read_typed(SCHEMA, doc)
-    t = Topology.model_validate(typed)
-    for i, a in enumerate(t.app_servers):
-        check_dispatch_policy(a.dispatch.policy, f"app_servers[{i}].dispatch.policy")
-    return t
-
-
-def check_dispatch_policy(name: str, path: str) -> None:
-    """ConfigError at path unless name is a registered dispatch policy (the names come
-    from lib/dispatch's registry at `make build`: robinhood_common.dispatch_policies)."""
-    if name not in DISPATCH_POLICIES:
-        raise ConfigError(path, f"{json.dumps(name)} is not one of {', '.join(DISPATCH_POLICIES)}")
+    return Topology.model_validate(typed)
 
 
 def parse(text: str) -> Topology:

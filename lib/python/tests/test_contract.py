@@ -49,7 +49,8 @@ def test_packaged_copy_is_current() -> None:
         assert copy.read_text() == src.read_text(), f"{copy} is stale: run make schema"
 
 
-@pytest.mark.parametrize("name", ["topology.schema.yaml", "experiment.schema.yaml", "hedging.schema.yaml"])
+@pytest.mark.parametrize("name", ["topology.schema.yaml", "experiment.schema.yaml", "hedging.schema.yaml",
+                                  "policies.schema.yaml"])
 def test_schema_is_json_schema(name: str) -> None:
     """Our dialect is real JSON Schema 2020-12: the standard validator accepts the schema
     and the valid cases (it ignores the x- extensions and our formats)."""

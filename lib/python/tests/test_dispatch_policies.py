@@ -1,6 +1,7 @@
 """The Python topology reader accepts exactly the dispatch policies lib/dispatch registers
-(the list `make build` generates from `bin/appserver --list-dispatch-policies`) and refuses
-another naming the known ones, as the app server does."""
+(schema/policies.schema.yaml, which `make build` generates from `bin/appserver
+--list-dispatch-policies --json`) and refuses another naming the known ones, as the app
+server does."""
 from __future__ import annotations
 
 import subprocess
@@ -10,9 +11,10 @@ import pytest
 
 from robinhood_common import topology
 from robinhood_common.contract import ConfigError
-from robinhood_common.dispatch_policies import NAMES
+from robinhood_common.contract import Contract
 
 REPO = Path(__file__).resolve().parents[3]
+NAMES = tuple(Contract.packaged().docs["policies.schema.yaml"]["$defs"]["dispatch"]["properties"])
 
 TOPOLOGY = """
 backends: [{id: 0, name: kv, type: kv, replicas: [{grpc: "127.0.0.1:1"}, {grpc: "127.0.0.1:2"}]}]
