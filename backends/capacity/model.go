@@ -117,6 +117,7 @@ type Model struct {
 	// is free); refills then credit every token owed since (refillLocked).
 	tokenBound bool
 	stalls     uint64
+	late       lateness // how late the clock's timers fire (lateness.go)
 }
 
 // Priority is an operation's class: a Low operation is admitted only when
@@ -456,11 +457,16 @@ func (m *Model) release(t *Ticket) {
 	m.dispatchLocked(m.clock.Now())
 }
 
+// sleep waits d (or until ctx ends), asking the clock for d less its
+// timers' learnt lateness so that the waits average d (lateness.go).
 func (m *Model) sleep(ctx context.Context, d time.Duration) error {
 	done := make(chan struct{})
-	tm := m.clock.AfterFunc(d, func() { close(done) })
+	asked := m.late.ask(d)
+	start := m.clock.Now()
+	tm := m.clock.AfterFunc(asked, func() { close(done) })
 	select {
 	case <-done:
+		m.late.observe(d, asked, m.clock.Now().Sub(start))
 		return nil
 	case <-ctx.Done():
 		tm.Stop()

@@ -157,25 +157,27 @@ func runMeasure(addr string, queries, repeats, size int, threshold float64, time
 	defer conn.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	runs, err := load.MeasureJitter(ctx, robinhoodv1.NewBackendServiceClient(conn), queries, repeats, size, timeout)
+	measured, err := load.MeasureJitter(ctx, robinhoodv1.NewBackendServiceClient(conn), queries, repeats, size, timeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "backendload: %v\n", err)
 		return 1
 	}
+	runs, clock := measured.Runs()
 	m, err := load.AnalyzeJitter(runs, threshold)
 	if err != nil {
 		fmt.Fprintf(stderr, "backendload: %v\n", err)
 		return 1
 	}
+	m.Clock = clock
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.Encode(m)
 		return 0
 	}
-	fmt.Fprintf(stdout, "service   P̄ = %.3f ms (mean of each key's fastest of %d calls, %d keys)\n", m.MeanServiceMs, repeats, queries)
-	fmt.Fprintf(stdout, "jitter    median %.2f P̄, P99 %.2f P̄\n", m.JitterP50X, m.JitterP99X)
-	fmt.Fprintf(stdout, "stalls    probability %.4f, mean %.1f P̄ (jitter above %g P̄)\n", m.StallProb, m.StallX, threshold)
+	fmt.Fprintf(stdout, "service   P̄ = %.3f ms (mean of each key's fastest of %d calls, %d keys; the %s's clock)\n", m.MeanServiceMs, repeats, queries, clock)
+	fmt.Fprintf(stdout, "jitter    median %.2f P̄, P99 %.2f P̄, robust σ %.2f P̄\n", m.JitterP50X, m.JitterP99X, m.NoiseSigmaX)
+	fmt.Fprintf(stdout, "stalls    probability %.4f, mean %.1f P̄ (jitter above %.3g P̄: --threshold %g, or the noise's median + %d σ)\n", m.StallProb, m.StallX, m.ThresholdX, threshold, load.NoiseMADs)
 	fmt.Fprintf(stdout, "bench     service: {dist: exponential, mean_ms: 1}, hiccup_prob: %.4g, hiccup_ms: %.3g\n", m.StallProb, m.StallX)
 	return 0
 }
