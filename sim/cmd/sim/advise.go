@@ -42,7 +42,7 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 	replicas := fs.Int("replicas", 2, "replicas per shard")
 	shards := fs.Int("shards", 10, "shards a request queries (all of them)")
 	util := fs.Float64("utilization", 0.3, "load of the replicas without duplicates, in (0, 1)")
-	requests := fs.Int("requests", 10000, "requests per arm")
+	requests := fs.Int("requests", 30000, "requests per arm (the default separates the best pick from the next at the documented example; docs/hedging.md)")
 	seeds := fs.Int("seeds", 3, "seeds per arm")
 	heat := fs.String("heatmap", "", "instead: sweep stall probability 1e-1..1e-4 x utilization 10..80% at --stall-x (default 15) and write the idealized hedge's and LÆDGE's gain over PSQ as heatmap.svg and heatmap.json into this folder")
 	if err := fs.Parse(args); err != nil {
@@ -107,29 +107,49 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 			ideal = s.Tail
 		}
 	}
-	fmt.Fprintf(stdout, "%d shards x %d replicas at %.0f%% load, stalls of %.3g P̄ with probability %.3g: P99 in P̄ (median of %d seeds)\n",
-		*shards, *replicas, *util*100, *stallX, *prob, *seeds)
-	best := ""
-	for _, s := range sums {
+	fmt.Fprintf(stdout, "%d shards x %d replicas at %.0f%% load, stalls of %.3g P̄ with probability %.3g: P99 in P̄, median [range] of %d seeds x %d requests\n",
+		*shards, *replicas, *util*100, *stallX, *prob, *seeds, *requests)
+	var best, second *sim.BenchSummary
+	for i := range sums {
+		s := &sums[i]
 		note := ""
 		switch {
 		case s.Policy == sim.Ideal:
 			note = "  (the bound: not implementable)"
 		case s.Unstable > 0:
 			note = "  (unstable: work piles up)"
-		case best == "":
-			best = s.Policy
+		case best == nil:
+			best = s
 			note = "  <- best"
+		case second == nil:
+			second = s
 		}
-		fmt.Fprintf(stdout, "  %-12s %7.1f%s\n", s.Policy, s.Tail, note)
+		fmt.Fprintf(stdout, "  %-12s %7.1f  [%.1f–%.1f]%s\n", s.Policy, s.Tail, s.TailMin, s.TailMax, note)
 	}
-	for _, s := range sums {
-		if s.Policy == best {
-			fmt.Fprintf(stdout, "best: %s, P99 %.1f P̄: %+.0f%% against psq (%.1f); the idealized hedge reaches %.1f\n",
-				best, s.Tail, 100*(s.Tail-psq)/psq, psq, ideal)
-		}
+	if best == nil {
+		fmt.Fprintln(stdout, "best: none (every implementable policy was unstable)")
+		return nil
 	}
+	fmt.Fprintf(stdout, "best: %s, P99 %.1f P̄: %+.0f%% against psq (%.1f); the idealized hedge reaches %.1f\n",
+		best.Policy, best.Tail, 100*(best.Tail-psq)/psq, psq, ideal)
+	fmt.Fprintln(stdout, separation(best, second, *seeds))
 	return nil
+}
+
+// separation says whether the seeds separate the best policy from the
+// runner-up: a pick whose range overlaps the next one's is not established.
+func separation(best, second *sim.BenchSummary, seeds int) string {
+	switch {
+	case second == nil:
+		return "(no other stable policy)"
+	case seeds < 3:
+		return fmt.Sprintf("not established: %d seed(s) give no spread; run --seeds 3 or more", seeds)
+	case best.TailMax < second.TailMin:
+		return fmt.Sprintf("separated: every seed of %s is below every seed of %s (%.1f–%.1f against %.1f–%.1f)",
+			best.Policy, second.Policy, best.TailMin, best.TailMax, second.TailMin, second.TailMax)
+	}
+	return fmt.Sprintf("not separated from %s: their seeds' ranges overlap (%.1f–%.1f against %.1f–%.1f); run more --seeds or --requests before choosing",
+		second.Policy, best.TailMin, best.TailMax, second.TailMin, second.TailMax)
 }
 
 // runArms runs every arm of c (policy × utilization × seed) on par
@@ -179,15 +199,17 @@ type heatCell struct {
 	PSQ         float64 `json:"psq_p99"`
 	Ideal       float64 `json:"ideal_p99"`
 	Laedge      float64 `json:"laedge_p99"`
+	DHedge      float64 `json:"dhedge_p99"`
 	// Gains over PSQ: (psq - x) / psq.
 	IdealGain  float64 `json:"ideal_gain"`
 	LaedgeGain float64 `json:"laedge_gain"`
+	DHedgeGain float64 `json:"dhedge_gain"`
 }
 
 func heatmap(dir string, stallX float64, base func(float64, float64, []sim.BenchPolicy) (*sim.HedgingConfig, error), stdout io.Writer) error {
 	probs := []float64{1e-1, 1e-2, 1e-3, 1e-4}
 	utils := []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}
-	pols := []sim.BenchPolicy{adviseCandidates[2], adviseCandidates[5], adviseCandidates[7]}
+	pols := []sim.BenchPolicy{adviseCandidates[2], adviseCandidates[4], adviseCandidates[5], adviseCandidates[7]}
 	var cells []heatCell
 	for _, p := range probs {
 		c, err := base(p, utils[0], pols)
@@ -210,11 +232,13 @@ func heatmap(dir string, stallX float64, base func(float64, float64, []sim.Bench
 					h.PSQ = s.Tail
 				case "laedge":
 					h.Laedge = s.Tail
+				case "d-hedge-5P":
+					h.DHedge = s.Tail
 				case sim.Ideal:
 					h.Ideal = s.Tail
 				}
 			}
-			h.IdealGain, h.LaedgeGain = (h.PSQ-h.Ideal)/h.PSQ, (h.PSQ-h.Laedge)/h.PSQ
+			h.IdealGain, h.LaedgeGain, h.DHedgeGain = (h.PSQ-h.Ideal)/h.PSQ, (h.PSQ-h.Laedge)/h.PSQ, (h.PSQ-h.DHedge)/h.PSQ
 			cells = append(cells, h)
 		}
 		fmt.Fprintf(stdout, "stall probability %g done\n", p)
@@ -234,16 +258,18 @@ func heatmap(dir string, stallX float64, base func(float64, float64, []sim.Bench
 	return nil
 }
 
-// heatSVG draws two heat maps side by side (the idealized hedge's and
-// LÆDGE's P99 gain over PSQ), darker for more gain, each cell labelled.
+// heatSVG draws three heat maps side by side (the idealized hedge's,
+// LÆDGE's and d-hedge's P99 gain over PSQ), darker for more gain, each
+// cell labelled.
 func heatSVG(cells []heatCell, probs, utils []float64, stallX float64) string {
 	const cw, ch, left, top = 56, 36, 70, 50
-	w := left + 2*(len(utils)*cw+40)
+	panels := []string{"idealized hedge", "laedge", "d-hedge (d = 5 P̄)"}
+	w := left + len(panels)*(len(utils)*cw+40)
 	h := top + len(probs)*ch + 60
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", w, h)
 	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="13">P99 gain over PSQ (stall %.3g P̄, replicas as given; darker is more)</text>`+"\n", left, stallX)
-	for k, name := range []string{"idealized hedge", "laedge"} {
+	for k, name := range panels {
 		x0 := left + k*(len(utils)*cw+40)
 		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", x0, top-8, name)
 		for i, p := range probs {
@@ -255,10 +281,7 @@ func heatSVG(cells []heatCell, probs, utils []float64, stallX float64) string {
 				var g float64
 				for _, c := range cells {
 					if c.StallProb == p && c.Utilization == u {
-						g = c.IdealGain
-						if k == 1 {
-							g = c.LaedgeGain
-						}
+						g = []float64{c.IdealGain, c.LaedgeGain, c.DHedgeGain}[k]
 					}
 				}
 				shade := int(255 - 255*math.Max(0, math.Min(1, g/0.6)))

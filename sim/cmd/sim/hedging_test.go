@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/robinhoodcache/robinhood/sim"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,13 +49,31 @@ func TestHedgingCommandWritesItsTables(t *testing.T) {
 	}
 }
 
+// The pick is called separated only when every seed of the best is below
+// every seed of the runner-up.
+func TestSeparation(t *testing.T) {
+	a := &sim.BenchSummary{Policy: "a", Tail: 10, TailMin: 9, TailMax: 11}
+	b := &sim.BenchSummary{Policy: "b", Tail: 12, TailMin: 11.5, TailMax: 13}
+	c := &sim.BenchSummary{Policy: "c", Tail: 11, TailMin: 10.5, TailMax: 12}
+	if s := separation(a, b, 3); !strings.HasPrefix(s, "separated") {
+		t.Errorf("a below b: %s", s)
+	}
+	if s := separation(a, c, 3); !strings.HasPrefix(s, "not separated from c") {
+		t.Errorf("a overlapping c: %s", s)
+	}
+	if s := separation(a, b, 2); !strings.HasPrefix(s, "not established") {
+		t.Errorf("two seeds: %s", s)
+	}
+}
+
 func TestAdviseNamesTheBestPolicy(t *testing.T) {
 	var out, errb bytes.Buffer
 	args := []string{"advise", "--stall-prob", "0.01", "--stall-x", "15", "--shards", "3", "--requests", "500", "--seeds", "1", "--utilization", "0.2"}
 	if err := mainErr(args, &out, &errb); err != nil {
 		t.Fatalf("%v: %s", err, errb.String())
 	}
-	if !strings.Contains(out.String(), "<- best") || !strings.Contains(out.String(), "against psq") {
+	if !strings.Contains(out.String(), "<- best") || !strings.Contains(out.String(), "against psq") ||
+		!strings.Contains(out.String(), "not established: 1 seed(s) give no spread") {
 		t.Fatalf("output:\n%s", out.String())
 	}
 	for _, bad := range [][]string{
