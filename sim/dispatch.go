@@ -43,7 +43,8 @@ type op struct {
 	run     *copyRun
 	size    int64
 	release *Event
-	gone    bool // finished, purged or stopped
+	end     time.Duration // when release fires
+	gone    bool          // finished, purged or stopped
 }
 
 func (r *replica) add(p capacity.Priority, ops []*op) {
@@ -76,6 +77,7 @@ func (f *fleet) drain(r *replica) {
 			if f.serve != nil {
 				d += f.serve(o.size)
 			}
+			o.end = f.eng.Now() + d
 			o.release = f.eng.After(d, func() { f.finish(o, r) })
 		}
 	}
@@ -84,6 +86,7 @@ func (f *fleet) drain(r *replica) {
 // finish ends a query's service (after any stall it owes).
 func (f *fleet) finish(o *op, r *replica) {
 	if ext := o.ticket.TakeStall(); ext > 0 {
+		o.end = f.eng.Now() + ext
 		o.release = f.eng.After(ext, func() { f.finish(o, r) })
 		return
 	}
@@ -128,8 +131,16 @@ func (f *fleet) stop(o *op, force bool) bool {
 	if o.release != nil && !o.release.Cancel() {
 		return false // finishing at this instant
 	}
-	o.ticket.Release()
 	o.gone = true
+	if o.release != nil { // stopping a running query may cost its worker
+		r := o.run.r
+		if c := r.model.StopCost(o.end - f.eng.Now()); c > 0 {
+			t := o.ticket
+			f.eng.After(c, func() { t.Release(); f.drain(r) })
+			return true
+		}
+	}
+	o.ticket.Release()
 	return true
 }
 
@@ -320,22 +331,37 @@ func (j *job) newRun(c int, r *replica) *copyRun {
 }
 
 // cancel purges a copy's queued queries and stops its running ones (unless
-// the fleet keeps them running); the copy ends when none is left.
+// the fleet keeps them running), when the purge reaches the replica (its
+// purge_delay_ms later); the copy ends when none is left.
 func (d *driver) cancel(j *job, c int) {
 	for _, run := range j.runs {
 		if run.idx != c || run.ended {
 			continue
 		}
-		for _, o := range run.ops {
-			if !o.gone && d.f.stop(o, d.abandon) {
-				run.left--
-			}
+		if delay := run.r.model.PurgeDelay(); delay > 0 {
+			force := d.abandon
+			d.f.eng.After(delay, func() { d.purge(run, force) })
+			continue
 		}
-		if run.left == 0 {
-			d.ended(run)
-		}
-		d.f.drain(run.r)
+		d.purge(run, d.abandon)
 	}
+}
+
+// purge takes a copy's queries out (force: running ones too, even where
+// the fleet keeps them running).
+func (d *driver) purge(run *copyRun, force bool) {
+	if run.ended {
+		return
+	}
+	for _, o := range run.ops {
+		if !o.gone && d.f.stop(o, force) {
+			run.left--
+		}
+	}
+	if run.left == 0 {
+		d.ended(run)
+	}
+	d.f.drain(run.r)
 }
 
 // ended reports a copy whose queries are all served or taken out.

@@ -59,7 +59,12 @@ type HedgingConfig struct {
 	StallMs   float64 `json:"stall_ms"`
 	// Cancel: running (a cancelled copy stops, queued or running) or
 	// queued (only queued copies are purged; running ones finish).
-	Cancel       string    `json:"cancel"`
+	Cancel string `json:"cancel"`
+	// PurgeDelayMs and PurgeCostMs are the replicas' purge limits
+	// (capacity.Limits): how long a purge takes to reach a replica, and the
+	// worker time stopping a running query costs.
+	PurgeDelayMs float64   `json:"purge_delay_ms"`
+	PurgeCostMs  float64   `json:"purge_cost_ms"`
 	Utilizations []float64 `json:"utilizations"`
 	Requests     int       `json:"requests"`
 	Warmup       int       `json:"warmup"`
@@ -89,6 +94,22 @@ type BenchPolicy struct {
 	Dispatch map[string]any `json:"dispatch"`
 	// Cancel overrides the experiment's cancel semantics for this arm.
 	Cancel string `json:"cancel"`
+	// PurgeDelayMs and PurgeCostMs, when set, override the experiment's.
+	PurgeDelayMs *float64 `json:"purge_delay_ms"`
+	PurgeCostMs  *float64 `json:"purge_cost_ms"`
+}
+
+// limits are the replicas' capacity limits for arm p.
+func (c *HedgingConfig) limits(p BenchPolicy) capacity.Limits {
+	lim := capacity.Limits{Workers: c.Workers, HiccupProb: c.HiccupProb, HiccupMs: c.HiccupMs, StallProb: c.StallProb, StallMs: c.StallMs,
+		PurgeDelayMs: c.PurgeDelayMs, PurgeCostMs: c.PurgeCostMs}
+	if p.PurgeDelayMs != nil {
+		lim.PurgeDelayMs = *p.PurgeDelayMs
+	}
+	if p.PurgeCostMs != nil {
+		lim.PurgeCostMs = *p.PurgeCostMs
+	}
+	return lim
 }
 
 // Mean is the distribution's mean in ms.
@@ -217,7 +238,7 @@ func (c *HedgingConfig) Validate() error {
 	if c.Copies == "correlated" && !(c.Correlation >= 0 && c.Correlation <= 1) {
 		return fmt.Errorf("correlation: %g is not between 0 and 1", c.Correlation)
 	}
-	lim := capacity.Limits{Workers: 1, HiccupProb: c.HiccupProb, HiccupMs: c.HiccupMs, StallProb: c.StallProb, StallMs: c.StallMs}
+	lim := capacity.Limits{Workers: 1, HiccupProb: c.HiccupProb, HiccupMs: c.HiccupMs, StallProb: c.StallProb, StallMs: c.StallMs, PurgeDelayMs: c.PurgeDelayMs, PurgeCostMs: c.PurgeCostMs}
 	if err := lim.Validate(); err != nil {
 		return fmt.Errorf("jitter: %w", err)
 	}
@@ -364,7 +385,7 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	eng := &Engine{}
 	epoch := time.Unix(1_000_000_000, 0)
 	rng := rand.New(rand.NewPCG(seed, 0x68656467)) // "hedg"
-	lim := capacity.Limits{Workers: c.Workers, HiccupProb: c.HiccupProb, HiccupMs: c.HiccupMs, StallProb: c.StallProb, StallMs: c.StallMs}
+	lim := c.limits(p)
 	spec := p.spec()
 	ideal := spec.Policy == Ideal
 	var starts []func(*job)

@@ -155,3 +155,72 @@ func TestBenchTakesAMeasurement(t *testing.T) {
 		t.Fatalf("a measurement and hiccups together: %v", err)
 	}
 }
+
+// dasBench is the DAS §6 setup (examples/hedging/das.yaml) at one load
+// point with the given arms.
+func dasBench(arms ...BenchPolicy) *HedgingConfig {
+	c := benchConfig()
+	c.Replicas, c.Requests, c.Warmup = 10, 20000, 2000
+	c.HiccupProb, c.HiccupMs = 0.1, 5
+	c.Policies = arms
+	return c
+}
+
+func ms(v float64) *float64 { return &v }
+
+var (
+	hedgedArm  = map[string]any{"policy": "d-hedge", "budget": 1.0, "delay": "5.75ms", "percentile": 0.0, "cancel": true}
+	cloningArm = map[string]any{"policy": "hedge", "budget": 1.0, "cancel": true}
+)
+
+// A purge cost without bound leaves every running copy to finish: the
+// queued cancel model, to the request.
+func TestAnUnboundedPurgeCostIsTheQueuedModel(t *testing.T) {
+	c := dasBench(
+		BenchPolicy{Label: "cost", Dispatch: cloningArm, PurgeCostMs: ms(60000)},
+		BenchPolicy{Label: "queued", Dispatch: cloningArm, Cancel: "queued"},
+		BenchPolicy{Label: "free", Dispatch: cloningArm},
+	)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var runs [3]BenchRun
+	for i, p := range c.Policies {
+		r, err := c.RunBench(p, 0.5, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[i] = r
+	}
+	if runs[0].Tail != runs[1].Tail || runs[0].Mean != runs[1].Mean {
+		t.Fatalf("unbounded purge cost: P99 %.3f mean %.3f; queued model: %.3f %.3f", runs[0].Tail, runs[0].Mean, runs[1].Tail, runs[1].Mean)
+	}
+	if !(runs[2].Tail < runs[0].Tail) {
+		t.Fatalf("stopping for free (P99 %.3f) is not better than letting copies run (%.3f)", runs[2].Tail, runs[0].Tail)
+	}
+}
+
+// DAS §6: with purges that take 10 mean service times to reach the
+// replica, Hedged (same priority) is unstable at 80% load while DAS (low
+// priority) holds; with instant purges both hold (docs/hedging.md).
+func TestASlowPurgeDestabilizesHedgedNotDAS(t *testing.T) {
+	das := map[string]any{"policy": "das"}
+	c := dasBench(
+		BenchPolicy{Label: "hedged", Dispatch: hedgedArm},
+		BenchPolicy{Label: "das", Dispatch: das},
+		BenchPolicy{Label: "hedged-slow", Dispatch: hedgedArm, PurgeDelayMs: ms(10)},
+		BenchPolicy{Label: "das-slow", Dispatch: das, PurgeDelayMs: ms(10)},
+	)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range c.Policies {
+		r, err := c.RunBench(p, 0.8, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := p.Label == "hedged-slow"; r.Unstable != want {
+			t.Errorf("%s: unstable %v (P99 %.1f, drift %.2f), want %v", p.Label, r.Unstable, r.Tail, r.Drift, want)
+		}
+	}
+}

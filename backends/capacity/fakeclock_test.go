@@ -3,6 +3,7 @@ package capacity
 import (
 	"sort"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -108,4 +109,25 @@ func (c *fakeClock) Jump(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+}
+
+// waitTimer waits (up to a generous deadline) until a live timer is due at
+// at: a goroutine on the clock has reached its wait.
+func (c *fakeClock) waitTimer(t *testing.T, at time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c.mu.Lock()
+		for _, tm := range c.timers {
+			if !tm.stopped && tm.at.Equal(at) {
+				c.mu.Unlock()
+				return
+			}
+		}
+		c.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no timer due at %v", at)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -29,6 +29,8 @@ const (
 	FieldStallProb      = config.FieldStallProb
 	FieldStallMs        = config.FieldStallMs
 	FieldQueueLimit     = config.FieldQueueLimit
+	FieldPurgeDelayMs   = config.FieldPurgeDelayMs
+	FieldPurgeCostMs    = config.FieldPurgeCostMs
 )
 
 // Fields lists every limit field name.

@@ -429,6 +429,7 @@ func (t *Ticket) Serve(ctx context.Context, work func(context.Context) error) (t
 	defer m.release(t)
 	start := m.clock.Now()
 	err := work(ctx)
+	end := m.clock.Now().Add(t.delay) // when the service would end
 	if err == nil && t.delay > 0 {
 		err = m.sleep(ctx, t.delay)
 	}
@@ -437,10 +438,38 @@ func (t *Ticket) Serve(ctx context.Context, work func(context.Context) error) (t
 		if ext == 0 {
 			break
 		}
+		end = end.Add(ext)
 		err = m.sleep(ctx, ext)
+	}
+	if err != nil && ctx.Err() != nil {
+		// Stopped (purged, or its caller went away): stopping costs the
+		// worker PurgeCostMs, at most what the query had left.
+		if c := m.StopCost(end.Sub(m.clock.Now())); c > 0 {
+			_ = m.sleep(context.Background(), c)
+		}
 	}
 	return m.clock.Now().Sub(start), err
 }
+
+// PurgeDelay is how long a purge takes to reach the replica (PurgeDelayMs):
+// its holder applies it that long after it is asked.
+func (m *Model) PurgeDelay() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return msDuration(m.lim.PurgeDelayMs)
+}
+
+// StopCost is how much longer a running query that is stopped with
+// remaining service still ahead holds its worker: PurgeCostMs, at most
+// remaining (a query about to end costs no more than its end).
+func (m *Model) StopCost(remaining time.Duration) time.Duration {
+	m.mu.Lock()
+	c := msDuration(m.lim.PurgeCostMs)
+	m.mu.Unlock()
+	return max(0, min(c, remaining))
+}
+
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
 // Release gives back the worker of an admitted operation that was not passed
 // to Serve. Releasing twice panics.
@@ -523,7 +552,7 @@ func (m *Model) dispatchLocked(now time.Time) {
 		m.queued--
 		t.state = stateAdmitted
 		t.admitted = now
-		t.delay = time.Duration(m.lim.ExtraLatencyMs * float64(time.Millisecond))
+		t.delay = msDuration(m.lim.ExtraLatencyMs)
 		g := t.given
 		t.given = nil
 		switch {
@@ -541,7 +570,7 @@ func (m *Model) dispatchLocked(now time.Time) {
 		}
 		if t.hiccup {
 			t.hiccup = true
-			t.delay += time.Duration(m.lim.HiccupMs * float64(time.Millisecond))
+			t.delay += msDuration(m.lim.HiccupMs)
 		}
 		m.inService++
 		t.slot = len(m.serving)
@@ -595,7 +624,7 @@ func (m *Model) stopTimerLocked() {
 // operations in service by the overlap only.
 func (m *Model) stallLocked(now time.Time) {
 	m.stalls++
-	d := time.Duration(m.lim.StallMs * float64(time.Millisecond))
+	d := msDuration(m.lim.StallMs)
 	end := now.Add(d)
 	if !end.After(m.stalled) {
 		return

@@ -55,15 +55,7 @@ func TestPurgeIsScopedToTheBatchsCaller(t *testing.T) {
 	reg := f.srv.Registry()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	done := make(chan error, 2)
-	get := func(key string, id uint64) {
-		_, err := f.srv.Get(auth.WithCaller(ctx, "app0"), &robinhoodv1.GetRequest{Keys: []string{key}, Sizes: []uint32{8}, BatchId: id})
-		done <- err
-	}
-	go get("busy", 1)
-	waitFor(t, func() bool { return metric(t, reg, "backend_in_service") == 1 })
-	go get("queued", 777)
-	waitFor(t, func() bool { return metric(t, reg, "backend_queue_length") == 1 })
+	done := busyAndQueued(t, ctx, f, 1, 777)
 
 	pr, err := f.srv.Purge(auth.WithCaller(ctx, "stranger"), &robinhoodv1.PurgeRequest{BatchIds: []uint64{777, 1}})
 	if err != nil || pr.Dequeued != 0 || pr.Stopped != 0 {
@@ -84,6 +76,24 @@ func TestPurgeIsScopedToTheBatchsCaller(t *testing.T) {
 			t.Fatalf("purged batch: %v, want CANCELLED", err)
 		}
 	}
+}
+
+// busyAndQueued has app0 send batch busy (one query, which takes the only
+// worker) and then batch queued (one query, which waits); their Gets'
+// errors arrive on the channel returned.
+func busyAndQueued(t *testing.T, ctx context.Context, f *fixture, busy, queued uint64) <-chan error {
+	t.Helper()
+	reg := f.srv.Registry()
+	done := make(chan error, 2)
+	get := func(key string, id uint64) {
+		_, err := f.srv.Get(auth.WithCaller(ctx, "app0"), &robinhoodv1.GetRequest{Keys: []string{key}, Sizes: []uint32{8}, BatchId: id})
+		done <- err
+	}
+	go get("busy", busy)
+	waitFor(t, func() bool { return metric(t, reg, "backend_in_service") == 1 })
+	go get("queued", queued)
+	waitFor(t, func() bool { return metric(t, reg, "backend_queue_length") == 1 })
+	return done
 }
 
 // countingCodec counts the messages a server decodes.
@@ -147,5 +157,37 @@ func TestAStrangersCallIsRefusedBeforeItsMessageIsDecoded(t *testing.T) {
 	ok := metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", "Bearer "+strings.Repeat("k", 32)))
 	if _, err := client.Purge(ok, &robinhoodv1.PurgeRequest{BatchIds: []uint64{1}}); err != nil || decoded.Load() != 1 {
 		t.Fatalf("app0's purge: %v, %d decoded", err, decoded.Load())
+	}
+}
+
+// A purge reaches the queries purge_delay_ms after it arrives: one whose
+// caller gives up sooner purges nothing, and the limit can be lifted at run
+// time (the admin API's update) for the next purge to act at once.
+func TestAPurgeTakesPurgeDelayToActAndMayArriveTooLate(t *testing.T) {
+	f := start(t, "b", memStore(t, "b"), capacity.Limits{Workers: 1, ExtraLatencyMs: 60_000, PurgeDelayMs: 60_000})
+	reg := f.srv.Registry()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := busyAndQueued(t, ctx, f, 1, 2)
+
+	short, stop := context.WithCancel(auth.WithCaller(ctx, "app0"))
+	stop() // the caller gives up before the purge could arrive
+	if _, err := f.srv.Purge(short, &robinhoodv1.PurgeRequest{BatchIds: []uint64{1, 2}}); status.Code(err) != codes.Canceled {
+		t.Fatalf("a purge given up before its delay: %v, want CANCELLED", err)
+	}
+	if q, s := metric(t, reg, "backend_queue_length"), metric(t, reg, "backend_in_service"); q != 1 || s != 1 {
+		t.Fatalf("queue %v, in service %v after a purge that did not arrive; want 1, 1", q, s)
+	}
+	if _, err := f.srv.UpdateLimits(capacity.NewPatch(map[string]float64{capacity.FieldPurgeDelayMs: 0}), "test"); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := f.srv.Purge(auth.WithCaller(ctx, "app0"), &robinhoodv1.PurgeRequest{BatchIds: []uint64{1, 2}})
+	if err != nil || pr.Dequeued != 1 || pr.Stopped != 1 {
+		t.Fatalf("purge = %v, %v; want 1 dequeued, 1 stopped", pr, err)
+	}
+	for range 2 {
+		if err := <-done; status.Code(err) != codes.Canceled {
+			t.Fatalf("purged batch: %v, want CANCELLED", err)
+		}
 	}
 }

@@ -269,7 +269,8 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 
 // Purge drops the named batches' queued queries and stops their running
 // ones (a running query's injected delay ends at once, its data path when it
-// next checks its context: docs/backends.md). A batch belongs to the caller
+// next checks its context: docs/backends.md), purge_delay_ms after it
+// arrives; a stopped query holds its worker purge_cost_ms longer. A batch belongs to the caller
 // that sent it: another caller's Purge of its id purges nothing of it
 // (counted in backend_purges_refused_total).
 func (s *Server) Purge(ctx context.Context, req *robinhoodv1.PurgeRequest) (*robinhoodv1.PurgeResponse, error) {
@@ -277,6 +278,15 @@ func (s *Server) Purge(ctx context.Context, req *robinhoodv1.PurgeRequest) (*rob
 		return nil, status.Errorf(codes.InvalidArgument, "purge of %d batches exceeds the limit of %d", len(req.BatchIds), MaxBatchKeys)
 	}
 	caller, _ := auth.Caller(ctx)
+	if d := s.model.PurgeDelay(); d > 0 { // the purge's way to the replica (purge_delay_ms)
+		tm := time.NewTimer(d)
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			tm.Stop()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	var resp robinhoodv1.PurgeResponse
 	for _, id := range req.BatchIds {
 		s.batchMu.Lock()

@@ -59,7 +59,7 @@ func TestValidationErrors(t *testing.T) {
 		{"events:\n  - kind: set\n    at: 1s\n    at: 2s\n    backend: b1\n    set: {rate: 1}\n", "s.yaml:4: at is given twice"},
 		{"events:\n  - kind: set\n    at: 60\n    backend: b1\n    set: {rate: 1}\n", `s.yaml:3: at: "60" is not a duration (use e.g. 90s, 5m, 1h30m)`},
 		{"events:\n  - kind: set\n    backend: b1\n    set: {rate: 1}\n", "s.yaml:2: set event needs at"},
-		{"events:\n  - kind: set\n    at: 1s\n    backend: b1\n    set: {iops: 1}\n", `s.yaml:5: field "iops" is not a backend limit (fields: workers, rate, extra_latency_ms, hiccup_prob, hiccup_ms, cost_ms, stall_prob, stall_ms, queue_limit)`},
+		{"events:\n  - kind: set\n    at: 1s\n    backend: b1\n    set: {iops: 1}\n", `s.yaml:5: field "iops" is not a backend limit (fields: workers, rate, extra_latency_ms, hiccup_prob, hiccup_ms, cost_ms, stall_prob, stall_ms, queue_limit, purge_delay_ms, purge_cost_ms)`},
 		{"events:\n  - kind: set\n    at: 1s\n    backend: b1\n    set: {rate: -5}\n", "s.yaml:5: rate: -5.0 is out of range [0, 1000000000]"},
 		{"events:\n  - kind: set\n    at: 1s\n    backend: b1\n    set: {hiccup_prob: 1.5}\n", "s.yaml:5: hiccup_prob: 1.5 is out of range [0, 1]"},
 		{"events:\n  - kind: set\n    at: 1s\n    backend: b1\n    set: {workers: 2.5}\n", "s.yaml:5: workers: must be an integer, got 2.5"},

@@ -37,6 +37,13 @@ type Limits struct {
 	// QueueLimit bounds the waiting operations: a batch arriving while the
 	// queue holds QueueLimit or more operations is rejected. 0 means unbounded.
 	QueueLimit int `json:"queue_limit"`
+	// PurgeDelayMs is how long a purge takes to reach the replica: until
+	// then the purged queries may still be admitted and served.
+	PurgeDelayMs float64 `json:"purge_delay_ms"`
+	// PurgeCostMs is the worker time stopping a running query costs: a
+	// stopped query holds its worker this much longer (at most what it
+	// still had to run). Purging a queued query is free.
+	PurgeCostMs float64 `json:"purge_cost_ms"`
 }
 
 // LimitsDef is the schema definition of Limits.
@@ -53,6 +60,8 @@ const (
 	FieldStallProb      = "stall_prob"
 	FieldStallMs        = "stall_ms"
 	FieldQueueLimit     = "queue_limit"
+	FieldPurgeDelayMs   = "purge_delay_ms"
+	FieldPurgeCostMs    = "purge_cost_ms"
 )
 
 // LimitField is one limit field: the one table every reader and writer of
@@ -101,6 +110,8 @@ var LimitTable = []LimitField{
 	{Name: FieldStallProb, Help: "probability that admitting a query stalls the whole replica", ptrF: func(l *Limits) *float64 { return &l.StallProb }},
 	{Name: FieldStallMs, Help: "length of a whole-replica stall, ms", ptrF: func(l *Limits) *float64 { return &l.StallMs }},
 	{Name: FieldQueueLimit, Int: true, Help: "queue bound: batches arriving while this many queries wait are rejected, 0 = unbounded", ptrI: func(l *Limits) *int { return &l.QueueLimit }},
+	{Name: FieldPurgeDelayMs, Help: "time a purge takes to reach the replica, ms (the purged queries may start meanwhile)", ptrF: func(l *Limits) *float64 { return &l.PurgeDelayMs }},
+	{Name: FieldPurgeCostMs, Help: "worker time stopping a running query costs, ms (at most what it had left)", ptrF: func(l *Limits) *float64 { return &l.PurgeCostMs }},
 }
 
 // LimitFields lists every limit field name, in the order of LimitTable.

@@ -54,6 +54,8 @@ class Limits(_Model):
     stall_prob: float
     stall_ms: float
     queue_limit: int
+    purge_delay_ms: float
+    purge_cost_ms: float
 
 
 class KVOptions(_Model):
