@@ -18,7 +18,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600 --durations=15
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'
 
-.PHONY: hooks test-busy collector-check build test demo sim-demo hedging zoo oracle-check paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
+.PHONY: hooks test-busy collector-check compose-check build test demo sim-demo hedging zoo oracle-check paper paper-everykey paper-window paper-full fuzz chaos rbc-demo proto proto-check schema schema-check go-test py-test vet fmt deps sysdeps venv clean bench
 
 comma := ,
 space := $(empty) $(empty)
@@ -184,6 +184,13 @@ fuzz: deps
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; done
 	ROBINHOOD_FUZZ=1 $(VENV)/bin/python -m pytest -q lib/python/tests/test_topology_fuzz.py
+
+## compose-check: docker-compose.yml under a real engine (podman, as root): the
+## project's images built from deploy/docker/ unchanged, the demo's stack up for a
+## minute, the RBC, a resize and every scrape target checked, then torn down
+## (scripts/compose-check.sh; stand-ins for the base images where no registry is)
+compose-check: deps
+	scripts/compose-check.sh
 
 ## collector-check: build a real OpenTelemetry Collector with its own builder
 ## (deploy/otel/builder.yaml; about 90 s, cached in .tools/) and run the documented

@@ -1,8 +1,9 @@
-"""Static checks of docker-compose.yml (no Docker engine runs here): it is what
+"""Static checks of docker-compose.yml (`make compose-check` runs it under podman): it is what
 `robinhood-testbed compose` makes of examples/demo.yaml (so it cannot drift from the
 demo), the file passes Debian's `docker-compose config -q`, every command-line flag it
 passes to our binaries exists in their --help, the topology it ships is valid for both
-readers, and Prometheus scrapes every component that serves metrics."""
+readers, Prometheus scrapes every component that serves metrics, and every upstream
+image it and the Dockerfiles name has a stand-in for compose-check."""
 from __future__ import annotations
 
 import re
@@ -171,3 +172,28 @@ def test_compose_on_redis_partitions(tmp_path: Path, gobin: Callable[[str], Path
     res = subprocess.run([exe, "-f", str(tmp_path / "docker-compose.yml"), "config", "-q"], cwd=tmp_path,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+def _qualified(ref: str) -> str:
+    """An image reference as podman resolves a short name (docker.io/library/...)."""
+    if ref.count("/") >= 2 or ref.startswith("localhost/"):
+        return ref
+    return f"docker.io/{ref}" if "/" in ref else f"docker.io/library/{ref}"
+
+
+def test_every_upstream_image_has_a_stand_in() -> None:
+    """scripts/compose-check.sh builds deploy/docker/standins/ where no registry is: a
+    base image bumped in a Dockerfile (or the compose file) without its stand-in would
+    fail there, late; here it fails at once."""
+    named = set()
+    for df in (REPO / "deploy" / "docker").glob("Dockerfile*"):
+        named |= {m.group(1) for m in re.finditer(r"^FROM (\S+)", df.read_text(), re.M)}
+    named |= {m.group(1) for m in re.finditer(r"^ *image: ([^$\s]\S*)$", COMPOSE.read_text(), re.M)}
+    assert named, "no upstream image found"
+    stand_ins = {}
+    for cf in (REPO / "deploy" / "docker" / "standins").glob("*.Containerfile"):
+        m = re.search(r"^# stands-in-for: (\S+)$", cf.read_text(), re.M)
+        assert m, f"{cf.name}: no '# stands-in-for:' line"
+        stand_ins[m.group(1)] = cf.name
+    missing = {_qualified(r) for r in named} - set(stand_ins)
+    assert not missing, f"upstream images without a stand-in in deploy/docker/standins/: {sorted(missing)}"
