@@ -9,10 +9,11 @@
 # everything down, whether the check passed or not.
 #
 # Needs root (rootful podman) and Debian's podman, runc, debootstrap and
-# podman-compose, which it installs. Where no image registry is reachable
-# (STANDINS=auto, the default, decides by trying none: it builds them when an
-# upstream image is missing locally), the upstream base images are stand-ins
-# built from a Debian root filesystem (deploy/docker/standins/). The engine's
+# podman-compose, which it installs. The upstream base images the
+# Dockerfiles name are stand-ins built from a Debian root filesystem
+# (deploy/docker/standins/) where no registry is reachable: STANDINS=auto
+# (the default) builds them when one is missing locally, always rebuilds
+# them, never uses what is there (pulled images). The engine's
 # settings are this script's own (CONTAINERS_CONF): the runc runtime, the
 # cgroupfs cgroup manager and no default ulimits, which a container sandbox
 # needs; nothing in /etc is changed.

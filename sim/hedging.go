@@ -238,9 +238,8 @@ func (c *HedgingConfig) Validate() error {
 	if c.Copies == "correlated" && !(c.Correlation >= 0 && c.Correlation <= 1) {
 		return fmt.Errorf("correlation: %g is not between 0 and 1", c.Correlation)
 	}
-	lim := capacity.Limits{Workers: 1, HiccupProb: c.HiccupProb, HiccupMs: c.HiccupMs, StallProb: c.StallProb, StallMs: c.StallMs, PurgeDelayMs: c.PurgeDelayMs, PurgeCostMs: c.PurgeCostMs}
-	if err := lim.Validate(); err != nil {
-		return fmt.Errorf("jitter: %w", err)
+	if err := c.limits(BenchPolicy{}).Validate(); err != nil {
+		return fmt.Errorf("replica limits: %w", err)
 	}
 	if err := oneOf("cancel", &c.Cancel, "running", "queued"); err != nil {
 		return err
@@ -289,6 +288,9 @@ func (c *HedgingConfig) Validate() error {
 			if err := oneOf(fmt.Sprintf("policies[%d].cancel", i), &p.Cancel, "running", "queued"); err != nil {
 				return err
 			}
+		}
+		if err := c.limits(*p).Validate(); err != nil {
+			return fmt.Errorf("policies[%d]: %w", i, err)
 		}
 		if name == Ideal {
 			if len(p.Dispatch) > 1 {

@@ -224,3 +224,16 @@ func TestASlowPurgeDestabilizesHedgedNotDAS(t *testing.T) {
 		}
 	}
 }
+
+// An arm's purge limits are checked like the experiment's.
+func TestAnArmsPurgeLimitsAreValidated(t *testing.T) {
+	c := dasBench(BenchPolicy{Label: "bad", Dispatch: cloningArm, PurgeDelayMs: ms(-1)})
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "policies[0]: purge_delay_ms") {
+		t.Fatalf("Validate = %v, want policies[0]'s purge_delay_ms refused", err)
+	}
+	c = dasBench(BenchPolicy{Label: "ok", Dispatch: cloningArm})
+	c.PurgeCostMs = math.Inf(1)
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "purge_cost_ms") {
+		t.Fatalf("Validate = %v, want purge_cost_ms refused", err)
+	}
+}

@@ -270,9 +270,9 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 // Purge drops the named batches' queued queries and stops their running
 // ones (a running query's injected delay ends at once, its data path when it
 // next checks its context: docs/backends.md), purge_delay_ms after it
-// arrives; a stopped query holds its worker purge_cost_ms longer. A batch belongs to the caller
-// that sent it: another caller's Purge of its id purges nothing of it
-// (counted in backend_purges_refused_total).
+// arrives; a stopped query holds its worker purge_cost_ms longer. A batch
+// belongs to the caller that sent it: another caller's Purge of its id
+// purges nothing of it (counted in backend_purges_refused_total).
 func (s *Server) Purge(ctx context.Context, req *robinhoodv1.PurgeRequest) (*robinhoodv1.PurgeResponse, error) {
 	if len(req.BatchIds) > MaxBatchKeys {
 		return nil, status.Errorf(codes.InvalidArgument, "purge of %d batches exceeds the limit of %d", len(req.BatchIds), MaxBatchKeys)
