@@ -209,16 +209,17 @@ func Analyse(in Input, opt Options) (*Report, error) {
 	confVec := r.vec(r.Configured)
 	_, r.ConfiguredPredicted = r.dyn.predict(func(int) []int { return confVec })
 	for _, v := range opt.Variants {
-		r.Schedules[v] = r.optimize(v == Foresight, opt.Horizon)
+		// The reactive view knows the first phase at once and starts from
+		// its steady-state best; with foresight the search starts from the
+		// configured allocation (optimize).
+		r.Schedules[v] = r.optimize(v == Foresight, v == Foresight, opt.Horizon)
 	}
 	if f := r.Schedules[Foresight]; f != nil {
 		// The run known in advance, the oracle may also take a whole
-		// schedule the greedy search did not reach: the reactive one, or
-		// the configured allocation throughout, when predicted better.
-		rs := r.Schedules[Reactive]
-		if rs == nil {
-			rs = r.optimize(false, opt.Horizon)
-		}
+		// schedule the greedy search did not reach: the reactive search's,
+		// started as its own from the configured allocation, or the
+		// configured allocation throughout, when predicted better.
+		rs := r.optimize(false, true, opt.Horizon)
 		conf := &Schedule{Variant: Foresight, Steps: []Step{{At: 0, MB: r.Configured}}, Predicted: r.ConfiguredPredicted}
 		for _, alt := range []*Schedule{rs, conf} {
 			if alt.Predicted.Pct < f.Predicted.Pct-1e-9 {
@@ -329,8 +330,10 @@ func sameAlloc(a, b []int, tol int) bool {
 	return true
 }
 
-// optimize builds one variant's schedule.
-func (r *Report) optimize(foresight bool, horizon time.Duration) *Schedule {
+// optimize builds one variant's schedule, its search started from the
+// configured allocation (fromConfigured) or from the first phase's
+// steady-state best.
+func (r *Report) optimize(foresight, fromConfigured bool, horizon time.Duration) *Schedule {
 	d := r.dyn
 	w := r.workload
 	nb := w.Buckets()
@@ -339,10 +342,22 @@ func (r *Report) optimize(foresight bool, horizon time.Duration) *Schedule {
 	committed := make([]float64, nb)
 	scratch := make([]float64, nb)
 	f := d.start()
-	// The first phase is known from the start: its steady-state best is
-	// where the search starts (the configured allocation a candidate).
-	cur := r.steadyVec[0]
+	// From the configured allocation the search starts where every arm
+	// starts (the first phase's steady-state best a candidate) and moves
+	// only when the model says moving helps: memcached gives a slab class
+	// the pages it asks for while the partition fills, so space given long
+	// before it is needed holds the item sizes of its fill, not of the
+	// phase it was given for (a real stream's mix shifts), and is worth
+	// less then than the model's measured worth says; foresight moves it
+	// in time for the phase that needs it. The reactive view, which cannot
+	// move ahead of a phase, starts from the first phase's best (it knows
+	// that phase at once; from the configured allocation it would wait for
+	// the first phase that goes wrong).
 	conf := r.vec(r.Configured)
+	cur := r.steadyVec[0]
+	if fromConfigured {
+		cur = conf
+	}
 	var segs []segment
 	for si, from := range cuts {
 		to := nb
