@@ -33,7 +33,8 @@ def run_sim(tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProces
 
 
 def test_every_policy_in_the_simulator(tmp_path: Path, built: None) -> None:
-    res = run_sim(tmp_path, "a")
+    # Two arms at a time (the runs are independent processes; the results do not depend on it).
+    res = run_sim(tmp_path, "a", "--jobs", "2")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = tmp_path / "a"
     arms = [*policies.names(), "shared"]  # --policies all: every registered policy
@@ -58,7 +59,7 @@ def test_every_policy_in_the_simulator(tmp_path: Path, built: None) -> None:
     assert (out / "report.html").is_file() and (out / "comparison.md").read_text().count("\n") == len(arms) + 2
 
     # Deterministic: the same experiment again gives the same files.
-    res = run_sim(tmp_path, "b")
+    res = run_sim(tmp_path, "b", "--jobs", "2")
     assert res.returncode == 0, res.stderr[-3000:]
     def summary(folder: Path) -> dict:
         s = json.loads((folder / "replay" / "summary.json").read_text())
