@@ -221,3 +221,29 @@ func TestAnalyseForesightMovesEarly(t *testing.T) {
 		t.Fatalf("a's load at 32 MiB each: %v with one app server, %v with two (the requests are the same)", loads[0], loads[1])
 	}
 }
+
+// A drop further away than the horizon and the longest lead: foresight
+// keeps the configured allocation, where every arm starts, until its
+// lead cuts, and moves space before the drop (memcached's slab classes
+// make space given long before it is needed worth less than the model
+// says: docs/algorithms.md, "The oracle"). The reactive schedule starts
+// from the first phase's steady-state best.
+func TestAnalyseForesightStartsFromTheConfiguredAllocation(t *testing.T) {
+	path := demoTrace(t, 160)
+	drop := []scenario.Change{{At: 140 * time.Second, Backend: "a", Fields: []scenario.FieldValue{{Field: config.FieldRate, Value: 180}}}}
+	rep, err := Analyse(Input{Topology: demoTopology(1), TracePath: path, Duration: 160 * time.Second, Changes: drop},
+		Options{Variants: Variants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fore, reac := rep.Schedules[Foresight], rep.Schedules[Reactive]
+	if got := fore.At(0); got["a"] != rep.Configured["a"] || got["b"] != rep.Configured["b"] {
+		t.Fatalf("foresight at 0 s %v, configured %v (steps %+v)", got, rep.Configured, fore.Steps)
+	}
+	if got := fore.At(139 * time.Second); got["a"] <= rep.Configured["a"] {
+		t.Fatalf("foresight gives the dropping backend no space before the drop: %+v", fore.Steps)
+	}
+	if got := reac.At(0); got["a"] != rep.Steady[0].Best["a"] {
+		t.Fatalf("reactive at 0 s %v, the first phase's best %v", got, rep.Steady[0].Best)
+	}
+}
