@@ -401,7 +401,8 @@ func quantile(F func(int) float64, p float64, hint int) (float64, int) {
 // requests for an allocation of the cache, phase by phase.
 type LatencyModel struct {
 	fan     *Fanout
-	curves  []Backend // by fan.Backends index
+	shapes  *shapeTable // fan.Shapes, for requestCDF and shapesCDF
+	curves  []Backend   // by fan.Backends index
 	cal     costmodel.Calibration
 	dataMs  []float64 // a query's data path, per backend
 	reps    []int
@@ -455,7 +456,7 @@ func NewLatencyModel(curves []Backend, fan *Fanout, topo []config.Backend, cal c
 	if cal.Service == nil {
 		cal = costmodel.DefaultCalibration()
 	}
-	lm := &LatencyModel{fan: fan, cal: cal, states: map[stateKey]*bstate{}, cdfMemo: map[string]float64{}}
+	lm := &LatencyModel{fan: fan, shapes: newShapeTable(fan), cal: cal, states: map[stateKey]*bstate{}, cdfMemo: map[string]float64{}}
 	lm.held = make([][]float64, len(fan.Backends))
 	byName := map[string]Backend{}
 	for _, c := range curves {
@@ -685,15 +686,76 @@ func (lm *LatencyModel) requestCDF(st []*bstate, i int) float64 {
 	for b, s := range st {
 		rows[b] = s.row(i)
 	}
-	F := 0.0
-	for _, sh := range lm.fan.Shapes {
-		p := sh.Weight
-		for b, j := range sh.Pair {
-			if j >= 0 {
-				p *= rows[b][j]
+	return lm.shapes.cdf(rows)
+}
+
+// shapeTable is a Fanout's request shapes laid out for the request CDF,
+// P(done) = Σ over shapes of weight × Π over the backends it queries of
+// P(that backend's call is done): sorted by their pair indices, so that a
+// shape shares the leading factors of the one before it (common), and
+// flat. The sum is the model's inner loop (a zoo scenario with four
+// backends has hundreds of shapes, and the searches ask for the CDF
+// millions of times).
+type shapeTable struct {
+	nb     int
+	weight []float64
+	pair   []int32 // shape s's pair index on backend b at s*nb+b; -1: not queried
+	common []int32 // how many leading backends shape s shares with shape s-1
+}
+
+func newShapeTable(fan *Fanout) *shapeTable {
+	nb := len(fan.Backends)
+	order := make([]int, len(fan.Shapes))
+	for i := range order {
+		order[i] = i
+	}
+	less := func(a, b []int32) int {
+		for i := range a {
+			if a[i] != b[i] {
+				return int(a[i]) - int(b[i])
 			}
 		}
-		F += p
+		return 0
+	}
+	sort.SliceStable(order, func(i, j int) bool { return less(fan.Shapes[order[i]].Pair, fan.Shapes[order[j]].Pair) < 0 })
+	t := &shapeTable{nb: nb}
+	for k, i := range order {
+		sh := fan.Shapes[i]
+		t.weight = append(t.weight, sh.Weight)
+		t.pair = append(t.pair, sh.Pair...)
+		c := 0
+		if k > 0 {
+			prev := fan.Shapes[order[k-1]].Pair
+			for c < nb && prev[c] == sh.Pair[c] {
+				c++
+			}
+		}
+		t.common = append(t.common, int32(c))
+	}
+	return t
+}
+
+// cdf is P(a request is done) given rows[b][j], P(backend b's call of
+// pair j is done).
+func (t *shapeTable) cdf(rows [][]float64) float64 {
+	var buf [17]float64
+	prefix := buf[:]
+	if t.nb+1 > len(buf) {
+		prefix = make([]float64, t.nb+1)
+	}
+	prefix[0] = 1
+	F := 0.0
+	nb := t.nb
+	for s, w := range t.weight {
+		p := t.pair[s*nb : (s+1)*nb]
+		for b := int(t.common[s]); b < nb; b++ {
+			v := prefix[b]
+			if j := p[b]; j >= 0 {
+				v *= rows[b][j]
+			}
+			prefix[b+1] = v
+		}
+		F += w * prefix[nb]
 	}
 	return F
 }

@@ -104,18 +104,21 @@ func (s *Schedule) At(t time.Duration) map[string]int {
 
 // Report is the oracle's analysis of a run.
 type Report struct {
-	AppServer              string
-	AppServers             int
-	Budget, Floor          int
-	Configured             map[string]int
-	SLO                    slo.Params
-	BackendTimeout         time.Duration
-	Backends               []Backend
-	Results                []Result
-	Steady                 []PhaseLatency
-	Class                  Class
-	Worst                  float64
-	Schedules              map[string]*Schedule
+	AppServer      string
+	AppServers     int
+	Budget, Floor  int
+	Configured     map[string]int
+	SLO            slo.Params
+	BackendTimeout time.Duration
+	Backends       []Backend
+	Results        []Result
+	Steady         []PhaseLatency
+	Class          Class
+	Worst          float64
+	Schedules      map[string]*Schedule
+	// Candidates are the whole schedules the oracle with foresight may
+	// take (candidates), the model's pick first; none without Foresight.
+	Candidates             []Candidate
 	ConfiguredPredicted    Violations
 	workload               *Workload
 	dyn                    *dynamics
@@ -221,14 +224,91 @@ func Analyse(in Input, opt Options) (*Report, error) {
 		// configured allocation throughout, when predicted better.
 		rs := r.optimize(false, true, opt.Horizon)
 		conf := &Schedule{Variant: Foresight, Steps: []Step{{At: 0, MB: r.Configured}}, Predicted: r.ConfiguredPredicted}
+		pick := f
 		for _, alt := range []*Schedule{rs, conf} {
-			if alt.Predicted.Pct < f.Predicted.Pct-1e-9 {
-				f = &Schedule{Variant: Foresight, Steps: alt.Steps, Predicted: alt.Predicted}
+			if alt.Predicted.Pct < pick.Predicted.Pct-1e-9 {
+				pick = &Schedule{Variant: Foresight, Steps: alt.Steps, Predicted: alt.Predicted}
 			}
 		}
-		r.Schedules[Foresight] = f
+		r.Schedules[Foresight] = pick
+		// The candidates a judge on the memcached model itself (the
+		// simulator) chooses from: the model's pick first, then every whole
+		// schedule the searches reached (Candidate).
+		r.Candidates = r.candidates(pick, []Candidate{
+			{Name: "foresight-search", Schedule: f},
+			{Name: "reactive-from-configured", Schedule: rs},
+			{Name: "configured", Schedule: conf},
+		}, opt.Horizon)
 	}
 	return r, nil
+}
+
+// Candidate is one whole schedule the oracle with foresight may take.
+type Candidate struct {
+	Name     string
+	Schedule *Schedule
+}
+
+// CandidateLeads are how far ahead of the reactive schedule its shifted
+// candidates move (the reactive schedule's moves made that much earlier:
+// a reaction that foresees the phase by so much).
+var CandidateLeads = []time.Duration{5 * time.Second, 20 * time.Second}
+
+// candidates lists the oracle's candidate schedules, the model's pick
+// first and no schedule twice: the searches' schedules (more), the
+// reactive schedule as it is, and moved earlier by each of CandidateLeads.
+// The fluid model cannot tell them apart where a partition's worth
+// depends on when it filled (memcached's slab classes keep the pages
+// they took while filling); the simulator can, and the oracle with
+// foresight is the best of them there (docs/algorithms.md, "The oracle").
+// Every online arm starts from the configured allocation and the reactive
+// oracle's schedule is a candidate, so the judged oracle is never worse
+// than either on the same run.
+func (r *Report) candidates(pick *Schedule, more []Candidate, horizon time.Duration) []Candidate {
+	reactive := r.Schedules[Reactive]
+	if reactive == nil {
+		reactive = r.optimize(false, false, horizon)
+	}
+	all := []Candidate{{Name: "model-pick", Schedule: pick}}
+	all = append(all, more...)
+	all = append(all, Candidate{Name: "reactive", Schedule: reactive})
+	for _, lead := range CandidateLeads {
+		all = append(all, Candidate{Name: fmt.Sprintf("reactive-lead-%gs", lead.Seconds()), Schedule: r.shifted(reactive, lead)})
+	}
+	var out []Candidate
+	seen := map[string]bool{}
+	for _, c := range all {
+		k := fmt.Sprint(c.Schedule.Steps)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, Candidate{Name: c.Name, Schedule: &Schedule{Variant: Foresight, Steps: c.Schedule.Steps, Predicted: c.Schedule.Predicted}})
+	}
+	return out
+}
+
+// shifted is s with every move after the first step made lead earlier
+// (not before 0; a move overtaken by the next one is dropped), with the
+// model's prediction of it.
+func (r *Report) shifted(s *Schedule, lead time.Duration) *Schedule {
+	out := &Schedule{Variant: s.Variant}
+	for i, st := range s.Steps {
+		at := st.At
+		if i > 0 {
+			at = max(0, at-lead)
+		}
+		for len(out.Steps) > 0 && out.Steps[len(out.Steps)-1].At >= at {
+			out.Steps = out.Steps[:len(out.Steps)-1]
+		}
+		out.Steps = append(out.Steps, Step{At: at, MB: st.MB})
+	}
+	if len(out.Steps) > 0 {
+		out.Steps[0].At = 0
+	}
+	w := r.workload
+	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
+	return out
 }
 
 // index sets the partitions, their vectors and the phases' buckets.

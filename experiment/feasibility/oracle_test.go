@@ -247,3 +247,53 @@ func TestAnalyseForesightStartsFromTheConfiguredAllocation(t *testing.T) {
 		t.Fatalf("reactive at 0 s %v, the first phase's best %v", got, rep.Steady[0].Best)
 	}
 }
+
+func TestAnalyseListsTheCandidatesForTheJudge(t *testing.T) {
+	path := demoTrace(t, 160)
+	drop := []scenario.Change{{At: 140 * time.Second, Backend: "a", Fields: []scenario.FieldValue{{Field: config.FieldRate, Value: 180}}}}
+	in := Input{Topology: demoTopology(1), TracePath: path, Duration: 160 * time.Second, Changes: drop}
+	rep, err := Analyse(in, Options{Variants: Variants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := rep.Candidates
+	if len(cs) < 2 || cs[0].Name != "model-pick" || fmt.Sprint(cs[0].Schedule.Steps) != fmt.Sprint(rep.Schedules[Foresight].Steps) {
+		t.Fatalf("the model's pick is not the first candidate: %+v", cs)
+	}
+	names, steps := map[string]bool{}, map[string]bool{}
+	for _, c := range cs {
+		k := fmt.Sprint(c.Schedule.Steps)
+		if names[c.Name] || steps[k] {
+			t.Fatalf("candidate %s twice (by name or by schedule): %+v", c.Name, cs)
+		}
+		names[c.Name], steps[k] = true, true
+		if c.Schedule.Steps[0].At != 0 || c.Schedule.Variant != Foresight {
+			t.Fatalf("candidate %s does not start at 0 s as a foresight schedule: %+v", c.Name, c.Schedule)
+		}
+	}
+	// The reactive schedule and the configured allocation are among them (by schedule).
+	if !steps[fmt.Sprint(rep.Schedules[Reactive].Steps)] || !steps[fmt.Sprint([]Step{{At: 0, MB: rep.Configured}})] {
+		t.Fatalf("the reactive schedule or the configured allocation is missing: %+v", cs)
+	}
+	// Without foresight there is nothing to judge.
+	if only, err := Analyse(in, Options{Variants: []string{Reactive}}); err != nil || len(only.Candidates) != 0 {
+		t.Fatalf("reactive only: %v, %d candidates", err, len(only.Candidates))
+	}
+}
+
+func TestShiftedMovesEveryStepEarlier(t *testing.T) {
+	path := demoTrace(t, 60)
+	rep, err := Analyse(Input{Topology: demoTopology(1), TracePath: path, Duration: 60 * time.Second}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := func(mb int) map[string]int { return map[string]int{"a": mb, "b": rep.Budget - mb} }
+	s := &Schedule{Variant: Reactive, Steps: []Step{{At: 0, MB: a(20)}, {At: 3 * time.Second, MB: a(30)},
+		{At: 30 * time.Second, MB: a(40)}, {At: 33 * time.Second, MB: a(50)}}}
+	got := rep.shifted(s, 5*time.Second)
+	// 3 s - 5 s overtakes the first step (0 s); 30 s and 33 s move to 25 s and 28 s.
+	want := []Step{{At: 0, MB: a(30)}, {At: 25 * time.Second, MB: a(40)}, {At: 28 * time.Second, MB: a(50)}}
+	if fmt.Sprint(got.Steps) != fmt.Sprint(want) {
+		t.Fatalf("shifted %+v, want %+v", got.Steps, want)
+	}
+}

@@ -301,19 +301,7 @@ func (d *dynamics) requestCDFWaiting(wait []float64, x float64) float64 {
 }
 
 // shapesCDF is P(a request is done) from each backend's row in d.rows.
-func (d *dynamics) shapesCDF() float64 {
-	F := 0.0
-	for _, sh := range d.lm.fan.Shapes {
-		p := sh.Weight
-		for b, j := range sh.Pair {
-			if j >= 0 {
-				p *= d.rows[b][j]
-			}
-		}
-		F += p
-	}
-	return F
-}
+func (d *dynamics) shapesCDF() float64 { return d.lm.shapes.cdf(d.rows) }
 
 // rowShifted is, per pair of the backend, P(its call is done within x ms)
 // when its queries first wait w ms (a call without misses does not wait);

@@ -305,7 +305,7 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	// One analysis per kind of app server (budget, floor, partitions).
-	apps := map[string]any{}
+	apps, candidatesByApp := map[string]any{}, map[string]any{}
 	var first map[string]any
 	byKind := map[string]*feasibility.Report{}
 	for _, id := range topo.AppServerIDs() {
@@ -334,6 +334,16 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 			}
 			sch[v] = j
 		}
+		if len(rep.Candidates) > 0 {
+			// the oracle's candidates, in order, for a judge on the
+			// simulator (robinhood-testbed; docs/algorithms.md, "The oracle")
+			var cands []map[string]any
+			for _, c := range rep.Candidates {
+				cands = append(cands, map[string]any{"name": c.Name, "steps": scheduleOf(c.Schedule).Steps,
+					"predicted_violation_pct": c.Schedule.Predicted.Pct})
+			}
+			candidatesByApp[id] = cands
+		}
 		apps[id] = sch
 		if first == nil {
 			first = reportJSON(rep, nil)
@@ -346,6 +356,9 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--topology: no partitioned app server: the oracle allocates partitions")
 	}
 	first["app_server_schedules"] = apps
+	if len(candidatesByApp) > 0 {
+		first["app_server_candidates"] = candidatesByApp
+	}
 	first["variants"] = vs
 	delete(first, "app_server")
 	b, err := json.MarshalIndent(first, "", " ")

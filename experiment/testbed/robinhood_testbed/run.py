@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import threading
 import time
@@ -262,7 +263,14 @@ RUN_START = "run-start"
 #: The oracle's schedules of a run (tracegen oracle), in the comparison's folder:
 #: computed once, read by every arm whose policy needs them (controller.run.oracle).
 ORACLE_FILE = "oracle.json"
-_oracle_lock = threading.Lock()
+_oracle_locks: dict[Path, threading.Lock] = {}
+_oracle_locks_guard = threading.Lock()
+
+
+def _oracle_lock(path: Path) -> threading.Lock:
+    """One lock per oracle file: its computation happens once, others' alongside."""
+    with _oracle_locks_guard:
+        return _oracle_locks.setdefault(path.resolve(), threading.Lock())
 
 
 def needs_schedule(arm: Arm) -> bool:
@@ -276,20 +284,85 @@ def oracle_schedule(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scena
     foresight and reactive), computed once per comparison folder from the arm's topology
     (every partitioned arm has the same backends, budgets and trace)."""
     path = out_dir / ORACLE_FILE
-    with _oracle_lock:
+    with _oracle_lock(path):
         if path.exists():
             return path.resolve()
         topo = out_dir / "oracle-topology.yaml"
         topo.write_text(yaml.safe_dump(build_topology(exp, arm, FixedPorts()), sort_keys=False))
+        model = out_dir / MODEL_FILE
         args = [str(go_bin("tracegen")), "oracle", "--topology", str(topo), "--trace", str(trace),
-                "--duration", format_duration(exp.duration), "--seed", str(exp.seed), "--out", str(path)]
+                "--duration", format_duration(exp.duration), "--seed", str(exp.seed), "--out", str(model)]
         if scenario is not None:
             args += ["--scenario", str(scenario)]
         res = subprocess.run(args, capture_output=True, text=True)
         (out_dir / "tracegen-oracle.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
         if res.returncode != 0:
             raise ExperimentError(f"the oracle's schedule failed ({' '.join(args)}):\n{res.stderr.strip()}")
+        judge_oracle(exp, arm, model, path, trace, scenario)
         return path.resolve()
+
+
+#: tracegen oracle's file (the model's analysis and candidates) before judge_oracle, and
+#: where judge_oracle simulates the candidates, next to the oracle's file.
+MODEL_FILE, JUDGE_DIR = "oracle-model.json", "oracle-judge"
+
+
+def judge_oracle(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path, scenario: Path | None) -> None:
+    """Judge the oracle's candidate schedules on the memcached model itself: simulate each
+    (bin/sim, the experiment's seed and sampling, the ``oracle`` policy applying it with
+    foresight on every app server) and make the one with the fewest SLO violations (then
+    the lowest request P99) the file's foresight schedule; ``judged`` records every
+    candidate's measured figures. The fluid model cannot tell candidates apart where a
+    partition's worth depends on when it filled (docs/algorithms.md, "The oracle"); the
+    simulator can. The candidates include the reactive schedule and the configured
+    allocation, so the judged oracle is never worse than the reactive oracle or the
+    static split in the simulator. A run the model calls infeasible (no allocation meets
+    the SLO throughout: no bound is claimed there) is not judged. The result is written to
+    ``path`` at once, when done (unjudged: the model's file as it is)."""
+    doc = json.loads(model.read_text())
+    apps = doc.get("app_server_schedules", {})
+    cands = doc.get("app_server_candidates", {})
+    names = [c["name"] for c in next(iter(cands.values()), [])]
+    if len(names) < 2 or doc.get("class") == "infeasible":
+        _write_atomic(path, doc)
+        return
+    judge = Arm("oracle", arm.cache_mode, {"name": "oracle"}, arm.dispatch)
+    measured: dict[str, dict[str, Any]] = {}
+    for i, name in enumerate(names):
+        where = model.parent / JUDGE_DIR / name
+        where.mkdir(parents=True, exist_ok=True)
+        cand = json.loads(json.dumps(doc))
+        for app, sch in cand["app_server_schedules"].items():
+            c = cands[app][i]
+            sch["foresight"] = {"steps": c["steps"], "predicted_violation_pct": c["predicted_violation_pct"]}
+        (where / ORACLE_FILE).write_text(json.dumps(cand, indent=1) + "\n")
+        shutil.rmtree(where / judge.name, ignore_errors=True)
+        r = run_arm_sim(exp, judge, where, trace, scenario)
+        slo = r.summary.get("slo", {})
+        pct = float(slo["violation_pct"]) if slo.get("points_counted") else None
+        p99 = r.summary.get("latency_ms_after_warmup", {}).get("p99")
+        measured[name] = {"violation_pct": pct, "p99_ms": p99}
+
+    def rank(name: str) -> tuple[float, float]:
+        m = measured[name]
+        return (m["violation_pct"] if m["violation_pct"] is not None else float("inf"),
+                m["p99_ms"] if m["p99_ms"] is not None else float("inf"))
+
+    best = min(names, key=lambda n: (rank(n), names.index(n)))
+    i = names.index(best)
+    for app, sch in apps.items():
+        c = cands[app][i]
+        sch["foresight"] = {**sch["foresight"], "steps": c["steps"], "predicted_violation_pct": c["predicted_violation_pct"]}
+    doc["judged"] = {"chosen": best, "candidates": measured,
+                     "how": "each candidate simulated with the experiment's seed (bin/sim); the fewest SLO "
+                            "violations, then the lowest request P99"}
+    _write_atomic(path, doc)
+
+
+def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)
 
 
 def deployment(exp: Experiment, arm: Arm, run_dir: Path, data_dir: Path, prometheus: bool = False,

@@ -39,8 +39,10 @@ from .analysis import PolicyRun
 from .deploy import build_topology, go_bin
 from .executor import ArmJob, Executor, LocalExecutor
 from .experiment import Arm, Experiment, ExperimentError
+from .experiment import arms as experiment_arms
 from .plots import _color, plt
-from .run import ORACLE_FILE, FixedPorts, prepare_inputs
+from .procs import StartError
+from .run import ORACLE_FILE, FixedPorts, oracle_schedule, prepare_inputs
 from .seeds import RANGES
 
 #: The development and evaluation seed ranges (inclusive), as experiment/zoo defines them.
@@ -168,9 +170,11 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
         raise ExperimentError(f"seed {seed}: the drawn scenario makes the experiment invalid: {e}") from None
     trace, scenario = prepare_inputs(variant, point, "testbed")
     assert scenario is not None and isinstance(trace, Path)
-    _tracegen(["oracle", "--topology", str(topology), "--duration", format_duration(exp.duration),
-               "--trace", str(trace), "--scenario", str(scenario), "--seed", str(seed),
-               "--out", str(point / ORACLE_FILE)], f"seed {seed}: the oracle's analysis")
+    try:
+        # judged with the arms' dispatch (the experiment's first)
+        oracle_schedule(variant, experiment_arms(variant, ["partitioned"], [{"name": ORACLE}])[0], point, trace, scenario)
+    except (ExperimentError, StartError) as e:
+        raise ExperimentError(f"seed {seed}: the oracle's analysis: {e}") from None
     check = json.loads((point / ORACLE_FILE).read_text())
     return Point(seed, variant, variant.cache.app_servers, point, trace, scenario, family_of(text),
                  str(check.get("class", "?")), check.get("worst_utilization"))

@@ -116,6 +116,7 @@ def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
     with open(out / "zoo.csv") as f:
         got = list(csv.DictReader(f))
     assert len(got) == 2 * 2 * 4 and {r["arm"] for r in got} == {"static", "oracle", "oracle-reactive", "shared"}
+    judged_points = 0
     for name in ("small-zoo", "other-keys"):
         for seed in (1, 2):
             point = out / name / f"seed-{seed}"
@@ -132,6 +133,22 @@ def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
             for arm in ("oracle", "oracle-reactive"):
                 topo = yaml.safe_load((point / arm / "topology.yaml").read_text())
                 assert topo["app_servers"][0]["controller"]["run"]["oracle"] == str((point / "oracle.json").resolve())
+            # A feasible point's oracle is the best of its candidates in the simulator: the
+            # arm measures what the judge measured for the chosen one, which is the least,
+            # and the reactive schedule is a candidate.
+            pct = {r["arm"]: float(r["violation_pct"]) for r in got
+                   if (r["experiment"], int(r["seed"])) == (name, seed) and r["violation_pct"]}
+            if check["class"] == "infeasible":
+                assert "judged" not in check
+                continue
+            judged = check["judged"]
+            measured = {n: m["violation_pct"] for n, m in judged["candidates"].items()}
+            assert set(measured) == {c["name"] for c in check["app_server_candidates"]["app0"]}
+            assert "model-pick" in measured and len(measured) >= 2
+            assert measured[judged["chosen"]] == min(measured.values()) == pytest.approx(pct["oracle"])
+            assert pct["oracle"] <= pct["oracle-reactive"] + 1e-9
+            judged_points += 1
+    assert judged_points >= 1  # the draws are deterministic: these seeds have feasible points
     md = (out / "zoo.md").read_text()
     assert "development seeds 1–2" in md and "| static |" in md and "## experiment other-keys" in md
     two = [r for r in got if r["app_servers"] == "2" and r["class"] in ("margin", "tight")]

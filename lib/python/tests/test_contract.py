@@ -128,3 +128,42 @@ def test_generated_cases_are_refused_within_bounds(case: dict, tmp_path: Path) -
     # The defect this holds off grew past 6 GB; counting the nodes of a few megabytes
     # of YAML from the parser's events builds nothing.
     assert peak < 256 * 2**20, f"{peak / 2**20:.0f} MiB to refuse it"
+
+
+def test_the_parse_caches_change_no_verdict(tmp_path: Path) -> None:
+    """The CEL grammar's parse tables and the rules' parse trees are cached between
+    processes under the user's cache folder (contract._parser_cache): cold, warm and
+    damaged, every invalid case gets the same message."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from robinhood_common.contract import ConfigError, Contract, read_yaml\n"
+        "out = []\n"
+        "for p in sorted(Path(sys.argv[1]).glob('*.yaml')):\n"
+        "    try:\n"
+        "        Contract.packaged().read('topology.schema.yaml', read_yaml(p.read_text()))\n"
+        "        out.append('valid')\n"
+        "    except ConfigError as e:\n"
+        "        out.append(str(e))\n"
+        "print(json.dumps(out))\n")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+
+    def verdicts() -> list[str]:
+        res = subprocess.run([sys.executable, "-c", script, str(CASES / "topology" / "invalid")], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+    cold = verdicts()
+    folder = tmp_path / "robinhood"
+    files = sorted(p.name for p in folder.iterdir())
+    assert (folder.stat().st_mode & 0o777) == 0o700
+    assert "cel-lark.cache" in files and any(f.startswith("cel-trees-") for f in files), files
+    assert "valid" not in cold and verdicts() == cold
+    for p in folder.iterdir():
+        p.write_bytes(b"not a pickle")
+    assert verdicts() == cold
