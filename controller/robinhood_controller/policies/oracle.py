@@ -8,7 +8,9 @@ outliving the phase that built it — and searches, segment by segment, for the 
 with the fewest predicted SLO violations. It writes two schedules per app server: with
 **foresight** (the run known in advance: space can move before a drop, while the partition
 can still fill) and **reactive** (each phase of the scenario learnt the instant it starts,
-nothing after it). The testbed runs it once per run and names the file in
+nothing after it), and the candidate schedules the one with foresight is chosen from. The
+testbed runs it once per run, simulates the candidates and keeps the best measured one as the
+schedule with foresight (docs/algorithms.md, "Judged in the simulator"), and names the file in
 ``controller.run.oracle``.
 
 At every tick the policy applies its app server's schedule at the time since the run's start
@@ -55,9 +57,10 @@ def read_schedule(path: str, app_server: str, variant: str) -> list[tuple[float,
 @register
 class Oracle(AllocationPolicy):
     name = "oracle"
-    summary = ("the allocation schedule with the fewest SLO violations a model of the run predicts, computed in "
-               "advance from its trace and scenario (tracegen oracle): with foresight, or reacting to each phase "
-               "when it starts (lookahead: false); the bound online policies are measured against (beyond the paper)")
+    summary = ("the allocation schedule with the fewest SLO violations, computed in advance from the run's trace and "
+               "scenario (tracegen oracle's model; with foresight, the best of its candidates as the simulator measures "
+               "them): with foresight, or reacting to each phase when it starts (lookahead: false); the bound online "
+               "policies are measured against (beyond the paper)")
     Params = OracleParams
     needs_run = True
     color = "#000000"

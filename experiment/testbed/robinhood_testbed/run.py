@@ -316,9 +316,11 @@ def judge_oracle(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path
     partition's worth depends on when it filled (docs/algorithms.md, "The oracle"); the
     simulator can. The candidates include the reactive schedule and the configured
     allocation, so the judged oracle is never worse than the reactive oracle or the
-    static split in the simulator. A run the model calls infeasible (no allocation meets
-    the SLO throughout: no bound is claimed there) is not judged. The result is written to
-    ``path`` at once, when done (unjudged: the model's file as it is)."""
+    static split in the simulator. The model's pick is simulated first, and the judging
+    stops at the first candidate without a violation (none can do better). A run the model
+    calls infeasible (no allocation meets the SLO throughout: no bound is claimed there) is
+    not judged. The result is written to ``path`` at once, when done (unjudged: the model's
+    file as it is)."""
     doc = json.loads(model.read_text())
     apps = doc.get("app_server_schedules", {})
     cands = doc.get("app_server_candidates", {})
@@ -342,13 +344,15 @@ def judge_oracle(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path
         pct = float(slo["violation_pct"]) if slo.get("points_counted") else None
         p99 = r.summary.get("latency_ms_after_warmup", {}).get("p99")
         measured[name] = {"violation_pct": pct, "p99_ms": p99}
+        if pct == 0:
+            break  # none can do better: the later candidates are not simulated
 
     def rank(name: str) -> tuple[float, float]:
         m = measured[name]
         return (m["violation_pct"] if m["violation_pct"] is not None else float("inf"),
                 m["p99_ms"] if m["p99_ms"] is not None else float("inf"))
 
-    best = min(names, key=lambda n: (rank(n), names.index(n)))
+    best = min(measured, key=lambda n: (rank(n), names.index(n)))
     i = names.index(best)
     for app, sch in apps.items():
         c = cands[app][i]

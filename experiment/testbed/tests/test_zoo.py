@@ -143,8 +143,10 @@ def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
                 continue
             judged = check["judged"]
             measured = {n: m["violation_pct"] for n, m in judged["candidates"].items()}
-            assert set(measured) == {c["name"] for c in check["app_server_candidates"]["app0"]}
-            assert "model-pick" in measured and len(measured) >= 2
+            names = [c["name"] for c in check["app_server_candidates"]["app0"]]
+            # in order, the model's pick first; all of them unless one had no violation
+            assert list(measured) == names[:len(measured)] and names[0] == "model-pick" and len(names) >= 2
+            assert len(measured) == len(names) or list(measured.values())[-1] == 0
             assert measured[judged["chosen"]] == min(measured.values()) == pytest.approx(pct["oracle"])
             assert pct["oracle"] <= pct["oracle-reactive"] + 1e-9
             judged_points += 1
