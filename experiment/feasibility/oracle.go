@@ -79,6 +79,9 @@ type Options struct {
 	Horizon time.Duration
 	// Calibration is the data-path times (zero: costmodel.DefaultCalibration).
 	Calibration costmodel.Calibration
+	// Candidates, with Foresight, lists the whole schedules a judge on the
+	// simulator chooses the oracle's from (Report.Candidates).
+	Candidates bool
 }
 
 // Step is one change of a schedule: from At on, MB per partition on every
@@ -117,7 +120,8 @@ type Report struct {
 	Worst          float64
 	Schedules      map[string]*Schedule
 	// Candidates are the whole schedules the oracle with foresight may
-	// take (candidates), the model's pick first; none without Foresight.
+	// take (candidates), the model's pick first; none without Foresight
+	// and Options.Candidates.
 	Candidates             []Candidate
 	ConfiguredPredicted    Violations
 	workload               *Workload
@@ -231,6 +235,9 @@ func Analyse(in Input, opt Options) (*Report, error) {
 			}
 		}
 		r.Schedules[Foresight] = pick
+		if !opt.Candidates {
+			return r, nil
+		}
 		// The candidates a judge on the memcached model itself (the
 		// simulator) chooses from: the model's pick first, then every whole
 		// schedule the searches reached (Candidate).

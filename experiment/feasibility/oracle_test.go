@@ -252,7 +252,7 @@ func TestAnalyseListsTheCandidatesForTheJudge(t *testing.T) {
 	path := demoTrace(t, 160)
 	drop := []scenario.Change{{At: 140 * time.Second, Backend: "a", Fields: []scenario.FieldValue{{Field: config.FieldRate, Value: 180}}}}
 	in := Input{Topology: demoTopology(1), TracePath: path, Duration: 160 * time.Second, Changes: drop}
-	rep, err := Analyse(in, Options{Variants: Variants})
+	rep, err := Analyse(in, Options{Variants: Variants, Candidates: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,8 +276,13 @@ func TestAnalyseListsTheCandidatesForTheJudge(t *testing.T) {
 		t.Fatalf("the reactive schedule or the configured allocation is missing: %+v", cs)
 	}
 	// Without foresight there is nothing to judge.
-	if only, err := Analyse(in, Options{Variants: []string{Reactive}}); err != nil || len(only.Candidates) != 0 {
+	if only, err := Analyse(in, Options{Variants: []string{Reactive}, Candidates: true}); err != nil || len(only.Candidates) != 0 {
 		t.Fatalf("reactive only: %v, %d candidates", err, len(only.Candidates))
+	}
+	// Nor unless asked (scenario check).
+	if pick, err := Analyse(in, Options{Variants: Variants}); err != nil || len(pick.Candidates) != 0 ||
+		fmt.Sprint(pick.Schedules[Foresight].Steps) != fmt.Sprint(rep.Schedules[Foresight].Steps) {
+		t.Fatalf("without candidates: %v, %d candidates, or another pick", err, len(pick.Candidates))
 	}
 }
 

@@ -320,7 +320,7 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			if rep, err = feasibility.Analyse(in, feasibility.Options{Variants: vs}); err != nil {
+			if rep, err = feasibility.Analyse(in, feasibility.Options{Variants: vs, Candidates: true}); err != nil {
 				return err
 			}
 			byKind[kind] = rep

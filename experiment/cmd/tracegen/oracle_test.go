@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +62,10 @@ func TestOracleCommand(t *testing.T) {
 		AppS      int                         `json:"app_servers"`
 		Phases    []map[string]any            `json:"phases"`
 		ConfPct   *float64                    `json:"configured_predicted_violation_pct"`
+		Cands     map[string][]struct {
+			Name  string `json:"name"`
+			Steps []step `json:"steps"`
+		} `json:"app_server_candidates"`
 	}
 	b, _ := os.ReadFile(out)
 	if err := json.Unmarshal(b, &doc); err != nil {
@@ -80,6 +85,10 @@ func TestOracleCommand(t *testing.T) {
 					t.Fatalf("%s %s step %d: %+v", app, v, i, s.Steps)
 				}
 			}
+		}
+		// The candidates a judge chooses the oracle's schedule from: the model's pick first.
+		if cs := doc.Cands[app]; len(cs) < 2 || cs[0].Name != "model-pick" || fmt.Sprint(cs[0].Steps) != fmt.Sprint(vs["foresight"].Steps) {
+			t.Fatalf("%s: candidates %+v", app, cs)
 		}
 		// With foresight, never predicted worse than reacting.
 		if *vs["foresight"].Pct > *vs["reactive"].Pct+1e-9 {
