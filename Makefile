@@ -13,7 +13,10 @@ PROTOS  := $(wildcard proto/robinhood/v1/*.proto)
 # what they share) and robinhood-report (the reporter an application server imports).
 PYPKGS  := . reporter/python
 GOTEST_FLAGS ?= -count=1 -timeout 15m
-PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600 --durations=15
+# PYTEST_WORKERS: processes the Python tests are spread over (pytest-xdist; a test file
+# stays in one process, so its module fixtures start once); 0 runs them in pytest's own
+PYTEST_WORKERS ?= auto
+PYTEST_FLAGS ?= -q -p no:cacheprovider --timeout 600 --durations=15 -n $(PYTEST_WORKERS) --dist loadfile
 
 # DEMO_FLAGS: extra robinhood-testbed flags, e.g. DEMO_FLAGS='--out runs/mine --prometheus'
 # SIM_FLAGS: extra flags of sim-demo, e.g. SIM_FLAGS='--out runs/sim --sample 0.5'

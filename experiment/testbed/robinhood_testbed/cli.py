@@ -52,6 +52,12 @@ CACHE_MODES = ("partitioned", "shared", "none")
 ARM_OVERHEAD_S = 25.0
 
 
+def _console() -> Console:
+    """The console for messages: a long line (a path) is left to the terminal to
+    wrap, never broken by us, so it can be copied as it is."""
+    return Console(soft_wrap=True)
+
+
 def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -219,7 +225,7 @@ def _sim_options(args: argparse.Namespace, sim: bool) -> tuple[Path | None, floa
 
 
 def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
-    console = Console()
+    console = _console()
     exp = _load(args)
     todo = _arms(args, exp, single=single)
     out = _out_dir(args, exp)
@@ -282,7 +288,7 @@ def results_arms(out: Path) -> list[str]:
 def cmd_report(args: argparse.Namespace) -> int:
     """Rebuild the report, plots and table of a results folder (after re-running an arm
     into it, or with newer plotting code); runs nothing."""
-    console = Console()
+    console = _console()
     exp = _load(args)
     out = Path(args.dir)
     if not out.is_dir():
@@ -315,7 +321,7 @@ def _seeds(text: str) -> list[int]:
 def cmd_zoo(args: argparse.Namespace) -> int:
     """Every arm on scenarios drawn from the zoo's family, in the simulator (docs/zoo.md)."""
     from . import zoo
-    console = Console()
+    console = _console()
     exps = [load(f) for f in _names(args.experiment, "--experiment")]
     names = [e.name for e in exps]
     if len(set(names)) < len(names):
@@ -355,7 +361,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     """Every arm of several experiments for several seeds, in the simulator."""
     from . import matrix
-    console = Console()
+    console = _console()
     files = _names(args.experiments, "--experiments")
     exps = []
     for f in files:
@@ -388,7 +394,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """One parameter over a range, every point in the simulator, several seeds."""
     from . import sweep
-    console = Console()
+    console = _console()
     exp = _load(args)
     out = _out_dir(args, exp)
     if out.exists() and any(out.iterdir()):
@@ -450,7 +456,7 @@ def _print_endpoints(console: Console, dep: Deployment) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    console = Console()
+    console = _console()
     if args.topology:
         if args.experiment:
             raise ExperimentError("give --experiment or --topology, not both")
@@ -510,7 +516,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 def cmd_chaos(args: argparse.Namespace) -> int:
     from .chaos import run_chaos
-    console = Console()
+    console = _console()
     exp = _load(args)
     arm = _arms(args, exp, single=True)[0]
     out = _out_dir(args, exp)
