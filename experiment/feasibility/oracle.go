@@ -27,6 +27,7 @@ package feasibility
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -254,6 +255,10 @@ func Analyse(in Input, opt Options) (*Report, error) {
 type Candidate struct {
 	Name     string
 	Schedule *Schedule
+	// SameAs names the earlier candidate with the same steps, if any (every
+	// app server lists every name, in the same order; a judge simulates a
+	// combination of the app servers' schedules once).
+	SameAs string
 }
 
 // CandidateLeads are how far ahead of the reactive schedule its shifted
@@ -262,12 +267,16 @@ type Candidate struct {
 var CandidateLeads = []time.Duration{5 * time.Second, 20 * time.Second}
 
 // candidates lists the oracle's candidate schedules, the model's pick
-// first and no schedule twice: the searches' schedules (more), the
-// reactive schedule as it is, and moved earlier by each of CandidateLeads.
+// first, every name on every app server (a schedule met before is marked
+// SameAs): the searches' schedules (more), the reactive schedule as it is,
+// moved earlier by each of CandidateLeads, and the model's pick and the
+// reactive schedule with every move spread over the time before it
+// (spread).
 // The fluid model cannot tell them apart where a partition's worth
 // depends on when it filled (memcached's slab classes keep the pages
 // they took while filling); the simulator can, and the oracle with
-// foresight is the best of them there (docs/algorithms.md, "The oracle").
+// foresight is the best of them there (docs/algorithms.md, "Judged in
+// the simulator").
 // Every online arm starts from the configured allocation and the reactive
 // oracle's schedule is a candidate, so the judged oracle is never worse
 // than either on the same run.
@@ -282,15 +291,18 @@ func (r *Report) candidates(pick *Schedule, more []Candidate, horizon time.Durat
 	for _, lead := range CandidateLeads {
 		all = append(all, Candidate{Name: fmt.Sprintf("reactive-lead-%gs", lead.Seconds()), Schedule: r.shifted(reactive, lead)})
 	}
+	all = append(all, Candidate{Name: "model-pick-spread", Schedule: r.spread(pick)},
+		Candidate{Name: "reactive-spread", Schedule: r.spread(reactive)})
 	var out []Candidate
-	seen := map[string]bool{}
+	seen := map[string]string{}
 	for _, c := range all {
 		k := fmt.Sprint(c.Schedule.Steps)
-		if seen[k] {
-			continue
+		same, ok := seen[k]
+		if !ok {
+			seen[k] = c.Name
 		}
-		seen[k] = true
-		out = append(out, Candidate{Name: c.Name, Schedule: &Schedule{Variant: Foresight, Steps: c.Schedule.Steps, Predicted: c.Schedule.Predicted}})
+		out = append(out, Candidate{Name: c.Name, SameAs: same,
+			Schedule: &Schedule{Variant: Foresight, Steps: c.Schedule.Steps, Predicted: c.Schedule.Predicted}})
 	}
 	return out
 }
@@ -315,6 +327,65 @@ func (r *Report) shifted(s *Schedule, lead time.Duration) *Schedule {
 	}
 	w := r.workload
 	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
+	return out
+}
+
+// spread is s with every move spread over the time since the step before
+// it: from that step on, the allocation goes a bucket at a time in a
+// straight line to the move's, and is there when s moves (whole MiB, the
+// total kept: the larger remainders get the odd MiB). With foresight, a
+// partition a later phase needs fills while its backend still answers
+// misses quickly, and the partitions that give it space give it up a
+// little at a time while theirs can take the misses (what an online policy
+// that drifts a step per interval toward the backend under pressure
+// does). With the model's prediction of it.
+func (r *Report) spread(s *Schedule) *Schedule {
+	w := r.workload
+	out := &Schedule{Variant: s.Variant, Steps: []Step{s.Steps[0]}}
+	for i := 1; i < len(s.Steps); i++ {
+		from, to := s.Steps[i-1], s.Steps[i]
+		a, b := r.vec(from.MB), r.vec(to.MB)
+		n := int((to.At - from.At) / w.Bucket)
+		for k := 1; k < n; k++ {
+			at := from.At + time.Duration(k)*w.Bucket
+			v := lerp(a, b, float64(k)/float64(n))
+			if !sameAlloc(v, r.vec(out.Steps[len(out.Steps)-1].MB), 0) {
+				out.Steps = append(out.Steps, Step{At: at, MB: r.named(v, from.MB)})
+			}
+		}
+		out.Steps = append(out.Steps, to)
+	}
+	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
+	return out
+}
+
+// lerp is the allocation f of the way from a to b in whole MiB with a's
+// total (b's: the same), the larger remainders rounded up; -1 (no
+// partition) stays.
+func lerp(a, b []int, f float64) []int {
+	out := make([]int, len(a))
+	type rest struct {
+		i    int
+		frac float64
+	}
+	var rests []rest
+	want, got := 0, 0
+	for i := range a {
+		if a[i] < 0 || b[i] < 0 {
+			out[i] = a[i]
+			continue
+		}
+		x := float64(a[i]) + f*float64(b[i]-a[i])
+		out[i] = int(math.Floor(x))
+		want += a[i]
+		got += out[i]
+		rests = append(rests, rest{i, x - math.Floor(x)})
+	}
+	sort.SliceStable(rests, func(i, j int) bool { return rests[i].frac > rests[j].frac })
+	for k := 0; got < want && k < len(rests); k++ {
+		out[rests[k].i]++
+		got++
+	}
 	return out
 }
 

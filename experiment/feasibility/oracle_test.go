@@ -260,20 +260,33 @@ func TestAnalyseListsTheCandidatesForTheJudge(t *testing.T) {
 	if len(cs) < 2 || cs[0].Name != "model-pick" || fmt.Sprint(cs[0].Schedule.Steps) != fmt.Sprint(rep.Schedules[Foresight].Steps) {
 		t.Fatalf("the model's pick is not the first candidate: %+v", cs)
 	}
-	names, steps := map[string]bool{}, map[string]bool{}
+	names, steps := map[string]bool{}, map[string]string{}
 	for _, c := range cs {
 		k := fmt.Sprint(c.Schedule.Steps)
-		if names[c.Name] || steps[k] {
-			t.Fatalf("candidate %s twice (by name or by schedule): %+v", c.Name, cs)
+		if names[c.Name] || (steps[k] != "") != (c.SameAs != "") || (c.SameAs != "" && steps[k] != c.SameAs) {
+			t.Fatalf("candidate %s twice, or a schedule met before not marked as such: %+v", c.Name, cs)
 		}
-		names[c.Name], steps[k] = true, true
+		names[c.Name] = true
+		if steps[k] == "" {
+			steps[k] = c.Name
+		}
 		if c.Schedule.Steps[0].At != 0 || c.Schedule.Variant != Foresight {
 			t.Fatalf("candidate %s does not start at 0 s as a foresight schedule: %+v", c.Name, c.Schedule)
 		}
 	}
 	// The reactive schedule and the configured allocation are among them (by schedule).
-	if !steps[fmt.Sprint(rep.Schedules[Reactive].Steps)] || !steps[fmt.Sprint([]Step{{At: 0, MB: rep.Configured}})] {
+	if steps[fmt.Sprint(rep.Schedules[Reactive].Steps)] == "" || steps[fmt.Sprint([]Step{{At: 0, MB: rep.Configured}})] == "" {
 		t.Fatalf("the reactive schedule or the configured allocation is missing: %+v", cs)
+	}
+	// Every app server lists the same names in the same order, spread ones included.
+	want := []string{"model-pick", "foresight-search", "reactive-from-configured", "configured", "reactive",
+		"reactive-lead-5s", "reactive-lead-20s", "model-pick-spread", "reactive-spread"}
+	var got []string
+	for _, c := range cs {
+		got = append(got, c.Name)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("candidates %v, want %v", got, want)
 	}
 	// Without foresight there is nothing to judge.
 	if only, err := Analyse(in, Options{Variants: []string{Reactive}, Candidates: true}); err != nil || len(only.Candidates) != 0 {
@@ -300,5 +313,67 @@ func TestShiftedMovesEveryStepEarlier(t *testing.T) {
 	want := []Step{{At: 0, MB: a(30)}, {At: 25 * time.Second, MB: a(40)}, {At: 28 * time.Second, MB: a(50)}}
 	if fmt.Sprint(got.Steps) != fmt.Sprint(want) {
 		t.Fatalf("shifted %+v, want %+v", got.Steps, want)
+	}
+}
+
+// A move spread over the time before it: every step keeps the budget and
+// the floor, goes one way, and the schedule is where s is at every step of s.
+func TestSpreadMovesInAStraightLine(t *testing.T) {
+	path := demoTrace(t, 60)
+	rep, err := Analyse(Input{Topology: demoTopology(1), TracePath: path, Duration: 60 * time.Second}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := func(mb int) map[string]int { return map[string]int{"a": mb, "b": rep.Budget - mb} }
+	s := &Schedule{Variant: Foresight, Steps: []Step{{At: 0, MB: a(32)}, {At: 20 * time.Second, MB: a(52)},
+		{At: 21 * time.Second, MB: a(56)}, {At: 40 * time.Second, MB: a(8)}}}
+	got := rep.spread(s)
+	prev := Step{At: -1, MB: a(32)}
+	for _, st := range got.Steps {
+		if st.MB["a"]+st.MB["b"] != rep.Budget || st.MB["a"] < 8 || st.MB["b"] < 8 || st.At <= prev.At {
+			t.Fatalf("spread step %+v (budget %d): %+v", st, rep.Budget, got.Steps)
+		}
+		if (st.At <= 21*time.Second && st.MB["a"] < prev.MB["a"]) || (st.At > 21*time.Second && st.MB["a"] > prev.MB["a"]) {
+			t.Fatalf("spread goes back and forth: %+v", got.Steps)
+		}
+		prev = st
+	}
+	for _, st := range s.Steps {
+		if got.At(st.At)["a"] != st.MB["a"] {
+			t.Fatalf("at %v spread has %v, s %v: %+v", st.At, got.At(st.At), st.MB, got.Steps)
+		}
+	}
+	if m := got.At(10 * time.Second)["a"]; m < 40 || m > 44 {
+		t.Fatalf("half way to the move a has %d MiB, want about 42: %+v", m, got.Steps)
+	}
+	if got.Predicted.Points == 0 {
+		t.Fatalf("no prediction: %+v", got.Predicted)
+	}
+}
+
+// lerp keeps the total, stays between the two ends and leaves -1 alone.
+func TestLerpKeepsTheTotal(t *testing.T) {
+	a, b := []int{10, 20, 34, -1}, []int{30, 17, 17, -1}
+	for _, f := range []float64{0, 0.1, 1.0 / 3, 0.5, 0.77, 1} {
+		got := lerp(a, b, f)
+		sum := 0
+		for i := range got {
+			if a[i] < 0 {
+				if got[i] != -1 {
+					t.Fatalf("f=%v: %v", f, got)
+				}
+				continue
+			}
+			sum += got[i]
+			if lo, hi := min(a[i], b[i]), max(a[i], b[i]); got[i] < lo || got[i] > hi {
+				t.Fatalf("f=%v: %v outside %v..%v", f, got, a, b)
+			}
+		}
+		if sum != 64 {
+			t.Fatalf("f=%v: %v sums to %d", f, got, sum)
+		}
+	}
+	if got := lerp(a, b, 1); fmt.Sprint(got) != fmt.Sprint(b) {
+		t.Fatalf("lerp(1) = %v, want %v", got, b)
 	}
 }

@@ -336,11 +336,16 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 		}
 		if len(rep.Candidates) > 0 {
 			// the oracle's candidates, in order, for a judge on the
-			// simulator (robinhood-testbed; docs/algorithms.md, "The oracle")
+			// simulator (robinhood-testbed; docs/algorithms.md, "Judged in the
+			// simulator")
 			var cands []map[string]any
 			for _, c := range rep.Candidates {
-				cands = append(cands, map[string]any{"name": c.Name, "steps": scheduleOf(c.Schedule).Steps,
-					"predicted_violation_pct": c.Schedule.Predicted.Pct})
+				j := map[string]any{"name": c.Name, "steps": scheduleOf(c.Schedule).Steps,
+					"predicted_violation_pct": c.Schedule.Predicted.Pct}
+				if c.SameAs != "" {
+					j["same_as"] = c.SameAs
+				}
+				cands = append(cands, j)
 			}
 			candidatesByApp[id] = cands
 		}

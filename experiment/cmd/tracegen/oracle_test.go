@@ -90,6 +90,20 @@ func TestOracleCommand(t *testing.T) {
 		if cs := doc.Cands[app]; len(cs) < 2 || cs[0].Name != "model-pick" || fmt.Sprint(cs[0].Steps) != fmt.Sprint(vs["foresight"].Steps) {
 			t.Fatalf("%s: candidates %+v", app, cs)
 		}
+		// Every app server names the same candidates in the same order (a judge runs them by name).
+		var names []string
+		for _, c := range doc.Cands[app] {
+			names = append(names, c.Name)
+		}
+		if first := doc.Cands["app0"]; app != "app0" && len(first) > 0 {
+			var want []string
+			for _, c := range first {
+				want = append(want, c.Name)
+			}
+			if fmt.Sprint(names) != fmt.Sprint(want) {
+				t.Fatalf("%s names the candidates %v, app0 %v", app, names, want)
+			}
+		}
 		// With foresight, never predicted worse than reacting.
 		if *vs["foresight"].Pct > *vs["reactive"].Pct+1e-9 {
 			t.Fatalf("%s: foresight %v%% > reactive %v%%", app, *vs["foresight"].Pct, *vs["reactive"].Pct)

@@ -329,13 +329,21 @@ def judge_oracle(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path
         _write_atomic(path, doc)
         return
     judge = Arm("oracle", arm.cache_mode, {"name": "oracle"}, arm.dispatch)
+    by_name = {app: {c["name"]: c for c in cs} for app, cs in cands.items()}
     measured: dict[str, dict[str, Any]] = {}
-    for i, name in enumerate(names):
+    seen: set[str] = set()
+    for name in names:
+        # Every app server lists every name (tracegen); a combination of the app
+        # servers' schedules simulated already is not simulated again.
+        key = json.dumps({app: by_name[app][name]["steps"] for app in sorted(apps)}, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
         where = model.parent / JUDGE_DIR / name
         where.mkdir(parents=True, exist_ok=True)
         cand = json.loads(json.dumps(doc))
         for app, sch in cand["app_server_schedules"].items():
-            c = cands[app][i]
+            c = by_name[app][name]
             sch["foresight"] = {"steps": c["steps"], "predicted_violation_pct": c["predicted_violation_pct"]}
         (where / ORACLE_FILE).write_text(json.dumps(cand, indent=1) + "\n")
         shutil.rmtree(where / judge.name, ignore_errors=True)
@@ -353,9 +361,8 @@ def judge_oracle(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path
                 m["p99_ms"] if m["p99_ms"] is not None else float("inf"))
 
     best = min(measured, key=lambda n: (rank(n), names.index(n)))
-    i = names.index(best)
     for app, sch in apps.items():
-        c = cands[app][i]
+        c = by_name[app][best]
         sch["foresight"] = {**sch["foresight"], "steps": c["steps"], "predicted_violation_pct": c["predicted_violation_pct"]}
     doc["judged"] = {"chosen": best, "candidates": measured,
                      "how": "each candidate simulated with the experiment's seed (bin/sim); the fewest SLO "
