@@ -255,10 +255,6 @@ func Analyse(in Input, opt Options) (*Report, error) {
 type Candidate struct {
 	Name     string
 	Schedule *Schedule
-	// SameAs names the earlier candidate with the same steps, if any (every
-	// app server lists every name, in the same order; a judge simulates a
-	// combination of the app servers' schedules once).
-	SameAs string
 }
 
 // CandidateLeads are how far ahead of the reactive schedule its shifted
@@ -267,11 +263,12 @@ type Candidate struct {
 var CandidateLeads = []time.Duration{5 * time.Second, 20 * time.Second}
 
 // candidates lists the oracle's candidate schedules, the model's pick
-// first, every name on every app server (a schedule met before is marked
-// SameAs): the searches' schedules (more), the reactive schedule as it is,
-// moved earlier by each of CandidateLeads, and the model's pick and the
-// reactive schedule with every move spread over the time before it
-// (spread).
+// first, every name on every app server in the same order, even where two
+// schedules are the same (a judge simulates a combination of the app
+// servers' schedules once): the searches' schedules (more), the reactive
+// schedule as it is, moved earlier by each of CandidateLeads, and the
+// model's pick and the reactive schedule with every move spread over the
+// time before it (spread).
 // The fluid model cannot tell them apart where a partition's worth
 // depends on when it filled (memcached's slab classes keep the pages
 // they took while filling); the simulator can, and the oracle with
@@ -293,18 +290,10 @@ func (r *Report) candidates(pick *Schedule, more []Candidate, horizon time.Durat
 	}
 	all = append(all, Candidate{Name: "model-pick-spread", Schedule: r.spread(pick)},
 		Candidate{Name: "reactive-spread", Schedule: r.spread(reactive)})
-	var out []Candidate
-	seen := map[string]string{}
-	for _, c := range all {
-		k := fmt.Sprint(c.Schedule.Steps)
-		same, ok := seen[k]
-		if !ok {
-			seen[k] = c.Name
-		}
-		out = append(out, Candidate{Name: c.Name, SameAs: same,
-			Schedule: &Schedule{Variant: Foresight, Steps: c.Schedule.Steps, Predicted: c.Schedule.Predicted}})
+	for i, c := range all {
+		all[i].Schedule = &Schedule{Variant: Foresight, Steps: c.Schedule.Steps, Predicted: c.Schedule.Predicted}
 	}
-	return out
+	return all
 }
 
 // shifted is s with every move after the first step made lead earlier
@@ -345,12 +334,12 @@ func (r *Report) spread(s *Schedule) *Schedule {
 	for i := 1; i < len(s.Steps); i++ {
 		from, to := s.Steps[i-1], s.Steps[i]
 		a, b := r.vec(from.MB), r.vec(to.MB)
+		last := a
 		n := int((to.At - from.At) / w.Bucket)
 		for k := 1; k < n; k++ {
-			at := from.At + time.Duration(k)*w.Bucket
-			v := lerp(a, b, float64(k)/float64(n))
-			if !sameAlloc(v, r.vec(out.Steps[len(out.Steps)-1].MB), 0) {
-				out.Steps = append(out.Steps, Step{At: at, MB: r.named(v, from.MB)})
+			if v := lerp(a, b, float64(k)/float64(n)); !sameAlloc(v, last, 0) {
+				out.Steps = append(out.Steps, Step{At: from.At + time.Duration(k)*w.Bucket, MB: r.named(v, from.MB)})
+				last = v
 			}
 		}
 		out.Steps = append(out.Steps, to)

@@ -340,12 +340,8 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 			// simulator")
 			var cands []map[string]any
 			for _, c := range rep.Candidates {
-				j := map[string]any{"name": c.Name, "steps": scheduleOf(c.Schedule).Steps,
-					"predicted_violation_pct": c.Schedule.Predicted.Pct}
-				if c.SameAs != "" {
-					j["same_as"] = c.SameAs
-				}
-				cands = append(cands, j)
+				cands = append(cands, map[string]any{"name": c.Name, "steps": scheduleOf(c.Schedule).Steps,
+					"predicted_violation_pct": c.Schedule.Predicted.Pct})
 			}
 			candidatesByApp[id] = cands
 		}
