@@ -200,7 +200,29 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 	for i, k := range req.Keys {
 		ops[i] = capacity.Op{Priority: prio, Key: KeyHash(k)}
 	}
-	tickets, err := s.model.JoinOps(ops)
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		tickets []*capacity.Ticket
+		bt      *batch
+	)
+	if req.BatchId == 0 {
+		tickets, err = s.model.JoinOps(ops)
+	} else {
+		// Admitted and registered in one step: a Purge that comes after a
+		// query is admitted finds its batch.
+		owner, _ := auth.Caller(parent)
+		s.batchMu.Lock()
+		if tickets, err = s.model.JoinOps(ops); err == nil {
+			bt = &batch{owner: owner, tickets: tickets, done: make([]atomic.Bool, n), cancel: cancel}
+			s.batches[req.BatchId] = append(s.batches[req.BatchId], bt)
+		}
+		s.batchMu.Unlock()
+		if bt != nil {
+			defer s.drop(req.BatchId, bt)
+		}
+	}
 	if err != nil {
 		s.m.rejected.Add(float64(n))
 		if errors.Is(err, capacity.ErrQueueFull) {
@@ -209,16 +231,6 @@ func (s *Server) Get(ctx context.Context, req *robinhoodv1.GetRequest) (*robinho
 		return nil, status.Errorf(codes.Unavailable, "backend %s: %v", s.name, err)
 	}
 
-	parent := ctx
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var bt *batch
-	if req.BatchId != 0 {
-		owner, _ := auth.Caller(parent)
-		bt = &batch{owner: owner, tickets: tickets, done: make([]atomic.Bool, n), cancel: cancel}
-		s.hold(req.BatchId, bt)
-		defer s.drop(req.BatchId, bt)
-	}
 	values := make([][]byte, n)
 	var (
 		queued, service atomic.Int64
@@ -287,41 +299,49 @@ func (s *Server) Purge(ctx context.Context, req *robinhoodv1.PurgeRequest) (*rob
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
-	var resp robinhoodv1.PurgeResponse
+	var (
+		resp robinhoodv1.PurgeResponse
+		mine []*batch
+	)
+	s.batchMu.Lock()
 	for _, id := range req.BatchIds {
-		s.batchMu.Lock()
-		held := append([]*batch(nil), s.batches[id]...)
-		s.batchMu.Unlock()
-		for _, bt := range held {
-			if bt.owner != caller {
+		for _, bt := range s.batches[id] {
+			switch {
+			case bt.owner != caller:
 				s.m.purgeRefused.Inc()
-				continue
+			case !bt.purged.Swap(true):
+				mine = append(mine, bt)
 			}
-			if bt.purged.Swap(true) {
-				continue
+		}
+	}
+	s.batchMu.Unlock()
+	// Every queued query leaves the queue before any running one is
+	// stopped: a worker a stopped query frees must not take a query of a
+	// batch this purge names.
+	stopped := make([][]bool, len(mine))
+	for b, bt := range mine {
+		stopped[b] = make([]bool, len(bt.tickets))
+		for i, tk := range bt.tickets {
+			if tk.Purge() {
+				resp.Dequeued++
+			} else {
+				stopped[b][i] = true
 			}
-			for i, tk := range bt.tickets {
-				switch {
-				case tk.Purge():
-					resp.Dequeued++
-				case !bt.done[i].Load():
-					if _, admitted := tk.Settled(); admitted {
-						resp.Stopped++
-					}
+		}
+	}
+	for b, bt := range mine {
+		for i, tk := range bt.tickets {
+			if stopped[b][i] && !bt.done[i].Load() {
+				if _, admitted := tk.Settled(); admitted {
+					resp.Stopped++
 				}
 			}
-			bt.cancel()
 		}
+		bt.cancel()
 	}
 	s.m.purged.WithLabelValues("queued").Add(float64(resp.Dequeued))
 	s.m.purged.WithLabelValues("running").Add(float64(resp.Stopped))
 	return &resp, nil
-}
-
-func (s *Server) hold(id uint64, bt *batch) {
-	s.batchMu.Lock()
-	s.batches[id] = append(s.batches[id], bt)
-	s.batchMu.Unlock()
 }
 
 func (s *Server) drop(id uint64, bt *batch) {
