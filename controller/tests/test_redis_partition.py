@@ -2,6 +2,8 @@
 processes, alone and next to a memcached partition."""
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 from redis.driver_info import DriverInfo
@@ -137,8 +139,16 @@ def test_shrink_frees_memory_and_grow_follows(procs) -> None:
     assert out.changed == {"a": (48, 16), "b": (16, 48)}
     assert "a" in out.shrink_seconds and out.pages_moved == {}
     ia = info(a)
-    # At its limit; our INFO's own connection may add a few KB of client buffers.
-    assert ia["maxmemory"] == 16 * MIB and ia["used_memory"] <= 16 * MIB + (64 << 10) and ia["evicted_keys"] > 0
+    # Done means within the driver's slack of the limit (Redis evicts in time-limited
+    # rounds, so on a busy machine the last ones may still be running) ...
+    assert ia["maxmemory"] == 16 * MIB and ia["evicted_keys"] > 0
+    assert ia["used_memory"] <= 16 * MIB + RedisPartition.limit_slack
+    # ... and Redis goes on to its limit by itself (our INFO's own connection may add a
+    # few KB of client buffers).
+    deadline = time.monotonic() + 30
+    while info(a)["used_memory"] > 16 * MIB + (64 << 10):
+        assert time.monotonic() < deadline, f"Redis stays at {info(a)['used_memory']} bytes above its 16 MiB limit"
+        time.sleep(0.05)
     assert info(b)["maxmemory"] == 48 * MIB
     # Idempotent: a second reconcile changes nothing.
     out = reconcile([_target("a", da, 16), _target("b", db, 48)], budget_mb=64, shrink_budget=5)
