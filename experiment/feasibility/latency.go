@@ -747,15 +747,18 @@ func (t *shapeTable) cdf(rows [][]float64) float64 {
 	F := 0.0
 	nb := t.nb
 	for s, w := range t.weight {
-		p := t.pair[s*nb : (s+1)*nb]
-		for b := int(t.common[s]); b < nb; b++ {
-			v := prefix[b]
-			if j := p[b]; j >= 0 {
-				v *= rows[b][j]
+		// The product runs in a register from the first backend this shape
+		// does not share with the one before; the same operations in the
+		// same order as a product over every backend (bit for bit).
+		b := int(t.common[s])
+		v := prefix[b]
+		for k, j := range t.pair[s*nb+b : (s+1)*nb] {
+			if j >= 0 {
+				v *= rows[b+k][j]
 			}
-			prefix[b+1] = v
+			prefix[b+k+1] = v
 		}
-		F += w * prefix[nb]
+		F += w * v
 	}
 	return F
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -257,6 +258,7 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	variants := fs.String("variants", strings.Join(feasibility.Variants, ","), "schedules to compute: foresight (the future known in advance) and/or reactive (each phase learnt when it starts)")
 	series := fs.Bool("series", false, "also write, per variant, the transient model's prediction of every point of the SLO series")
 	out := fs.String("out", "-", "write the JSON here (- for stdout); written whole or not at all")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the analysis here (go tool pprof)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -290,6 +292,17 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	topo, err := config.LoadTopology(*topoPath)
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var sc *scenario.Scenario
 	if *scPath != "" {
