@@ -42,7 +42,7 @@ from .experiment import Arm, Experiment, ExperimentError
 from .experiment import arms as experiment_arms
 from .plots import _color, plt
 from .procs import StartError
-from .run import ORACLE_FILE, FixedPorts, oracle_schedule, prepare_inputs
+from .run import ORACLE_FILE, FixedPorts, judged_run, oracle_schedule, prepare_inputs
 from .seeds import RANGES
 
 #: The development and evaluation seed ranges (inclusive), as experiment/zoo defines them.
@@ -199,21 +199,35 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
     counts = {c: sum(p.cls == c for _, p in points) for c in dict.fromkeys(p.cls for _, p in points)}
     progress(f"{len(points)} scenarios drawn in {time.monotonic() - start:.0f}s: "
              + ", ".join(f"{n} {c}" for c, n in counts.items()))
-    todo: list[tuple[Experiment, Point, ArmJob]] = []
-    for e, p in points:
-        for arm in arms_of(p.exp):
-            todo.append((e, p, ArmJob(p.exp, arm, p.dir, p.trace, p.scenario)))
-    executor = executor or LocalExecutor(jobs)
-    progress(f"{len(todo)} runs, {executor.describe()}")
-    rows: list[dict[str, Any] | None] = [None] * len(todo)
-    for n, done in enumerate(executor.run([j for _, _, j in todo])):
-        e, p, job = todo[done.index]
-        r = PolicyRun.load(done.result.run_dir)
+    def row(e: Experiment, p: Point, arm: str, run_dir: Path, wall_s: float) -> dict[str, Any]:
+        r = PolicyRun.load(run_dir)
         p99 = r.measured_series("p99_ms")
-        rows[done.index] = {"experiment": e.name, "seed": p.seed, "app_servers": p.app_servers, "family": p.family,
-                            "class": p.cls, "worst_utilization": p.worst_utilization, "arm": job.arm.name,
-                            "violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,
-                            "hit_ratio": r.result.get("overall_hit_ratio"), "wall_s": round(done.wall_s, 1)}
+        return {"experiment": e.name, "seed": p.seed, "app_servers": p.app_servers, "family": p.family,
+                "class": p.cls, "worst_utilization": p.worst_utilization, "arm": arm,
+                "violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,
+                "hit_ratio": r.result.get("overall_hit_ratio"), "wall_s": round(wall_s, 1)}
+
+    # An oracle arm the judge has simulated already is that run (a link to it), not run again.
+    slots: list[tuple[Experiment, Point, Arm]] = [(e, p, arm) for e, p in points for arm in arms_of(p.exp)]
+    rows: list[dict[str, Any] | None] = [None] * len(slots)
+    todo: list[tuple[int, ArmJob]] = []
+    for i, (e, p, arm) in enumerate(slots):
+        src = judged_run(p.dir, arm)
+        if src is None:
+            todo.append((i, ArmJob(p.exp, arm, p.dir, p.trace, p.scenario)))
+            continue
+        link = p.dir / arm.name
+        if link.exists() or link.is_symlink():
+            raise ExperimentError(f"{link} already exists; choose another --out")
+        link.symlink_to(src.relative_to(p.dir))
+        rows[i] = row(e, p, arm.name, link, 0.0)
+    executor = executor or LocalExecutor(jobs)
+    progress(f"{len(todo)} runs, {executor.describe()}"
+             + (f" ({len(slots) - len(todo)} oracle arms are the judge's runs)" if len(todo) < len(slots) else ""))
+    for n, done in enumerate(executor.run([j for _, j in todo])):
+        i, job = todo[done.index]
+        e, p, _ = slots[i]
+        rows[i] = row(e, p, job.arm.name, done.result.run_dir, done.wall_s)
         if (n + 1) % 50 == 0 or n + 1 == len(todo):
             progress(f"[{n + 1}/{len(todo)} {time.monotonic() - start:.0f}s]")
     return [r for r in rows if r is not None]

@@ -132,7 +132,17 @@ def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
             assert yaml.safe_load((point / "scenario.yaml").read_text()) == yaml.safe_load((point / "generated.yaml").read_text())
             for arm in ("oracle", "oracle-reactive"):
                 topo = yaml.safe_load((point / arm / "topology.yaml").read_text())
-                assert topo["app_servers"][0]["controller"]["run"]["oracle"] == str((point / "oracle.json").resolve())
+                read = Path(topo["app_servers"][0]["controller"]["run"]["oracle"])
+                if (point / arm).is_symlink():
+                    # the judge's run of the same schedule, linked: not simulated again
+                    assert (point / arm).resolve().parent.parent == (point / "oracle-judge").resolve()
+                    assert read.parent == (point / arm).resolve().parent
+                    variant = "reactive" if arm == "oracle-reactive" else "foresight"
+                    ran, final = json.loads(read.read_text()), json.loads((point / "oracle.json").read_text())
+                    for app, sch in final["app_server_schedules"].items():
+                        assert ran["app_server_schedules"][app]["foresight"]["steps"] == sch[variant]["steps"]
+                else:
+                    assert read == (point / "oracle.json").resolve()
             # A feasible point's oracle is the best of its candidates in the simulator: the
             # arm measures what the judge measured for the chosen one, which is the least,
             # and the reactive schedule is a candidate.
@@ -159,6 +169,8 @@ def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
             assert len(measured) == len(distinct) or list(measured.values())[-1] == 0
             assert measured[judged["chosen"]] == min(measured.values()) == pytest.approx(pct["oracle"])
             assert pct["oracle"] <= pct["oracle-reactive"] + 1e-9
+            assert (point / "oracle").is_symlink()
+            assert (point / "oracle-reactive").is_symlink() == ("reactive" in measured)
             judged_points += 1
     assert judged_points >= 1  # the draws are deterministic: these seeds have feasible points
     md = (out / "zoo.md").read_text()
@@ -189,3 +201,40 @@ def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
 def zoo_experiment(path: Path):  # type: ignore[no-untyped-def]
     from robinhood_testbed.experiment import load
     return load(str(path))
+
+
+def test_an_oracle_arm_is_the_judges_run_only_when_it_is_the_same_run(tmp_path: Path) -> None:
+    from robinhood_testbed.experiment import Arm
+    from robinhood_testbed.run import JUDGE_DIR, ORACLE_FILE, judged_run
+
+    steps = {"model-pick": [{"at_s": 0, "mb": {"a": 10}}], "reactive": [{"at_s": 5, "mb": {"a": 20}}]}
+    doc = {"app_server_schedules": {"app0": {"foresight": {"steps": steps["model-pick"]},
+                                             "reactive": {"steps": steps["reactive"]}}},
+           "app_server_candidates": {"app0": [{"name": n, "steps": s} for n, s in steps.items()]},
+           "judged": {"chosen": "model-pick", "dispatch": {"policy": "random"},
+                      "candidates": {"model-pick": {"violation_pct": 1.0}, "reactive": {"violation_pct": 2.0}}}}
+    (tmp_path / ORACLE_FILE).write_text(json.dumps(doc))
+    for n in steps:
+        (tmp_path / JUDGE_DIR / n / "oracle" / "replay").mkdir(parents=True)
+        (tmp_path / JUDGE_DIR / n / "oracle" / "replay" / "summary.json").write_text("{}")
+
+    def arm(policy: dict[str, Any] | None, mode: str = "partitioned", dispatch: str = "random") -> Path | None:
+        return judged_run(tmp_path, Arm("x", mode, policy, {"policy": dispatch}))
+
+    chosen, reactive = (tmp_path / JUDGE_DIR / n / "oracle" for n in ("model-pick", "reactive"))
+    assert arm({"name": "oracle"}) == arm({"name": "oracle", "lookahead": True}) == chosen
+    assert arm({"name": "oracle-reactive"}) == arm({"name": "oracle", "lookahead": False}) == reactive
+    # another dispatch, another setting, another policy or cache: another run
+    assert arm({"name": "oracle"}, dispatch="hedge") is None
+    assert arm({"name": "oracle-reactive", "x": 1}) is None and arm({"name": "static"}) is None
+    assert arm(None, mode="shared") is None
+    # a "reactive" candidate that is not the reactive schedule is not the reactive arm's run
+    doc["app_server_candidates"]["app0"][1]["steps"] = steps["model-pick"]
+    (tmp_path / ORACLE_FILE).write_text(json.dumps(doc))
+    assert arm({"name": "oracle-reactive"}) is None and arm({"name": "oracle"}) == chosen
+    # a run that did not finish, or a judge that did not measure it, is run again
+    (chosen / "replay" / "summary.json").unlink()
+    assert arm({"name": "oracle"}) is None
+    del doc["judged"]
+    (tmp_path / ORACLE_FILE).write_text(json.dumps(doc))
+    assert arm({"name": "oracle"}) is None
