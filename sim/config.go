@@ -38,9 +38,13 @@ type Config struct {
 	// start file holds it).
 	Epoch time.Time
 	// Controller is the robinhood-controller command; needed when an app
-	// server has a partitioned cache.
-	Controller  []string
-	Calibration costmodel.Calibration
+	// server has a partitioned cache and PolicyServer is empty.
+	Controller []string
+	// PolicyServer is the Unix socket of a running `robinhood-controller
+	// policy-server --listen` to open the session on instead of starting
+	// Controller ("": start it).
+	PolicyServer string
+	Calibration  costmodel.Calibration
 	// ShadowBytes is each partition's shadow region (0: the app server's
 	// default).
 	ShadowBytes int64

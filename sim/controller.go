@@ -24,7 +24,13 @@ func (s *Sim) startPolicies() error {
 	if len(controlled) == 0 {
 		return nil
 	}
-	ps, err := StartPolicyServer(s.cfg.Controller)
+	var ps *PolicyServer
+	var err error
+	if s.cfg.PolicyServer != "" {
+		ps, err = DialPolicyServer(s.cfg.PolicyServer)
+	} else {
+		ps, err = StartPolicyServer(s.cfg.Controller)
+	}
 	if err != nil {
 		return err
 	}

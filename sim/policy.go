@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -25,11 +27,39 @@ import (
 // requests are the generated pb.PolicyOpenRequest, pb.PolicyTickRequest and
 // pb.PolicyCloseRequest, written by EncodeLine, and the answers are read
 // into the generated answer types by DecodeAnswer.
+//
+// Or the session is one connection to a running `robinhood-controller
+// policy-server --listen PATH` (DialPolicyServer), which forks a process
+// per connection: the same policy code and the same answers, without a
+// Python start per simulated arm.
 type PolicyServer struct {
-	cmd    *exec.Cmd
+	cmd    *exec.Cmd // nil on a connection
+	conn   net.Conn  // nil with a child process
 	in     io.WriteCloser
 	out    *bufio.Reader
 	stderr *strings.Builder
+}
+
+// closeTimeout bounds the wait for a listening server's session to end
+// (its timelines closed) after the close request.
+const closeTimeout = 30 * time.Second
+
+// DialPolicyServer opens a session on the policy server listening on the
+// Unix socket at path.
+func DialPolicyServer(path string) (*PolicyServer, error) {
+	conn, err := net.DialTimeout("unix", path, 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("policy server at %s: %w (is `robinhood-controller policy-server --listen %s` running?)", path, err, path)
+	}
+	return &PolicyServer{conn: conn, in: conn, out: bufio.NewReaderSize(conn, 1<<16), stderr: &strings.Builder{}}, nil
+}
+
+// what names the server in errors.
+func (ps *PolicyServer) what() string {
+	if ps.cmd == nil {
+		return "at " + ps.conn.RemoteAddr().String()
+	}
+	return "(" + strings.Join(ps.cmd.Args, " ") + ")"
 }
 
 // EncodeLine is m as one line of the protocol (without the newline): the
@@ -111,7 +141,7 @@ func (ps *PolicyServer) call(req, answer proto.Message) error {
 	}
 	line, err := ps.out.ReadBytes('\n')
 	if err != nil {
-		return fmt.Errorf("policy server (%s): no answer (%v)%s", strings.Join(ps.cmd.Args, " "), err, ps.tail())
+		return fmt.Errorf("policy server %s: no answer (%v)%s", ps.what(), err, ps.tail())
 	}
 	if err := DecodeAnswer(line, answer); err != nil {
 		var refused *RefusedError
@@ -173,10 +203,21 @@ func (ps *PolicyServer) Tick(req *pb.PolicyTickRequest) (*pb.PolicyTickAnswer, e
 	return a, nil
 }
 
-// Close ends the child process and waits for it.
+// Close ends the session and waits for it: the child process's exit, or
+// the end of the connection (the listening server's session closes its
+// timelines, then the connection).
 func (ps *PolicyServer) Close() error {
 	if b, err := EncodeLine(&pb.PolicyCloseRequest{Op: "close"}); err == nil {
 		_, _ = ps.in.Write(append(b, '\n'))
+	}
+	if ps.cmd == nil {
+		defer ps.conn.Close()
+		_ = ps.conn.SetReadDeadline(time.Now().Add(closeTimeout))
+		// the close request's answer, then the end of the session
+		if _, err := io.Copy(io.Discard, ps.out); err != nil {
+			return fmt.Errorf("policy server %s: the session did not end: %w", ps.what(), err)
+		}
+		return nil
 	}
 	_ = ps.in.Close()
 	if err := ps.cmd.Wait(); err != nil {

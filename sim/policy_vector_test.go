@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -179,10 +181,10 @@ func TestPolicyVectorFieldValues(t *testing.T) {
 	}
 }
 
-// TestPolicyVectorWithThePolicyServer replays the vector through PolicyServer
-// against the real `robinhood-controller policy-server` (from .venv; the
-// test is skipped without it) and checks its answers are the vector's.
-func TestPolicyVectorWithThePolicyServer(t *testing.T) {
+// venvController is .venv's robinhood-controller; the test is skipped
+// without it.
+func venvController(t *testing.T) string {
+	t.Helper()
 	ctl, err := filepath.Abs("../.venv/bin/robinhood-controller")
 	if err != nil {
 		t.Fatal(err)
@@ -190,11 +192,84 @@ func TestPolicyVectorWithThePolicyServer(t *testing.T) {
 	if _, err := os.Stat(ctl); err != nil {
 		t.Skipf("no policy server (%v): run `make venv`", err)
 	}
+	return ctl
+}
+
+// TestPolicyVectorWithThePolicyServer replays the vector through PolicyServer
+// against the real `robinhood-controller policy-server` (from .venv; the
+// test is skipped without it) and checks its answers are the vector's.
+func TestPolicyVectorWithThePolicyServer(t *testing.T) {
+	ctl := venvController(t)
 	// The vector's topology path is relative to its folder.
 	ps, err := StartPolicyServer([]string{"sh", "-c", `cd "$0" && exec "$1" "$2"`, policyVectorDir, ctl})
 	if err != nil {
 		t.Fatal(err)
 	}
+	replayPolicyVector(t, ps)
+}
+
+// TestPolicyVectorWithAListeningPolicyServer replays the vector on two
+// sessions open at once on one `robinhood-controller policy-server --listen`
+// (DialPolicyServer): each is answered as a process of its own is.
+func TestPolicyVectorWithAListeningPolicyServer(t *testing.T) {
+	ctl := venvController(t)
+	sock := filepath.Join(t.TempDir(), "p.sock")
+	cmd := exec.Command(ctl, "policy-server", "--listen", sock, "--log-level", "warning")
+	cmd.Dir = policyVectorDir // the vector's topology path is relative to its folder
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() error {
+		stopped = true
+		stdin.Close() // the end of its stdin stops it
+		return cmd.Wait()
+	}
+	defer func() {
+		if !stopped {
+			_ = stop()
+		}
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "listening "+sock+"\n" {
+		t.Fatalf("the server's first line: %q, %v", line, err)
+	}
+	// two sessions open at once, each its own process
+	var sessions []*PolicyServer
+	for range 2 {
+		ps, err := DialPolicyServer(sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, ps)
+	}
+	for _, ps := range sessions {
+		replayPolicyVector(t, ps)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("the server's exit: %v", err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket outlives the server: %v", err)
+	}
+	if _, err := DialPolicyServer(sock); err == nil || !strings.Contains(err.Error(), "policy-server --listen "+sock) {
+		t.Errorf("a session without a server: %v", err)
+	}
+}
+
+// replayPolicyVector plays the vector's requests on ps and checks its
+// answers are the vector's; it closes ps.
+func replayPolicyVector(t *testing.T, ps *PolicyServer) {
+	t.Helper()
+	var err error
 	defer func() {
 		if ps != nil {
 			_ = ps.Close()
@@ -224,7 +299,8 @@ func TestPolicyVectorWithThePolicyServer(t *testing.T) {
 			continue
 		}
 		if err != nil {
-			t.Fatalf("exchange %d: %v", i, err)
+			t.Errorf("exchange %d: %v", i, err)
+			return
 		}
 		if !proto.Equal(got, want) {
 			t.Errorf("exchange %d: answer\n%v\nthe vector has\n%v", i, got, want)

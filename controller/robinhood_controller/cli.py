@@ -26,7 +26,7 @@ from .controller import Controller, StartupError, TickReport
 from .partition import PartitionError, PartitionStats, open_partition
 from .metrics import Metrics
 from .plan import MIB
-from .policy_server import serve_stdio
+from .policy_server import serve_forking, serve_stdio
 from .timeline import TimelineWriter
 
 log = logging.getLogger("robinhood_controller")
@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "one JSON answer a line on stdout (docs/controller.md)")
     srv.add_argument("--log-level", default="info", type=level_arg, metavar="|".join(LEVELS),
                      help="logs go to stderr (default info)")
+    srv.add_argument("--listen", metavar="PATH", default=None,
+                     help="serve many sessions instead: one per connection to a Unix socket created at PATH, "
+                          "each in a process forked from this one (bin/sim --policy-server PATH); stops on "
+                          "SIGTERM or at the end of stdin")
     return p
 
 
@@ -438,6 +442,8 @@ def _main(argv: Sequence[str] | None) -> int:
     logging.basicConfig(level=ns.log_level, stream=sys.stderr,
                         format="%(asctime)s level=%(levelname)s %(message)s")
     if ns.command == "policy-server":
+        if ns.listen is not None:
+            return serve_forking(ns.listen, sys.stdout)
         return serve_stdio()
     try:
         cfg = load_config(ns)

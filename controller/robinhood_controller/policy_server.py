@@ -20,6 +20,7 @@ closes the timelines and ends the process with status 0.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -469,3 +470,92 @@ def serve_stdio() -> int:
             answers.close()
         except BrokenPipeError:
             pass
+
+
+def _warm() -> None:
+    """Make what every session's ``open`` makes the same way, once, before the forks: the
+    schema set, with the programs of its CEL rules (a forked session inherits them)."""
+    from robinhood_common.contract import Contract
+
+    Contract.packaged()
+
+
+def serve_forking(path: str, ready: IO[str]) -> int:
+    """Listen on the Unix socket at ``path`` and answer each connection as :func:`serve`
+    answers stdin: in a child forked for it, so the imports and the schema set are paid
+    once for many sessions (the simulator opens one per simulated arm) and every session
+    starts from the same state as a process of its own. One line ``listening PATH`` on
+    ``ready`` when it accepts connections. It stops, status 0, on SIGTERM, SIGINT or at
+    the end of stdin (the process that started it is gone), removing the socket; sessions
+    running then finish."""
+    import selectors
+    import signal
+    import socket
+
+    _warm()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "something is there already")
+        sock.bind(path)
+        sock.listen(64)
+        mine = os.stat(path).st_ino
+    except OSError as e:
+        sock.close()
+        print(f"robinhood-controller policy-server: --listen {path}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    stop = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ, "accept")
+    sel.register(sys.stdin, selectors.EVENT_READ, "stdin")
+    children: set[int] = set()
+    ready.write(f"listening {path}\n")
+    ready.flush()
+    log.info("event=policy_server_listening path=%s pid=%d", path, os.getpid())
+    try:
+        while not stop:
+            for key, _ in sel.select(timeout=1.0):
+                if key.data == "stdin":
+                    if not os.read(sys.stdin.fileno(), 4096):
+                        stop = True
+                    continue
+                conn, _ = sock.accept()
+                pid = os.fork()
+                if pid == 0:  # the session's process
+                    rc = 1
+                    try:
+                        for s, h in old.items():
+                            signal.signal(s, h)
+                        sel.close()
+                        sock.close()
+                        with conn, conn.makefile("rb") as inp, conn.makefile("w", encoding="utf-8") as out:
+                            rc = serve(inp, out)
+                    finally:
+                        os._exit(rc)
+                children.add(pid)
+                conn.close()
+            while children:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                children.discard(pid)
+    finally:
+        sel.close()
+        sock.close()
+        try:
+            if os.stat(path).st_ino == mine:  # not another server's socket made since
+                os.unlink(path)
+        except OSError:
+            pass
+        for s, h in old.items():
+            signal.signal(s, h)
+        for pid in children:
+            os.waitpid(pid, 0)
+    log.info("event=stopped")
+    return 0

@@ -529,3 +529,95 @@ def test_one_topology_file_is_validated_once(tmp_path: Path, monkeypatch: pytest
     srv2_ans = PolicyServer().handle(json.dumps({"op": "open", "topology": str(topo), "app_server": "app0"}))
     assert srv2_ans["ok"] and len(calls) == 2
     assert srv.handle(json.dumps({"op": "open", "topology": str(topo), "app_server": "app2"}))["ok"] is False
+
+
+def _short_path(name: str) -> Path:
+    """A socket path within the 107 bytes AF_UNIX allows (pytest's tmp_path may not be)."""
+    import os
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"rh-ps-{os.getpid()}-{name}.sock"
+
+
+def _listen(path: Path) -> subprocess.Popen[str]:
+    """`policy-server --listen PATH`, once it listens."""
+    p = subprocess.Popen([*SERVER, "--listen", str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert line == f"listening {path}\n", (line, p.stderr.read() if p.poll() is not None else "")  # type: ignore[union-attr]
+    return p
+
+
+def _session(path: Path) -> tuple[Any, Any]:
+    import socket
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(60)
+    s.connect(str(path))
+    return s, s.makefile("rw", encoding="utf-8")
+
+
+def test_a_listening_server_answers_each_connection_as_a_process_of_its_own(tmp_path: Path) -> None:
+    topo = _topology(tmp_path)
+    sock = _short_path("sessions")
+    p = _listen(sock)
+    try:
+        a, fa = _session(sock)
+        b, fb = _session(sock)  # two sessions at once
+        answers = []
+        for f in (fa, fb):
+            f.write(json.dumps({"op": "open", "topology": str(topo), "app_server": "app0"}) + "\n")
+            f.flush()
+            answers.append(json.loads(f.readline()))
+        assert answers[0] == answers[1] and answers[0]["ok"] and answers[0]["policy"] == "robinhood"
+        # one session's state is its own: app1 opened on b only
+        fb.write(json.dumps({"op": "open", "topology": str(topo), "app_server": "app1"}) + "\n")
+        fb.flush()
+        assert json.loads(fb.readline())["ok"]
+        fa.write(json.dumps(_tick("app1", T0, {"catalog": 48, "ratings": 24, "recs": 24})) + "\n")
+        fa.flush()
+        assert "app1" in json.loads(fa.readline())["error"]
+        for s, f in ((a, fa), (b, fb)):
+            f.write('{"op": "close"}\n')
+            f.flush()
+            assert json.loads(f.readline()) == {"ok": True}
+            assert f.readline() == ""  # the session ends: the connection closes
+            s.close()
+        # the end of its stdin stops it, and the socket goes with it
+        assert p.stdin is not None
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0 and not sock.exists()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+        sock.unlink(missing_ok=True)
+
+
+def test_a_listening_server_leaves_what_is_not_its_socket(tmp_path: Path) -> None:
+    import signal
+
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    res = subprocess.run([*SERVER, "--listen", str(taken)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and f"--listen {taken}: something is there already" in res.stderr
+    assert taken.read_text() == "x"
+    res = subprocess.run([*SERVER, "--listen", str(tmp_path / "no" / "such")], stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "No such file or directory" in res.stderr
+    # Its socket replaced by another's (a server started at the same path after this one's
+    # was removed): stopping (SIGTERM) does not remove the other's.
+    sock = _short_path("replaced")
+    p = _listen(sock)
+    try:
+        sock.unlink()
+        sock.write_text("another server's")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0 and sock.read_text() == "another server's"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+        sock.unlink(missing_ok=True)

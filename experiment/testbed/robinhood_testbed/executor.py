@@ -28,8 +28,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .deploy import controller_cmd
 from .experiment import Arm, Experiment, ExperimentError
 from .procs import StartError
 from .run import Generated, RunResult, SimArm, check_sim_status, finish_arm_sim, prepare_arm_sim, run_arm_sim
@@ -83,13 +88,65 @@ class Done:
     worker: str = ""
 
 
+#: bin/sim's default for --policy-server: the Unix socket of a policy server to open its
+#: sessions on instead of starting one.
+POLICY_SERVER_ENV = "ROBINHOOD_POLICY_SERVER"
+#: Seconds a shared policy server may take to listen (its imports, on a busy machine).
+POLICY_SERVER_START_S = 60.0
+
+
+class SharedPolicyServer:
+    """One ``robinhood-controller policy-server --listen`` for every bin/sim run this
+    process starts while it is open (ROBINHOOD_POLICY_SERVER): each run's session is a
+    process forked from it, so the Python start is paid once, not once per arm (about a
+    second of the four a partitioned arm takes), with the same answers. Its socket is in
+    a private temporary folder; its warnings go to this process's stderr. It stops when
+    closed, or when this process dies (its stdin ends)."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rh-policy-")
+        self.path = os.path.join(self.dir, "policy.sock")
+        cmd = [*controller_cmd(), "policy-server", "--listen", self.path, "--log-level", "warning"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._was = os.environ.get(POLICY_SERVER_ENV)
+        ready: list[str] = []
+        reader = threading.Thread(target=lambda: ready.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(POLICY_SERVER_START_S)
+        if not ready or not ready[0].startswith("listening "):
+            self._stop()
+            raise ExperimentError(f"the shared policy server ({' '.join(cmd)}) did not start listening within "
+                                  f"{POLICY_SERVER_START_S:.0f} s (exit status {self.proc.returncode})")
+        os.environ[POLICY_SERVER_ENV] = self.path
+
+    def _stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._was is None:
+            os.environ.pop(POLICY_SERVER_ENV, None)
+        else:
+            os.environ[POLICY_SERVER_ENV] = self._was
+        self._stop()
+
+
 class LocalExecutor:
-    """``--jobs`` arms at a time in threads of this process, each running bin/sim here."""
+    """``--jobs`` arms at a time in threads of this process, each running bin/sim here.
+    Used as a context manager, it opens a :class:`SharedPolicyServer` for them (and for
+    every other bin/sim run of the process meanwhile, such as the oracle's judge)."""
 
     kind = "local"
 
     def __init__(self, jobs: int = 1) -> None:
         self.jobs = max(jobs, 1)
+        self.policy_server: SharedPolicyServer | None = None
 
     def describe(self) -> str:
         return f"{self.jobs} at a time"
@@ -113,9 +170,13 @@ class LocalExecutor:
                     f.cancel()
 
     def close(self) -> None:
-        pass
+        if self.policy_server is not None:
+            self.policy_server.close()
+            self.policy_server = None
 
     def __enter__(self) -> LocalExecutor:
+        if self.policy_server is None and os.environ.get(POLICY_SERVER_ENV) is None:
+            self.policy_server = SharedPolicyServer()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -252,3 +252,22 @@ def test_kubernetes_manifest_and_worker_image() -> None:
     assert f"RUN pip install --no-cache-dir distributed=={pinned.group(1)}" in page
     import distributed
     assert distributed.__version__ == pinned.group(1)
+
+
+def test_the_local_executor_shares_one_policy_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open, the local executor runs one policy server whose socket bin/sim finds in
+    ROBINHOOD_POLICY_SERVER (a matrix run through it gives the dask run's files, above);
+    closed, the server is gone and the variable as it was. A variable set already (an
+    outer run's server) is used as it is."""
+    from robinhood_testbed.executor import POLICY_SERVER_ENV, LocalExecutor
+
+    monkeypatch.delenv(POLICY_SERVER_ENV, raising=False)
+    with LocalExecutor(2) as ex:
+        ps = ex.policy_server
+        assert ps is not None and os.environ[POLICY_SERVER_ENV] == ps.path and Path(ps.path).is_socket()
+        proc, folder = ps.proc, ps.dir
+    assert POLICY_SERVER_ENV not in os.environ and proc.returncode == 0 and not Path(folder).exists()
+    monkeypatch.setenv(POLICY_SERVER_ENV, "/elsewhere.sock")
+    with LocalExecutor(1) as ex:
+        assert ex.policy_server is None and os.environ[POLICY_SERVER_ENV] == "/elsewhere.sock"
+    assert os.environ[POLICY_SERVER_ENV] == "/elsewhere.sock"

@@ -127,6 +127,7 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1, "seed of every random choice and of the scenario's random walks (unless it has one)")
 	epoch := fs.String("epoch", "", "Unix time the run starts at (default: the controllers' run start file, else 1000000000)")
 	ctl := fs.String("controller", "", "robinhood-controller command (default: $ROBINHOOD_CONTROLLER, .venv/bin/robinhood-controller, PATH)")
+	psAddr := fs.String("policy-server", os.Getenv("ROBINHOOD_POLICY_SERVER"), "Unix socket of a running `robinhood-controller policy-server --listen PATH` to run the policies on instead of starting one (default: $ROBINHOOD_POLICY_SERVER)")
 	calPath := fs.String("calibration", "", "calibration JSON replacing the measured defaults (docs/simulator.md)")
 	shadowBytes := fs.Int64("shadow-bytes", 0, "each partition's shadow region in bytes (default: the app server's, 4 MiB)")
 	sample := fs.Float64("sample", 1, "miniature simulation: simulate this fraction of the keys, in (0, 1], with caches and backend rates scaled to it")
@@ -225,12 +226,15 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	for _, a := range topo.AppServers {
-		if a.CacheMode == config.CachePartitioned {
+		if a.CacheMode != config.CachePartitioned {
+			continue
+		}
+		if cfg.PolicyServer = *psAddr; cfg.PolicyServer == "" {
 			if cfg.Controller, err = controllerCommand(*ctl); err != nil {
 				return err
 			}
-			break
 		}
+		break
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
