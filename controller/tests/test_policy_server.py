@@ -621,3 +621,14 @@ def test_a_listening_server_leaves_what_is_not_its_socket(tmp_path: Path) -> Non
             p.kill()
             p.wait(timeout=10)
         sock.unlink(missing_ok=True)
+
+
+def test_the_forking_servers_warm_topology_is_valid() -> None:
+    """The topology the forking server reads before it forks (only to warm up) stays
+    valid as the schema changes: an invalid one would only cost the warming, silently."""
+    import copy
+
+    from robinhood_controller.config import resolve_document
+    from robinhood_controller.policy_server import _WARM_TOPOLOGY
+
+    assert resolve_document(copy.deepcopy(_WARM_TOPOLOGY), "app0").policy_params is not None

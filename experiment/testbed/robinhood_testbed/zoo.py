@@ -184,7 +184,9 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
         jobs: int = 1, family: str | None = None, progress: Callable[[str], None] = lambda s: None,
         executor: Executor | None = None, app_servers: list[int] | None = None) -> list[dict[str, Any]]:
     """Draw every (experiment, seed)'s scenario (``jobs`` at once), then run every arm on
-    each in the simulator; one row per (experiment, seed, arm), in that order. With one
+    each in the simulator (an oracle arm the judge has simulated already is a link to
+    that run: :func:`robinhood_testbed.run.judged_run`); one row per (experiment, seed,
+    arm), in that order. With one
     experiment its points are in ``out/seed-N``, with several in ``out/<name>/seed-N``."""
     start = time.monotonic()
     todo_points = [(e, s) for e in exps for s in seeds]
