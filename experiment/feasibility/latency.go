@@ -699,8 +699,14 @@ func (lm *LatencyModel) requestCDF(st []*bstate, i int) float64 {
 type shapeTable struct {
 	nb     int
 	weight []float64
-	pair   []int32 // shape s's pair index on backend b at s*nb+b; -1: not queried
-	common []int32 // how many leading backends shape s shares with shape s-1
+	// shape s's factor on backend b, at s*nb+b: an index into the rows laid
+	// end to end (backend b's pair j at off[b]+j), or one, the index of a
+	// 1 after them (not queried: multiplying by 1 changes no bit)
+	flat   []int32
+	off    []int
+	one    int32
+	common []int32 // how many leading backends shape s shares with shape s-1 (at most nb-1)
+	vals   []float64
 }
 
 func newShapeTable(fan *Fanout) *shapeTable {
@@ -718,15 +724,28 @@ func newShapeTable(fan *Fanout) *shapeTable {
 		return 0
 	}
 	sort.SliceStable(order, func(i, j int) bool { return less(fan.Shapes[order[i]].Pair, fan.Shapes[order[j]].Pair) < 0 })
-	t := &shapeTable{nb: nb}
+	t := &shapeTable{nb: nb, off: make([]int, nb)}
+	n := 0
+	for b := range nb {
+		t.off[b] = n
+		n += len(fan.Pairs[b])
+	}
+	t.one = int32(n)
+	t.vals = make([]float64, n+1)
 	for k, i := range order {
 		sh := fan.Shapes[i]
 		t.weight = append(t.weight, sh.Weight)
-		t.pair = append(t.pair, sh.Pair...)
+		for b, j := range sh.Pair {
+			if j < 0 {
+				t.flat = append(t.flat, t.one)
+			} else {
+				t.flat = append(t.flat, int32(t.off[b])+j)
+			}
+		}
 		c := 0
 		if k > 0 {
 			prev := fan.Shapes[order[k-1]].Pair
-			for c < nb && prev[c] == sh.Pair[c] {
+			for c < nb-1 && prev[c] == sh.Pair[c] { // at most nb-1: cdf multiplies the last factor always
 				c++
 			}
 		}
@@ -738,6 +757,18 @@ func newShapeTable(fan *Fanout) *shapeTable {
 // cdf is P(a request is done) given rows[b][j], P(backend b's call of
 // pair j is done).
 func (t *shapeTable) cdf(rows [][]float64) float64 {
+	vals := t.vals
+	for b, r := range rows {
+		end := int(t.one)
+		if b+1 < t.nb {
+			end = t.off[b+1]
+		}
+		if t.off[b]+len(r) != end {
+			panic("feasibility: a row's length is not its backend's number of pairs")
+		}
+		copy(vals[t.off[b]:end], r)
+	}
+	vals[t.one] = 1
 	var buf [17]float64
 	prefix := buf[:]
 	if t.nb+1 > len(buf) {
@@ -746,19 +777,24 @@ func (t *shapeTable) cdf(rows [][]float64) float64 {
 	prefix[0] = 1
 	F := 0.0
 	nb := t.nb
+	if nb == 0 { // no backend: every request is done
+		for _, w := range t.weight {
+			F += w
+		}
+		return F
+	}
 	for s, w := range t.weight {
 		// The product runs in a register from the first backend this shape
 		// does not share with the one before; the same operations in the
 		// same order as a product over every backend (bit for bit).
+		row := t.flat[s*nb : (s+1)*nb : (s+1)*nb]
 		b := int(t.common[s])
 		v := prefix[b]
-		for k, j := range t.pair[s*nb+b : (s+1)*nb] {
-			if j >= 0 {
-				v *= rows[b+k][j]
-			}
-			prefix[b+k+1] = v
+		for ; b < nb-1; b++ {
+			v *= vals[row[b]]
+			prefix[b+1] = v
 		}
-		F += w * v
+		F += w * (v * vals[row[nb-1]]) // the last factor: never a prefix
 	}
 	return F
 }
