@@ -64,6 +64,10 @@ def test_a_schedule_it_cannot_use_is_refused_at_start(tmp_path: Path) -> None:
         build("oracle", schedule_file(tmp_path, "{not json"))
     with pytest.raises(PolicyError, match="no foresight schedule for app server app9"):
         build("oracle", schedule_file(tmp_path), app="app9")
+    skipped = {"class": "infeasible", "app_server_schedules": {"app0": {}},
+               "schedules_skipped": "the run is infeasible and --feasible-only was given: no schedule"}
+    with pytest.raises(PolicyError, match="no schedule for app server app0: the run is infeasible"):
+        build("oracle", schedule_file(tmp_path, skipped))
     bad = {"app_server_schedules": {"app0": {"foresight": {"steps": [{"at_s": 5, "mb": {"a": 1}}, {"at_s": 2, "mb": {}}]}}}}
     with pytest.raises(PolicyError, match="not in time order"):
         build("oracle", schedule_file(tmp_path, bad))

@@ -83,6 +83,12 @@ type Options struct {
 	// Candidates, with Foresight, lists the whole schedules a judge on the
 	// simulator chooses the oracle's from (Report.Candidates).
 	Candidates bool
+	// FeasibleOnly computes the schedules only when the run is feasible
+	// (ClassMargin or ClassTight): an infeasible run's report has its
+	// class and phases and no schedule (no allocation meets the SLO
+	// throughout there, so there is no bound to compute; the schedule
+	// searches are most of the analysis' time).
+	FeasibleOnly bool
 }
 
 // Step is one change of a schedule: from At on, MB per partition on every
@@ -216,6 +222,9 @@ func Analyse(in Input, opt Options) (*Report, error) {
 	r.index(refined)
 	confVec := r.vec(r.Configured)
 	_, r.ConfiguredPredicted = r.dyn.predict(func(int) []int { return confVec })
+	if opt.FeasibleOnly && r.Class == ClassInfeasible {
+		return r, nil
+	}
 	for _, v := range opt.Variants {
 		// The reactive view knows the first phase at once and starts from
 		// its steady-state best; with foresight the search starts from the

@@ -47,6 +47,9 @@ def read_schedule(path: str, app_server: str, variant: str) -> list[tuple[float,
         steps = doc["app_server_schedules"][app_server][variant]["steps"]
         out = [(float(s["at_s"]), {str(k): int(v) for k, v in s["mb"].items()}) for s in steps]
     except (KeyError, TypeError, ValueError) as e:
+        if isinstance(doc, dict) and doc.get("schedules_skipped"):
+            raise PolicyError(f"oracle: {path} has no schedule for app server {app_server}: "
+                              f"{doc['schedules_skipped']}") from None
         raise PolicyError(f"oracle: {path} has no {variant} schedule for app server {app_server} "
                           f"(tracegen oracle writes app_server_schedules.<id>.<variant>.steps): {e!r}") from None
     if not out or any(b[0] < a[0] for a, b in zip(out, out[1:])):

@@ -249,13 +249,14 @@ func reportJSON(rep *feasibility.Report, sched *feasibility.Schedule) map[string
 // allocation policy applies (controller.run.oracle), and the scenario's
 // analysis beside them.
 func cmdOracle(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("oracle", "tracegen oracle --topology FILE --trace FILE --duration D [--scenario FILE] [--seed N] [--variants foresight,reactive] [--series] --out FILE", stderr)
+	fs := newFlags("oracle", "tracegen oracle --topology FILE --trace FILE --duration D [--scenario FILE] [--seed N] [--variants foresight,reactive] [--feasible-only] [--series] --out FILE", stderr)
 	topoPath := fs.String("topology", "", "topology file of the run (required)")
 	tracePath := fs.String("trace", "", "trace the run replays (required)")
 	duration := fs.Duration("duration", 0, "the run's length (required)")
 	scPath := fs.String("scenario", "", "capacity scenario the run applies (default: none)")
 	seed := fs.Uint64("seed", 1, "seed of the scenario's random walks when the file has none (the run's)")
 	variants := fs.String("variants", strings.Join(feasibility.Variants, ","), "schedules to compute: foresight (the future known in advance) and/or reactive (each phase learnt when it starts)")
+	feasibleOnly := fs.Bool("feasible-only", false, "compute the schedules only when the run is feasible (margin or tight): an infeasible run's file has its class and phases, no schedule (most of the analysis' time is the schedule searches)")
 	series := fs.Bool("series", false, "also write, per variant, the transient model's prediction of every point of the SLO series")
 	out := fs.String("out", "-", "write the JSON here (- for stdout); written whole or not at all")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the analysis here (go tool pprof)")
@@ -321,6 +322,7 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	apps, candidatesByApp := map[string]any{}, map[string]any{}
 	var first map[string]any
 	byKind := map[string]*feasibility.Report{}
+	skipped := false
 	for _, id := range topo.AppServerIDs() {
 		app, _ := topo.AppServer(id)
 		if app.CacheMode != config.CachePartitioned {
@@ -333,7 +335,7 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			if rep, err = feasibility.Analyse(in, feasibility.Options{Variants: vs, Candidates: true}); err != nil {
+			if rep, err = feasibility.Analyse(in, feasibility.Options{Variants: vs, Candidates: true, FeasibleOnly: *feasibleOnly}); err != nil {
 				return err
 			}
 			byKind[kind] = rep
@@ -341,6 +343,10 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 		sch := map[string]any{}
 		for _, v := range vs {
 			s := rep.Schedules[v]
+			if s == nil {
+				skipped = true // --feasible-only on an infeasible run
+				continue
+			}
 			j := map[string]any{"steps": scheduleOf(s).Steps, "predicted_violation_pct": s.Predicted.Pct}
 			if *series {
 				j["series"] = seriesJSON(rep.Series(s))
@@ -374,6 +380,10 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 		first["app_server_candidates"] = candidatesByApp
 	}
 	first["variants"] = vs
+	if skipped {
+		// what was asked, and why an app server has no schedule
+		first["schedules_skipped"] = "the run is infeasible and --feasible-only was given: no schedule"
+	}
 	delete(first, "app_server")
 	b, err := json.MarshalIndent(first, "", " ")
 	if err != nil {

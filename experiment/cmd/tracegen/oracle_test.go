@@ -130,6 +130,45 @@ func TestOracleCommand(t *testing.T) {
 	}
 }
 
+// --feasible-only: on an infeasible run the file has the class and the
+// phases and no schedule, and says why; on a feasible one it is the file
+// written without the flag, byte for byte.
+func TestOracleFeasibleOnly(t *testing.T) {
+	dir, tr, topo, sc := oracleFixture(t)
+	calm := filepath.Join(dir, "calm.yaml")
+	os.WriteFile(calm, []byte("events: []\n"), 0o644)
+	for _, c := range []struct {
+		scenario, class string
+	}{{sc, "infeasible"}, {calm, ""}} {
+		with, without := filepath.Join(dir, "with.json"), filepath.Join(dir, "without.json")
+		common := []string{"oracle", "--topology", topo, "--trace", tr, "--duration", "40s", "--scenario", c.scenario}
+		if code, _, stderr := tg(append(common, "--out", with, "--feasible-only")...); code != 0 {
+			t.Fatal(stderr)
+		}
+		b, _ := os.ReadFile(with)
+		var doc map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if c.class == "infeasible" {
+			if doc["class"] != "infeasible" || len(doc["phases"].([]any)) != 3 || doc["schedules_skipped"] == nil ||
+				doc["app_server_candidates"] != nil || fmt.Sprint(doc["app_server_schedules"]) != "map[app0:map[] app1:map[]]" {
+				t.Fatalf("%s", b)
+			}
+			continue
+		}
+		if doc["class"] == "infeasible" {
+			t.Fatalf("the calm run is infeasible: %s", b)
+		}
+		if code, _, stderr := tg(append(common, "--out", without)...); code != 0 {
+			t.Fatal(stderr)
+		}
+		if b2, _ := os.ReadFile(without); string(b) != string(b2) {
+			t.Fatalf("--feasible-only changed a feasible run's file:\n%s\n%s", b, b2)
+		}
+	}
+}
+
 // Bad input is named and nothing is written.
 func TestOracleCommandErrors(t *testing.T) {
 	dir, tr, topo, sc := oracleFixture(t)

@@ -351,7 +351,8 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         console.print(f"Scenario zoo: {', '.join(names)}, {len(seeds)} {zoo.seed_range(seeds)} seeds, "
                       f"{len(arms)} arms, {executor.describe()}, in the simulator; results in {out}")
         rows = zoo.run(exps, lambda e: _arms(args, e), seeds, out, args.jobs, args.family,
-                       progress=console.print, executor=executor, app_servers=app_servers)
+                       progress=console.print, executor=executor, app_servers=app_servers,
+                       infeasible=args.infeasible)
     csv_path, md, png = zoo.write(rows, out, seeds, time.monotonic() - start)
     console.print(md.read_text())
     console.print(f"Every run: {csv_path}; summary: {md}; figure: {png}")
@@ -641,6 +642,11 @@ def build_parser() -> argparse.ArgumentParser:
     zo.add_argument("--family", help="draw every scenario from this family (default: one per seed, drawn)")
     zo.add_argument("--out", help="results folder (default runs/zoo-<time>)")
     zo.add_argument("--jobs", type=int, default=1, help="runs simulated at once here (default 1)")
+    zo.add_argument("--infeasible", choices=("all", "check"), default="all",
+                    help="what runs on a scenario the oracle's analysis calls infeasible (no allocation meets the "
+                         "SLO throughout: there is no bound there): all, every arm and the oracle's schedules; "
+                         "check, only the recommended policy, which checks the class (an arm meeting the SLO "
+                         "there proves the analysis wrong), and no schedule is computed (default all)")
     zo.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     axes(zo)
     executor_options(zo)

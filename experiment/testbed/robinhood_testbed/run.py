@@ -279,10 +279,13 @@ def needs_schedule(arm: Arm) -> bool:
     return name is not None and name in allocation.names() and allocation.get(name).needs_run
 
 
-def oracle_schedule(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Path | None) -> Path:
+def oracle_schedule(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Path | None,
+                    feasible_only: bool = False) -> Path:
     """The run's oracle schedules (``tracegen oracle``: every partitioned app server, with
     foresight and reactive), computed once per comparison folder from the arm's topology
-    (every partitioned arm has the same backends, budgets and trace)."""
+    (every partitioned arm has the same backends, budgets and trace). With
+    ``feasible_only`` (``--feasible-only``), an infeasible run's file has its class and no
+    schedule: an oracle arm cannot run on it."""
     path = out_dir / ORACLE_FILE
     with _oracle_lock(path):
         if path.exists():
@@ -294,6 +297,8 @@ def oracle_schedule(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scena
                 "--duration", format_duration(exp.duration), "--seed", str(exp.seed), "--out", str(model)]
         if scenario is not None:
             args += ["--scenario", str(scenario)]
+        if feasible_only:
+            args.append("--feasible-only")
         res = subprocess.run(args, capture_output=True, text=True)
         (out_dir / "tracegen-oracle.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
         if res.returncode != 0:

@@ -34,6 +34,7 @@ import yaml
 from robinhood_common.contract import ConfigError
 from robinhood_common.experiment import from_document
 from robinhood_common.units import format_duration
+from robinhood_controller import policies as allocation
 
 from .analysis import PolicyRun
 from .deploy import build_topology, go_bin
@@ -56,6 +57,11 @@ ORACLE, REACTIVE = "oracle", "oracle-reactive"
 OFFLINE = (ORACLE, REACTIVE)
 #: An online arm beating the oracle by more than this many points means the bound is wrong.
 BOUND_POINTS = 3.0
+#: What runs on a scenario the oracle's analysis calls infeasible (--infeasible): every arm,
+#: or only the recommended policy, which checks the class (an arm meeting the SLO there
+#: proves the analysis wrong), with no oracle schedule computed (there is no bound there).
+INFEASIBLE_ALL, INFEASIBLE_CHECK = "all", "check"
+INFEASIBLE = (INFEASIBLE_ALL, INFEASIBLE_CHECK)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -136,11 +142,11 @@ def app_servers_of(seed: int, choices: list[int] | None) -> int | None:
 
 
 def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
-         app_servers: int | None = None) -> Point:
+         app_servers: int | None = None, feasible_only: bool = False) -> Point:
     """Draw, write and analyse the scenario of one seed (nothing is simulated): the
     experiment with ``app_servers`` app servers (None: its own), the drawn scenario, and
     the oracle's analysis in ``oracle.json`` (the class, and the schedules the oracle arms
-    apply)."""
+    apply; with ``feasible_only``, none on an infeasible scenario)."""
     point = out / f"seed-{seed}"
     doc = copy.deepcopy(exp.document)
     doc["seed"] = seed
@@ -172,7 +178,8 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
     assert scenario is not None and isinstance(trace, Path)
     try:
         # judged with the arms' dispatch (the experiment's first)
-        oracle_schedule(variant, experiment_arms(variant, ["partitioned"], [{"name": ORACLE}])[0], point, trace, scenario)
+        oracle_schedule(variant, experiment_arms(variant, ["partitioned"], [{"name": ORACLE}])[0], point, trace, scenario,
+                        feasible_only=feasible_only)
     except (ExperimentError, StartError) as e:
         raise ExperimentError(f"seed {seed}: the oracle's analysis: {e}") from None
     check = json.loads((point / ORACLE_FILE).read_text())
@@ -182,19 +189,28 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
 
 def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seeds: list[int], out: Path,
         jobs: int = 1, family: str | None = None, progress: Callable[[str], None] = lambda s: None,
-        executor: Executor | None = None, app_servers: list[int] | None = None) -> list[dict[str, Any]]:
+        executor: Executor | None = None, app_servers: list[int] | None = None,
+        infeasible: str = INFEASIBLE_ALL) -> list[dict[str, Any]]:
     """Draw every (experiment, seed)'s scenario (``jobs`` at once), then run every arm on
     each in the simulator (an oracle arm the judge has simulated already is a link to
     that run: :func:`robinhood_testbed.run.judged_run`); one row per (experiment, seed,
-    arm), in that order. With one
+    arm), in that order. On a scenario the oracle's analysis calls infeasible,
+    ``infeasible`` says what runs: every arm (``all``), or (``check``) only the recommended
+    policy's arms, the oracle's schedules not computed there (:data:`INFEASIBLE`). With one
     experiment its points are in ``out/seed-N``, with several in ``out/<name>/seed-N``."""
+    if infeasible not in INFEASIBLE:
+        raise ExperimentError(f"--infeasible: {infeasible!r} is not one of {', '.join(INFEASIBLE)}")
+    recommended = allocation.registry.recommended()
+    if infeasible == INFEASIBLE_CHECK and not any(a.policy_name == recommended for e in exps for a in arms_of(e)):
+        raise ExperimentError(f"--infeasible {INFEASIBLE_CHECK}: the arms do not include the recommended policy "
+                              f"({recommended}), the one that runs on an infeasible scenario")
     start = time.monotonic()
     todo_points = [(e, s) for e in exps for s in seeds]
 
     def one(es: tuple[Experiment, int]) -> tuple[Experiment, Point]:
         e, s = es
         where = out if len(exps) == 1 else out / e.name
-        return e, draw(e, s, where, family, app_servers_of(s, app_servers))
+        return e, draw(e, s, where, family, app_servers_of(s, app_servers), feasible_only=infeasible == INFEASIBLE_CHECK)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         points = list(pool.map(one, todo_points))
@@ -210,7 +226,10 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
                 "hit_ratio": r.result.get("overall_hit_ratio"), "wall_s": round(wall_s, 1)}
 
     # An oracle arm the judge has simulated already is that run (a link to it), not run again.
-    slots: list[tuple[Experiment, Point, Arm]] = [(e, p, arm) for e, p in points for arm in arms_of(p.exp)]
+    slots: list[tuple[Experiment, Point, Arm]] = [(e, p, arm) for e, p in points for arm in arms_of(p.exp)
+                                                  if p.cls in FEASIBLE or infeasible == INFEASIBLE_ALL
+                                                  or arm.policy_name == recommended]
+
     rows: list[dict[str, Any] | None] = [None] * len(slots)
     todo: list[tuple[int, ArmJob]] = []
     for i, (e, p, arm) in enumerate(slots):
@@ -326,6 +345,23 @@ def _bound_check(rows: list[dict[str, Any]]) -> list[str]:
             *lines]
 
 
+def _class_check(rows: list[dict[str, Any]]) -> list[str]:
+    """The check of the infeasible class: the least SLO violation any arm had on a scenario
+    the oracle's analysis calls infeasible (none of them can meet the SLO throughout)."""
+    runs = [r for r in rows if r["class"] not in FEASIBLE and r.get("violation_pct") is not None]
+    if not runs:
+        return []
+    n = len({_key(r) for r in runs})
+    least = min(runs, key=lambda r: float(r["violation_pct"]))
+    where = f"{least['arm']} on {_label(_key(least))} ({least['family']})"
+    if float(least["violation_pct"]) == 0:
+        return [f"The infeasible class is wrong: {where} met the SLO throughout, on a scenario the analysis "
+                "calls infeasible."]
+    return [f"The infeasible class holds: on the {n} infeasible scenarios "
+            f"({', '.join(sorted(set(r['arm'] for r in runs)))}), the least SLO violation is "
+            f"{float(least['violation_pct']):.1f}% ({where})."]
+
+
 def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float) -> tuple[Path, Path, Path]:
     """zoo.csv (every run), zoo.md (the summary: every scenario, then per key source and
     per number of app servers, per family, the bound check) and zoo.png
@@ -350,6 +386,8 @@ def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float
              "*reaction* (its distance to the reactive oracle, which learns each phase when it starts) and "
              "*foresight* (the reactive oracle's distance to the oracle); each is a median / P90 over the "
              "scenarios, in points:", "", *_arm_table(rows), "", *_bound_check(rows)]
+    if check := _class_check(rows):
+        lines += ["", *check]
     groups: list[tuple[str, Callable[[Key], bool]]] = []
     if len(exps) > 1:
         groups += [(f"experiment {e}", (lambda e: lambda k: k[0] == e)(e)) for e in exps]

@@ -198,6 +198,35 @@ def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
         assert not (tmp_path / "bad").exists()
 
 
+def test_infeasible_check_runs_only_the_recommended_policy_there(tmp_path: Path, built: None) -> None:
+    """--infeasible check: on a scenario the analysis calls infeasible, no oracle schedule is
+    computed and only the recommended policy runs, its violations checking the class."""
+    exp = tmp_path / "small.yaml"
+    exp.write_text(yaml.safe_dump(SMALL))
+    from robinhood_controller import policies as allocation
+    rec = allocation.registry.recommended()
+    # Without the recommended policy among the arms, refused before anything is drawn.
+    bad = tmp_path / "bad"
+    res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "3", "--policies", "static",
+                                  "--cache-modes", "partitioned", "--infeasible", "check", "--out", str(bad)),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and f"the recommended policy ({rec})" in res.stderr, res.stderr
+    assert not list(bad.glob("seed-*"))
+    out = tmp_path / "z"
+    res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "3", "--policies", f"static,oracle,{rec}",
+                                  "--cache-modes", "partitioned", "--infeasible", "check", "--out", str(out)),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    check = json.loads((out / "seed-3" / "oracle.json").read_text())
+    assert check["class"] == "infeasible"  # seed 3 draws flapping capacity the budget cannot cover
+    assert "schedules_skipped" in check and not any(check["app_server_schedules"].values())
+    with open(out / "zoo.csv") as f:
+        got = list(csv.DictReader(f))
+    assert [r["arm"] for r in got] == [rec] and float(got[0]["violation_pct"]) > 0
+    assert not (out / "seed-3" / "static").exists() and not (out / "seed-3" / "oracle").exists()
+    assert "The infeasible class holds: on the 1 infeasible scenarios" in (out / "zoo.md").read_text()
+
+
 def zoo_experiment(path: Path):  # type: ignore[no-untyped-def]
     from robinhood_testbed.experiment import load
     return load(str(path))
