@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/feasibility"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/cpuprofile"
 )
 
 // oracleInput reads the scenario's timeline for the oracle's analysis
@@ -294,17 +294,11 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cpuprofile.Start(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	var sc *scenario.Scenario
 	if *scPath != "" {
 		var warns []string

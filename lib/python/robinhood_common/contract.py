@@ -277,7 +277,8 @@ def _trees() -> dict[str, Any]:
     return {}
 
 
-_new_trees: list[str] = []
+#: Expressions this process parsed that the cache file does not hold yet.
+_unsaved: set[str] = set()
 
 
 def _save_trees() -> None:
@@ -287,13 +288,13 @@ def _save_trees() -> None:
     import pickle
 
     path = _trees_file()
-    if not _new_trees or path is None:
+    if not _unsaved or path is None:
         return
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(pickle.dumps(_trees()))
         tmp.replace(path)
-        _new_trees.clear()
+        _unsaved.clear()
     except Exception:  # noqa: BLE001 - the cache is an optimisation
         tmp.unlink(missing_ok=True)
 
@@ -306,7 +307,7 @@ def _program(expr: str) -> Any:
         if tree is None:
             tree = env.compile(expr)
             _trees()[expr] = tree
-            _new_trees.append(expr)
+            _unsaved.add(expr)
         return env.program(tree, functions=_FUNCTIONS)
     except Exception as e:  # noqa: BLE001 - celpy raises several kinds
         raise SchemaError(f"CEL expression {expr!r} does not compile: {e}") from None

@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
+	"github.com/robinhoodcache/robinhood/lib/cpuprofile"
 	"github.com/robinhoodcache/robinhood/sim"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
@@ -236,17 +236,11 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 		}
 		break
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cpuprofile.Start(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if os.Getenv("GOGC") == "" {
 		// The simulation allocates many short-lived objects: fewer
 		// collections, measurably faster.
