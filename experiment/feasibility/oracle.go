@@ -277,7 +277,8 @@ var CandidateLeads = []time.Duration{5 * time.Second, 20 * time.Second}
 // servers' schedules once): the searches' schedules (more), the reactive
 // schedule as it is, moved earlier by each of CandidateLeads, and the
 // model's pick and the reactive schedule with every move spread over the
-// time before it (spread).
+// time before it (spread), and the model's pick reached in a straight line
+// from the configured allocation by the hardest phase (ramp).
 // The fluid model cannot tell them apart where a partition's worth
 // depends on when it filled (memcached's slab classes keep the pages
 // they took while filling); the simulator can, and the oracle with
@@ -298,7 +299,8 @@ func (r *Report) candidates(pick *Schedule, more []Candidate, horizon time.Durat
 		all = append(all, Candidate{Name: fmt.Sprintf("reactive-lead-%gs", lead.Seconds()), Schedule: r.shifted(reactive, lead)})
 	}
 	all = append(all, Candidate{Name: "model-pick-spread", Schedule: r.spread(pick)},
-		Candidate{Name: "reactive-spread", Schedule: r.spread(reactive)})
+		Candidate{Name: "reactive-spread", Schedule: r.spread(reactive)},
+		Candidate{Name: "model-pick-ramp", Schedule: r.ramp(pick)})
 	for i, c := range all {
 		all[i].Schedule = &Schedule{Variant: Foresight, Steps: c.Schedule.Steps, Predicted: c.Schedule.Predicted}
 	}
@@ -352,6 +354,47 @@ func (r *Report) spread(s *Schedule) *Schedule {
 			}
 		}
 		out.Steps = append(out.Steps, to)
+	}
+	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
+	return out
+}
+
+// ramp is s reached in a straight line from the configured allocation, a
+// bucket at a time, by the start of the run's hardest phase (the highest
+// worst utilization of its best allocation; the first of equals), and s
+// from there on. memcached's slab classes keep the pages they took while
+// filling: a partition filled long before it is needed holds the item
+// sizes of that time, not of the phase that needs it (with real key
+// streams, whose sizes drift, it is worth less). This is the allocation
+// growing with the pressure, as an online policy that follows it does,
+// given in advance. s itself when the hardest phase is the first. With
+// the model's prediction of it.
+func (r *Report) ramp(s *Schedule) *Schedule {
+	w := r.workload
+	hard := 0
+	for i, res := range r.Results {
+		if res.OracleWorst > r.Results[hard].OracleWorst {
+			hard = i
+		}
+	}
+	end := w.BucketOf(r.Results[hard].Start)
+	if end <= 0 {
+		return s
+	}
+	a, b := r.vec(r.Configured), r.vec(s.At(time.Duration(end)*w.Bucket))
+	out := &Schedule{Variant: s.Variant, Steps: []Step{{At: 0, MB: r.Configured}}}
+	last := a
+	for k := 1; k <= end; k++ {
+		if v := lerp(a, b, float64(k)/float64(end)); !sameAlloc(v, last, 0) {
+			out.Steps = append(out.Steps, Step{At: time.Duration(k) * w.Bucket, MB: r.named(v, r.Configured)})
+			last = v
+		}
+	}
+	for _, st := range s.Steps {
+		if st.At > time.Duration(end)*w.Bucket && !sameAlloc(r.vec(st.MB), last, 0) {
+			out.Steps = append(out.Steps, st)
+			last = r.vec(st.MB)
+		}
 	}
 	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
 	return out

@@ -276,7 +276,7 @@ func TestAnalyseListsTheCandidatesForTheJudge(t *testing.T) {
 	}
 	// Every app server lists the same names in the same order, spread ones included.
 	want := []string{"model-pick", "foresight-search", "reactive-from-configured", "configured", "reactive",
-		"reactive-lead-5s", "reactive-lead-20s", "model-pick-spread", "reactive-spread"}
+		"reactive-lead-5s", "reactive-lead-20s", "model-pick-spread", "reactive-spread", "model-pick-ramp"}
 	var got []string
 	for _, c := range cs {
 		got = append(got, c.Name)
@@ -331,6 +331,43 @@ func TestSpreadMovesInAStraightLine(t *testing.T) {
 	}
 	if m := got.At(10 * time.Second)["a"]; m < 40 || m > 44 {
 		t.Fatalf("half way to the move a has %d MiB, want about 42: %+v", m, got.Steps)
+	}
+	if got.Predicted.Points == 0 {
+		t.Fatalf("no prediction: %+v", got.Predicted)
+	}
+}
+
+// ramp: from the configured allocation at 0 in a straight line to where s
+// is when the hardest phase starts, then s; s itself when the hardest
+// phase is the first.
+func TestRampReachesThePickByTheHardestPhase(t *testing.T) {
+	rep, a := twoPartitions(t)
+	s := &Schedule{Variant: Foresight, Steps: []Step{{At: 0, MB: a(20)}, {At: 30 * time.Second, MB: a(50)}}}
+	if got := rep.ramp(s); got != s {
+		t.Fatalf("one phase: ramp is not s: %+v", got.Steps)
+	}
+	first := rep.Results[0]
+	rep.Results = []Result{first, first, first}
+	for i, p := range []struct {
+		at    time.Duration
+		worst float64
+	}{{0, 0.3}, {20 * time.Second, 0.9}, {40 * time.Second, 0.9}} {
+		rep.Results[i].Start, rep.Results[i].OracleWorst = p.at, p.worst
+	}
+	got := rep.ramp(s)
+	conf := rep.Configured["a"]
+	if got.At(0)["a"] != conf || got.At(20 * time.Second)["a"] != 20 || got.At(30 * time.Second)["a"] != 50 {
+		t.Fatalf("ramp from %d: %+v", conf, got.Steps)
+	}
+	if m, want := got.At(10 * time.Second)["a"], (conf+20)/2; m < want-1 || m > want+1 {
+		t.Fatalf("half way a has %d MiB, want about %d: %+v", m, want, got.Steps)
+	}
+	prev := got.Steps[0]
+	for _, st := range got.Steps[1:] {
+		if st.MB["a"]+st.MB["b"] != rep.Budget || st.At <= prev.At || (st.At <= 20*time.Second && (st.MB["a"]-prev.MB["a"])*(20-conf) < 0) {
+			t.Fatalf("ramp step %+v after %+v: %+v", st, prev, got.Steps)
+		}
+		prev = st
 	}
 	if got.Predicted.Points == 0 {
 		t.Fatalf("no prediction: %+v", got.Predicted)
