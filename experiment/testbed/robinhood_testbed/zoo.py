@@ -229,7 +229,6 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
     slots: list[tuple[Experiment, Point, Arm]] = [(e, p, arm) for e, p in points for arm in arms_of(p.exp)
                                                   if p.cls in FEASIBLE or infeasible == INFEASIBLE_ALL
                                                   or arm.policy_name == recommended]
-
     rows: list[dict[str, Any] | None] = [None] * len(slots)
     todo: list[tuple[int, ArmJob]] = []
     for i, (e, p, arm) in enumerate(slots):
