@@ -330,6 +330,8 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     seeds = zoo.parse_seeds(args.seeds)
     if args.jobs < 1:
         raise ExperimentError(f"--jobs: {args.jobs} must be at least 1")
+    if args.noise_seeds < 1:
+        raise ExperimentError(f"--noise-seeds: {args.noise_seeds} must be at least 1")
     app_servers = None
     if args.app_servers:
         try:
@@ -352,7 +354,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
                       f"{len(arms)} arms, {executor.describe()}, in the simulator; results in {out}")
         rows = zoo.run(exps, lambda e: _arms(args, e), seeds, out, args.jobs, args.family,
                        progress=console.print, executor=executor, app_servers=app_servers,
-                       infeasible=args.infeasible)
+                       infeasible=args.infeasible, noise_seeds=args.noise_seeds)
     csv_path, md, png = zoo.write(rows, out, seeds, time.monotonic() - start)
     console.print(md.read_text())
     console.print(f"Every run: {csv_path}; summary: {md}; figure: {png}")
@@ -647,6 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "SLO throughout: there is no bound there): all, every arm and the oracle's schedules; "
                          "check, only the recommended policy, which checks the class (an arm meeting the SLO "
                          "there proves the analysis wrong), and no schedule is computed (default all)")
+    zo.add_argument("--noise-seeds", type=int, default=1, metavar="K",
+                    help="run every arm K times on each scenario, the backends' and the simulator's noise seeded "
+                         "differently each time (the trace and the scenario stay the drawn ones); a scenario's "
+                         "figure is the median of the K, with their least and most in zoo.csv (default 1)")
     zo.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     axes(zo)
     executor_options(zo)

@@ -62,6 +62,22 @@ BOUND_POINTS = 3.0
 #: proves the analysis wrong), with no oracle schedule computed (there is no bound there).
 INFEASIBLE_ALL, INFEASIBLE_CHECK = "all", "check"
 INFEASIBLE = (INFEASIBLE_ALL, INFEASIBLE_CHECK)
+#: The experiment seed of noise run k > 0 (--noise-seeds) is the scenario's seed plus k times
+#: this: past both seed ranges, so a noise run never shares its seed with a drawn scenario.
+#: The trace and the scenario stay the drawn ones.
+NOISE_STRIDE = 7919
+
+
+def noise_variant(exp: Experiment, k: int) -> Experiment:
+    """The experiment of noise run ``k``: the same document with the seed moved by
+    ``k * NOISE_STRIDE`` (k = 0: the experiment itself). The seed drives the backends'
+    service-time noise and the simulator's own draws; the trace and the scenario are files
+    drawn once and passed to every run, so they do not change."""
+    if k == 0:
+        return exp
+    doc = copy.deepcopy(exp.document)
+    doc["seed"] = int(doc["seed"]) + k * NOISE_STRIDE
+    return from_document(doc, exp.base_dir)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -190,14 +206,21 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
 def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seeds: list[int], out: Path,
         jobs: int = 1, family: str | None = None, progress: Callable[[str], None] = lambda s: None,
         executor: Executor | None = None, app_servers: list[int] | None = None,
-        infeasible: str = INFEASIBLE_ALL) -> list[dict[str, Any]]:
+        infeasible: str = INFEASIBLE_ALL, noise_seeds: int = 1) -> list[dict[str, Any]]:
     """Draw every (experiment, seed)'s scenario (``jobs`` at once), then run every arm on
     each in the simulator (an oracle arm the judge has simulated already is a link to
     that run: :func:`robinhood_testbed.run.judged_run`); one row per (experiment, seed,
     arm), in that order. On a scenario the oracle's analysis calls infeasible,
     ``infeasible`` says what runs: every arm (``all``), or (``check``) only the recommended
     policy's arms, the oracle's schedules not computed there (:data:`INFEASIBLE`). With one
-    experiment its points are in ``out/seed-N``, with several in ``out/<name>/seed-N``."""
+    experiment its points are in ``out/seed-N``, with several in ``out/<name>/seed-N``.
+
+    With ``noise_seeds`` K > 1 every arm runs K times on each scenario, run k with the
+    experiment of :func:`noise_variant` (in ``seed-N/noise-k/`` for k > 0); the row's
+    figures are the medians over the K runs, with the violations' least and most beside
+    them: a difference between two arms smaller than their spread over noise is not one."""
+    if noise_seeds < 1:
+        raise ExperimentError(f"--noise-seeds: {noise_seeds} must be at least 1")
     if infeasible not in INFEASIBLE:
         raise ExperimentError(f"--infeasible: {infeasible!r} is not one of {', '.join(INFEASIBLE)}")
     recommended = allocation.registry.recommended()
@@ -217,40 +240,63 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
     counts = {c: sum(p.cls == c for _, p in points) for c in dict.fromkeys(p.cls for _, p in points)}
     progress(f"{len(points)} scenarios drawn in {time.monotonic() - start:.0f}s: "
              + ", ".join(f"{n} {c}" for c, n in counts.items()))
-    def row(e: Experiment, p: Point, arm: str, run_dir: Path, wall_s: float) -> dict[str, Any]:
-        r = PolicyRun.load(run_dir)
-        p99 = r.measured_series("p99_ms")
+    def row(e: Experiment, p: Point, arm: str, runs: list[tuple[Path, float]]) -> dict[str, Any]:
+        """The arm's row on the point: the medians over its noise runs."""
+        got = []
+        for run_dir, _ in runs:
+            r = PolicyRun.load(run_dir)
+            p99 = r.measured_series("p99_ms")
+            got.append((r.violation_pct(), max(p99) if p99 else None, r.result.get("overall_hit_ratio")))
+
+        def med(i: int) -> float | None:
+            xs = [g[i] for g in got if g[i] is not None]
+            return statistics.median(xs) if xs else None
+
+        viol = [g[0] for g in got if g[0] is not None]
         return {"experiment": e.name, "seed": p.seed, "app_servers": p.app_servers, "family": p.family,
                 "class": p.cls, "worst_utilization": p.worst_utilization, "arm": arm,
-                "violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,
-                "hit_ratio": r.result.get("overall_hit_ratio"), "wall_s": round(wall_s, 1)}
+                "violation_pct": med(0), "max_p99_ms": med(1), "hit_ratio": med(2),
+                "wall_s": round(sum(w for _, w in runs), 1), "noise_runs": len(runs),
+                "violation_min": min(viol) if viol else None, "violation_max": max(viol) if viol else None}
 
     # An oracle arm the judge has simulated already is that run (a link to it), not run again.
     slots: list[tuple[Experiment, Point, Arm]] = [(e, p, arm) for e, p in points for arm in arms_of(p.exp)
                                                   if p.cls in FEASIBLE or infeasible == INFEASIBLE_ALL
                                                   or arm.policy_name == recommended]
-    rows: list[dict[str, Any] | None] = [None] * len(slots)
-    todo: list[tuple[int, ArmJob]] = []
+    runs: list[list[tuple[Path, float] | None]] = [[None] * noise_seeds for _ in slots]
+    todo: list[tuple[int, int, ArmJob]] = []
+    linked = 0
     for i, (e, p, arm) in enumerate(slots):
-        src = judged_run(p.dir, arm)
-        if src is None:
-            todo.append((i, ArmJob(p.exp, arm, p.dir, p.trace, p.scenario)))
-            continue
-        link = p.dir / arm.name
-        if link.exists() or link.is_symlink():
-            raise ExperimentError(f"{link} already exists; choose another --out")
-        link.symlink_to(src.relative_to(p.dir))
-        rows[i] = row(e, p, arm.name, link, 0.0)
+        for k in range(noise_seeds):
+            where = p.dir if k == 0 else p.dir / f"noise-{k}"
+            if k > 0 and not where.exists():
+                where.mkdir()
+                if (p.dir / ORACLE_FILE).exists():  # the oracle arms apply the drawn point's schedules
+                    (where / ORACLE_FILE).symlink_to(Path("..") / ORACLE_FILE)
+            src = judged_run(p.dir, arm) if k == 0 else None
+            if src is None:
+                todo.append((i, k, ArmJob(noise_variant(p.exp, k), arm, where, p.trace, p.scenario)))
+                continue
+            link = p.dir / arm.name
+            if link.exists() or link.is_symlink():
+                raise ExperimentError(f"{link} already exists; choose another --out")
+            link.symlink_to(src.relative_to(p.dir))
+            runs[i][k] = (link, 0.0)
+            linked += 1
     executor = executor or LocalExecutor(jobs)
     progress(f"{len(todo)} runs, {executor.describe()}"
-             + (f" ({len(slots) - len(todo)} oracle arms are the judge's runs)" if len(todo) < len(slots) else ""))
-    for n, done in enumerate(executor.run([j for _, j in todo])):
-        i, job = todo[done.index]
-        e, p, _ = slots[i]
-        rows[i] = row(e, p, job.arm.name, done.result.run_dir, done.wall_s)
+             + (f", {noise_seeds} noise seeds per arm" if noise_seeds > 1 else "")
+             + (f" ({linked} oracle arms are the judge's runs)" if linked else ""))
+    for n, done in enumerate(executor.run([j for _, _, j in todo])):
+        i, k, _ = todo[done.index]
+        runs[i][k] = (done.result.run_dir, done.wall_s)
         if (n + 1) % 50 == 0 or n + 1 == len(todo):
             progress(f"[{n + 1}/{len(todo)} {time.monotonic() - start:.0f}s]")
-    return [r for r in rows if r is not None]
+    rows = []
+    for (e, p, arm), got in zip(slots, runs):
+        assert all(g is not None for g in got)
+        rows.append(row(e, p, arm.name, [g for g in got if g is not None]))
+    return rows
 
 
 def _pct(xs: list[float], q: float) -> float:

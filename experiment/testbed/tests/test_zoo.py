@@ -267,3 +267,38 @@ def test_an_oracle_arm_is_the_judges_run_only_when_it_is_the_same_run(tmp_path: 
     del doc["judged"]
     (tmp_path / ORACLE_FILE).write_text(json.dumps(doc))
     assert arm({"name": "oracle"}) is None
+
+
+def test_noise_seeds_run_every_arm_again_with_other_noise(tmp_path: Path, built: None) -> None:
+    """--noise-seeds K: every arm K times on the drawn scenario, the experiment seed moved
+    for the backends' and the simulator's noise, the trace and the scenario the same; the
+    row is the median with the least and the most beside it."""
+    exp = tmp_path / "small.yaml"
+    exp.write_text(yaml.safe_dump(SMALL))
+    out = tmp_path / "z"
+    res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "1", "--policies", "static,oracle",
+                                  "--cache-modes", "partitioned", "--noise-seeds", "2", "--out", str(out)),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    with open(out / "zoo.csv") as f:
+        got = list(csv.DictReader(f))
+    assert sorted(r["arm"] for r in got) == ["oracle", "static"]
+    point = out / "seed-1"
+    for r in got:
+        assert r["noise_runs"] == "2"
+        lo, mid, hi = float(r["violation_min"]), float(r["violation_pct"]), float(r["violation_max"])
+        assert lo <= mid <= hi and mid == pytest.approx((lo + hi) / 2)  # the median of two
+        first = yaml.safe_load((point / r["arm"] / "topology.yaml").read_text())
+        again = yaml.safe_load((point / "noise-1" / r["arm"] / "topology.yaml").read_text())
+        assert [b["seed"] for b in again["backends"]] == [b["seed"] + zoo.NOISE_STRIDE for b in first["backends"]]
+        # the same trace and scenario files: only the noise moved
+        for key in ("trace", "scenario"):
+            assert again["app_servers"][0]["controller"]["run"][key] == first["app_servers"][0]["controller"]["run"][key]
+    # The oracle's second run applies the drawn point's schedule.
+    topo = yaml.safe_load((point / "noise-1" / "oracle" / "topology.yaml").read_text())
+    assert Path(topo["app_servers"][0]["controller"]["run"]["oracle"]).resolve() == (point / "oracle.json").resolve()
+    # Bad input: named, nothing drawn.
+    res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "1", "--noise-seeds", "0",
+                                  "--out", str(tmp_path / "bad")), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "--noise-seeds: 0 must be at least 1" in res.stderr, res.stderr
+    assert not (tmp_path / "bad").exists()
