@@ -37,7 +37,7 @@ from robinhood_common.topology import absolute_files
 from robinhood_common.units import parse_duration
 from robinhood_controller import policies as allocation
 
-from . import analysis, compose, plots, report
+from . import analysis, compose, plots, report, zoo
 from .deploy import REPO, Deployment, go_bin
 from .executor import EXECUTORS, make_executor
 from . import seeds as zoo_seeds
@@ -320,7 +320,6 @@ def _seeds(text: str) -> list[int]:
 
 def cmd_zoo(args: argparse.Namespace) -> int:
     """Every arm on scenarios drawn from the zoo's family, in the simulator (docs/zoo.md)."""
-    from . import zoo
     console = _console()
     exps = [load(f) for f in _names(args.experiment, "--experiment")]
     names = [e.name for e in exps]
@@ -644,7 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
     zo.add_argument("--family", help="draw every scenario from this family (default: one per seed, drawn)")
     zo.add_argument("--out", help="results folder (default runs/zoo-<time>)")
     zo.add_argument("--jobs", type=int, default=1, help="runs simulated at once here (default 1)")
-    zo.add_argument("--infeasible", choices=("all", "check"), default="all",
+    zo.add_argument("--infeasible", choices=zoo.INFEASIBLE, default=zoo.INFEASIBLE_ALL,
                     help="what runs on a scenario the oracle's analysis calls infeasible (no allocation meets the "
                          "SLO throughout: there is no bound there): all, every arm and the oracle's schedules; "
                          "check, only the recommended policy, which checks the class (an arm meeting the SLO "
