@@ -294,6 +294,7 @@ def test_noise_seeds_run_every_arm_again_with_other_noise(tmp_path: Path, built:
         # the same trace and scenario files: only the noise moved
         for key in ("trace", "scenario"):
             assert again["app_servers"][0]["controller"]["run"][key] == first["app_servers"][0]["controller"]["run"][key]
+    assert "the median of 2 runs of the arm" in (out / "zoo.md").read_text()
     # The oracle's second run applies the drawn point's schedule.
     topo = yaml.safe_load((point / "noise-1" / "oracle" / "topology.yaml").read_text())
     assert Path(topo["app_servers"][0]["controller"]["run"]["oracle"]).resolve() == (point / "oracle.json").resolve()
@@ -302,3 +303,12 @@ def test_noise_seeds_run_every_arm_again_with_other_noise(tmp_path: Path, built:
                                   "--out", str(tmp_path / "bad")), capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "--noise-seeds: 0 must be at least 1" in res.stderr, res.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_class_check_reads_every_noise_run() -> None:
+    """An arm that met the SLO on one noise run of an infeasible scenario proves the class
+    wrong, whatever its median."""
+    row = {"experiment": "", "seed": 1, "family": "flapping", "class": "infeasible", "arm": "relief"}
+    assert "holds" in zoo._class_check([dict(row, violation_pct=7.0)])[0]
+    assert "holds" in zoo._class_check([dict(row, violation_pct=7.0, violation_min="", violation_max="")])[0]
+    assert "wrong" in zoo._class_check([dict(row, violation_pct=5.0, violation_min=0.0, violation_max=9.0)])[0]
