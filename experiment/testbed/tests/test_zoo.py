@@ -200,7 +200,8 @@ def test_a_small_zoo_in_the_simulator(tmp_path: Path, built: None) -> None:
 
 def test_infeasible_check_runs_only_the_recommended_policy_there(tmp_path: Path, built: None) -> None:
     """--infeasible check: on a scenario the analysis calls infeasible, no oracle schedule is
-    computed and only the recommended policy runs, its violations checking the class."""
+    computed and only the recommended policy runs, its violations checking the class; with
+    --noise-seeds 2, twice, the experiment seed moved for the noise, the scenario the same."""
     exp = tmp_path / "small.yaml"
     exp.write_text(yaml.safe_dump(SMALL))
     from robinhood_controller import policies as allocation
@@ -212,19 +213,39 @@ def test_infeasible_check_runs_only_the_recommended_policy_there(tmp_path: Path,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and f"the recommended policy ({rec})" in res.stderr, res.stderr
     assert not list(bad.glob("seed-*"))
+    # With two noise runs (--noise-seeds): the same scenario, the experiment seed moved.
     out = tmp_path / "z"
     res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "3", "--policies", f"static,oracle,{rec}",
-                                  "--cache-modes", "partitioned", "--infeasible", "check", "--out", str(out)),
-                         capture_output=True, text=True, timeout=600)
+                                  "--cache-modes", "partitioned", "--infeasible", "check", "--noise-seeds", "2",
+                                  "--out", str(out)), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    check = json.loads((out / "seed-3" / "oracle.json").read_text())
+    point = out / "seed-3"
+    check = json.loads((point / "oracle.json").read_text())
     assert check["class"] == "infeasible"  # seed 3 draws flapping capacity the budget cannot cover
     assert "schedules_skipped" in check and not any(check["app_server_schedules"].values())
     with open(out / "zoo.csv") as f:
         got = list(csv.DictReader(f))
     assert [r["arm"] for r in got] == [rec] and float(got[0]["violation_pct"]) > 0
-    assert not (out / "seed-3" / "static").exists() and not (out / "seed-3" / "oracle").exists()
-    assert "The infeasible class holds: on the 1 infeasible scenarios" in (out / "zoo.md").read_text()
+    assert not (point / "static").exists() and not (point / "oracle").exists()
+    md = (out / "zoo.md").read_text()
+    assert "The infeasible class holds: on the 1 infeasible scenarios" in md
+    # The row is the median of the two runs, with their least and most.
+    r = got[0]
+    lo, mid, hi = float(r["violation_min"]), float(r["violation_pct"]), float(r["violation_max"])
+    assert r["noise_runs"] == "2" and lo <= mid <= hi and mid == pytest.approx((lo + hi) / 2)
+    assert "the median of 2 runs of the arm" in md
+    first = yaml.safe_load((point / rec / "topology.yaml").read_text())
+    again = yaml.safe_load((point / "noise-1" / rec / "topology.yaml").read_text())
+    assert [b["seed"] for b in again["backends"]] == [b["seed"] + zoo.NOISE_STRIDE for b in first["backends"]]
+    for key in ("trace", "scenario"):  # only the noise moved
+        assert again["app_servers"][0]["controller"]["run"][key] == first["app_servers"][0]["controller"]["run"][key]
+    # an oracle arm's noise run would apply the point's schedules
+    assert (point / "noise-1" / "oracle.json").resolve() == (point / "oracle.json").resolve()
+    # Bad input: named, nothing drawn.
+    res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "3", "--noise-seeds", "0",
+                                  "--out", str(bad)), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "--noise-seeds: 0 must be at least 1" in res.stderr, res.stderr
+    assert not list(bad.glob("seed-*"))
 
 
 def zoo_experiment(path: Path):  # type: ignore[no-untyped-def]
@@ -267,42 +288,6 @@ def test_an_oracle_arm_is_the_judges_run_only_when_it_is_the_same_run(tmp_path: 
     del doc["judged"]
     (tmp_path / ORACLE_FILE).write_text(json.dumps(doc))
     assert arm({"name": "oracle"}) is None
-
-
-def test_noise_seeds_run_every_arm_again_with_other_noise(tmp_path: Path, built: None) -> None:
-    """--noise-seeds K: every arm K times on the drawn scenario, the experiment seed moved
-    for the backends' and the simulator's noise, the trace and the scenario the same; the
-    row is the median with the least and the most beside it."""
-    exp = tmp_path / "small.yaml"
-    exp.write_text(yaml.safe_dump(SMALL))
-    out = tmp_path / "z"
-    res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "1", "--policies", "static,oracle",
-                                  "--cache-modes", "partitioned", "--noise-seeds", "2", "--out", str(out)),
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    with open(out / "zoo.csv") as f:
-        got = list(csv.DictReader(f))
-    assert sorted(r["arm"] for r in got) == ["oracle", "static"]
-    point = out / "seed-1"
-    for r in got:
-        assert r["noise_runs"] == "2"
-        lo, mid, hi = float(r["violation_min"]), float(r["violation_pct"]), float(r["violation_max"])
-        assert lo <= mid <= hi and mid == pytest.approx((lo + hi) / 2)  # the median of two
-        first = yaml.safe_load((point / r["arm"] / "topology.yaml").read_text())
-        again = yaml.safe_load((point / "noise-1" / r["arm"] / "topology.yaml").read_text())
-        assert [b["seed"] for b in again["backends"]] == [b["seed"] + zoo.NOISE_STRIDE for b in first["backends"]]
-        # the same trace and scenario files: only the noise moved
-        for key in ("trace", "scenario"):
-            assert again["app_servers"][0]["controller"]["run"][key] == first["app_servers"][0]["controller"]["run"][key]
-    assert "the median of 2 runs of the arm" in (out / "zoo.md").read_text()
-    # The oracle's second run applies the drawn point's schedule.
-    topo = yaml.safe_load((point / "noise-1" / "oracle" / "topology.yaml").read_text())
-    assert Path(topo["app_servers"][0]["controller"]["run"]["oracle"]).resolve() == (point / "oracle.json").resolve()
-    # Bad input: named, nothing drawn.
-    res = subprocess.run(cli_args("zoo", "--experiment", str(exp), "--seeds", "1", "--noise-seeds", "0",
-                                  "--out", str(tmp_path / "bad")), capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and "--noise-seeds: 0 must be at least 1" in res.stderr, res.stderr
-    assert not (tmp_path / "bad").exists()
 
 
 def test_the_class_check_reads_every_noise_run() -> None:
