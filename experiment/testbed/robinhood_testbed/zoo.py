@@ -292,11 +292,7 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
         runs[i][k] = (done.result.run_dir, done.wall_s)
         if (n + 1) % 50 == 0 or n + 1 == len(todo):
             progress(f"[{n + 1}/{len(todo)} {time.monotonic() - start:.0f}s]")
-    rows = []
-    for (e, p, arm), got in zip(slots, runs):
-        assert all(g is not None for g in got)
-        rows.append(row(e, p, arm.name, [g for g in got if g is not None]))
-    return rows
+    return [row(e, p, arm.name, [g for g in got if g is not None]) for (e, p, arm), got in zip(slots, runs)]
 
 
 def _pct(xs: list[float], q: float) -> float:
