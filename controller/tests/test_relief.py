@@ -138,6 +138,49 @@ def test_donors_stay_under_the_target() -> None:
     assert s.taken["c"] == 3 * MIB
 
 
+def test_with_several_app_servers_each_moves_its_share() -> None:
+    """Every app server's controller sees the same backend and plans alike: each moves
+    its share of the excess and of the donors' room in its own partition, so that N
+    app servers together move what one app server alone would, not N times it."""
+    base = {n: calm() for n in "abcd"}
+    state = warm(base)
+
+    def halves(obs: dict[str, Observed]) -> dict[str, Observed]:
+        """Two app servers, each sending half of every backend's load (the same gain per
+        byte of its own partition)."""
+        return {n: Observed(o.served, o.offered, o.spread_us, o.gain, share=0.5) for n, o in obs.items()}
+
+    # c at ρ 0.5 may take 300 more misses in all (3 MB at 100 a MB); b and d do not queue
+    # (at most 25% of their partition, 10 MB each).
+    donors = dict(base, c=calm(spread_us=6000, gain=100 / MIB))
+    # a backlogged (sent 1500, answers 1000): 850 misses to cut, 85 MB at 10 a MB, more than
+    # the donors have: alone, 23 MB; each of two, c's room halved.
+    hot = Observed(served=1000, offered=1500, spread_us=60_000, gain=10 / MIB)
+    alone = step(dict(donors, a=hot), {"a": 10}, state)
+    assert alone.taken == {"b": 10 * MIB, "c": 3 * MIB, "d": 10 * MIB} and alone.given == {"a": 23 * MIB}
+    each = step(halves(dict(donors, a=hot)), {"a": 10}, state)
+    assert each.taken == {"b": 10 * MIB, "c": int(1.5 * MIB), "d": 10 * MIB}
+    assert each.given == {"a": 20 * MIB + int(1.5 * MIB)}
+    # An excess the donors cover: a queues (ρ 0.95 from the spread) on 700 misses, capacity
+    # 700 / 0.95: 221 misses to cut, 22.1 MB alone, half of it each.
+    mild = Observed(served=1000, offered=700, spread_us=60_000, gain=10 / MIB)
+    one = step(dict(donors, a=mild), {"a": 10}, state)
+    two = step(halves(dict(donors, a=mild)), {"a": 10}, state)
+    assert 22 * MIB < one.given["a"] < 22.2 * MIB
+    assert abs(two.given["a"] - one.given["a"] / 2) <= 1
+
+
+def test_observe_takes_this_app_servers_share_and_gain() -> None:
+    every = QueryStats(hits=600, misses=400, shadow_hits=40, shadow_bytes=8 * MIB, queries=1000,
+                       p50_backend_latency_us=4000, p90_backend_latency_us=10_000)
+    own = QueryStats(hits=300, misses=100, shadow_hits=30, shadow_bytes=4 * MIB, queries=400,
+                     p50_backend_latency_us=4000, p90_backend_latency_us=10_000)
+    o = observe({"a": every}, {"a": own})["a"]
+    assert (o.offered, o.share, o.gain) == (400, 0.25, 30 / (4 * MIB))
+    # Without its own statistics (an older RBC server): the only app server.
+    assert observe({"a": every})["a"].share == 1.0 and observe({"a": every}, {})["a"].gain == 40 / (8 * MIB)
+
+
 def test_no_donor_no_move_and_nothing_below_the_floor() -> None:
     targets = {"a": 112 * MIB, "b": 16 * MIB, "c": 16 * MIB, "d": 16 * MIB}
     base = {n: calm() for n in "abcd"}

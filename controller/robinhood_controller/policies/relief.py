@@ -88,7 +88,11 @@ class Observed:
     spread_us: float
     """P90 − median of the latency of the queries that reached it, µs (at least 1)."""
     gain: float
-    """Misses saved per byte of extra cache, per window (shadow hits / shadow bytes)."""
+    """Misses saved per byte of extra cache in this app server's partition, per window
+    (its shadow hits / shadow bytes; every app server's when its own are not known)."""
+    share: float = 1.0
+    """This app server's share of what the backend is sent (its own misses over every app
+    server's; 1 when it is the only one, or its own are not known)."""
 
 
 @dataclass(frozen=True)
@@ -123,16 +127,30 @@ class Step:
     taken: dict[str, int]
 
 
-def observe(stats: Mapping[str, QueryStats]) -> dict[str, Observed]:
-    """The partitions with a backend latency in the window."""
+def _offered(st: QueryStats) -> float:
+    """Queries sent to the backend: the misses looked up, or the answered ones when more."""
+    return max(float(max(st.queries - st.hits, 0)), float(st.misses))
+
+
+def observe(stats: Mapping[str, QueryStats], local: Mapping[str, QueryStats] | None = None) -> dict[str, Observed]:
+    """The partitions with a backend latency in the window: the backend as every app
+    server sees it (``stats``), and this app server's part of it (``local``: its share of
+    what the backend is sent, and what more cache in its own partition saves)."""
     out = {}
     for n, st in stats.items():
         if st.queries <= 0 or st.p90_backend_latency_us <= 0:
             continue
         served = float(max(st.queries - st.hits, 0))
+        offered = _offered(st)
         gain = st.shadow_hits / st.shadow_bytes if st.shadow_bytes > 0 else 0.0
         spread = float(max(st.p90_backend_latency_us - st.p50_backend_latency_us, 1))
-        out[n] = Observed(served=served, offered=max(served, float(st.misses)), spread_us=spread, gain=gain)
+        share = 1.0
+        own = (local or {}).get(n)
+        if own is not None and own.queries > 0 and offered > 0:
+            share = min(_offered(own) / offered, 1.0)
+            if own.shadow_bytes > 0:
+                gain = own.shadow_hits / own.shadow_bytes
+        out[n] = Observed(served=served, offered=offered, spread_us=spread, gain=gain, share=share)
     return out
 
 
@@ -176,7 +194,7 @@ def plan_relief(targets: Mapping[str, int], used: Mapping[str, int], obs: Mappin
         most = min(int(p.donor_step * targets[n]), max(targets[n] - floor, 0))
         if o.gain <= 0 or util[n] <= 0:
             return most
-        return max(int(min(float(most), o.offered * (TARGET_UTIL / util[n] - 1) / o.gain)), 0)
+        return max(int(min(float(most), o.share * o.offered * (TARGET_UTIL / util[n] - 1) / o.gain)), 0)
 
     donors = sorted((n for n, o in obs.items() if util[n] < TARGET_UTIL and n not in relieved
                      and tick - last.get(n, -p.memory) >= p.memory),
@@ -191,7 +209,7 @@ def plan_relief(targets: Mapping[str, int], used: Mapping[str, int], obs: Mappin
         if g is not None and used.get(n, 0) < FILLED * targets[n] and o.spread_us < RISING * g.spread_us:
             continue  # the last grant is still filling, and the latency is not rising
         capacity = o.offered / util[n]
-        want = int(min(max(o.offered - TARGET_UTIL * capacity, 0.0) / o.gain, float(budget)))
+        want = int(min(o.share * max(o.offered - TARGET_UTIL * capacity, 0.0) / o.gain, float(budget)))
         got = 0
         for d in donors:
             take = min(left[d], want - got)
@@ -229,7 +247,7 @@ class Relief(AllocationPolicy):
     def plan(self, inp: PlanInput) -> Decision:
         p: ReliefParams = self.params  # type: ignore[assignment]
         slo_us = self.ctx.slo.latency * US_PER_S if self.ctx.slo is not None else None
-        obs = observe(inp.stats)
+        obs = observe(inp.stats, inp.local)
         rh = plan_robinhood(inp.targets, inp.used, inp.rbc,
                             RobinHoodParams(tax=TAX, unused_gap=UNUSED_GAP, floor_bytes=self.ctx.floor_bytes),
                             applied=inp.applied())
