@@ -25,7 +25,10 @@ tail requests, more cache saves it misses, and (with an SLO) the request P99 is 
 its latency keeps rising). The space comes from *donors*: backends under 0.65 that have
 not needed relief for ``memory`` ticks, the fewest hits per byte first, each giving at
 most ``donor_step`` of its partition and no more than keeps its own load under 0.65.
-Nothing else moves space: the RobinHood step returns what stops blocking.
+Nothing else moves space: the RobinHood step returns what stops blocking. With several
+app servers each controller moves its share of both (its own misses over every app
+server's, at its own partition's misses saved per byte), so together they move what one
+would.
 
 Ramps are seen as they build (ρ rising above the target before anything is backlogged),
 so the move comes before the backend saturates. The step is pure (:func:`plan_relief`);
