@@ -54,8 +54,11 @@ $(VENV)/.installed: requirements.txt $(addsuffix /pyproject.toml,$(PYPKGS))
 	$(PIP) install -q --no-deps $(addprefix -e ,$(PYPKGS))
 	touch $@
 
-## test: Go and Python tests (unit, integration with real processes)
-test: build vet proto-check schema-check layout-check go-test py-test
+## test: Go and Python tests (unit, integration with real processes); the Go and the
+## Python suites run side by side (each waits on real processes part of the time), each
+## one's output printed when it ends
+test: build vet proto-check schema-check layout-check
+	@$(MAKE) --no-print-directory -j2 --output-sync=target go-test py-test
 
 ## test-busy: the whole suite while every core is kept busy by a loop (scripts/busy.sh;
 ## HOGS=N loops); it must pass as on a quiet machine, only slower
