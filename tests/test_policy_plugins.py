@@ -111,12 +111,6 @@ SIM_EXPERIMENT = {
 }
 
 
-#: What the copy's tests run from its bin/: the registries' readers, the testbed's
-#: processes and the simulator.
-COPY_BINARIES = ("appserver/cmd/appserver", "experiment/cmd/tracegen", "sim/cmd/sim", "backends/cmd/backend",
-                 "rbcserver/cmd/rbcserver")
-
-
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the repository with the two new files, its Go binaries built."""
@@ -142,8 +136,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     res = subprocess.run([sys.executable, "scripts/genschema.py", "--registries"], cwd=root, env=env_for(root),
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 10, f"the new policies' declarations were not written:\n{res.stdout}\n{res.stderr}"
-    # The binaries the tests below run (the Go suites build their own).
-    res = subprocess.run(["go", "build", "-o", str(root / "bin") + "/", *(f"./{c}" for c in COPY_BINARIES)], cwd=root,
+    res = subprocess.run(["go", "build", "-o", str(root / "bin") + "/", "./..."], cwd=root,
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr
     return root
