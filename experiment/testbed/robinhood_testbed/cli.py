@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import signal
 import sys
 import time
@@ -44,7 +45,7 @@ from . import seeds as zoo_seeds
 from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
-from .run import RunResult, deployment, prepare_inputs, run_arm, run_arm_sim
+from .run import RunResult, deployment, hindsight_arms, prepare_inputs, run_arm, run_arm_sim
 
 log = logging.getLogger("robinhood_testbed")
 CACHE_MODES = ("partitioned", "shared", "none")
@@ -263,8 +264,17 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
             futures = [(arm, pool.submit(run_arm_sim, exp, arm, out, trace, scenario, calibration, sample,
                                          getattr(args, "full", False)))
                        for arm in todo]
+            results = []
             for arm, fut in futures:
-                done(arm, fut.result())
+                results.append((arm, fut.result()))
+                done(*results[-1])
+        # The oracle made at least as good as every online arm's allocation: where its
+        # schedule changed, its arm runs again (run.hindsight_arms).
+        for arm in hindsight_arms(exp, out, [(a, r.run_dir) for a, r in results], trace, scenario):
+            shutil.rmtree(out / arm.name, ignore_errors=True)
+            console.print(f"[bold]{arm.name}[/]: an online arm's allocation, replayed, measured better than the "
+                          "oracle's candidates; it runs again on that one")
+            done(arm, run_arm_sim(exp, arm, out, trace, scenario, calibration, sample, getattr(args, "full", False)))
     else:
         for arm in todo:
             with LiveView([b.name for b in exp.backends]) as view:

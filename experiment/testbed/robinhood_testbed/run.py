@@ -344,28 +344,11 @@ def judge_oracle(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path
         if key in seen:
             continue
         seen.add(key)
-        where = model.parent / JUDGE_DIR / name
-        where.mkdir(parents=True, exist_ok=True)
-        cand = json.loads(json.dumps(doc))
-        for app, sch in cand["app_server_schedules"].items():
-            c = by_name[app][name]
-            sch["foresight"] = {"steps": c["steps"], "predicted_violation_pct": c["predicted_violation_pct"]}
-        (where / ORACLE_FILE).write_text(json.dumps(cand, indent=1) + "\n")
-        shutil.rmtree(where / judge.name, ignore_errors=True)
-        r = run_arm_sim(exp, judge, where, trace, scenario)
-        slo = r.summary.get("slo", {})
-        pct = float(slo["violation_pct"]) if slo.get("points_counted") else None
-        p99 = r.summary.get("latency_ms_after_warmup", {}).get("p99")
-        measured[name] = {"violation_pct": pct, "p99_ms": p99}
-        if pct == 0:
+        measured[name] = _simulate_candidate(exp, judge, doc, model.parent / JUDGE_DIR / name,
+                                             {app: by_name[app][name] for app in apps}, trace, scenario)
+        if measured[name]["violation_pct"] == 0:
             break  # none can do better: the later candidates are not simulated
-
-    def rank(name: str) -> tuple[float, float]:
-        m = measured[name]
-        return (m["violation_pct"] if m["violation_pct"] is not None else float("inf"),
-                m["p99_ms"] if m["p99_ms"] is not None else float("inf"))
-
-    best = min(measured, key=lambda n: (rank(n), names.index(n)))
+    best = min(measured, key=lambda n: (_rank(measured[n]), names.index(n)))
     for app, sch in apps.items():
         c = by_name[app][best]
         sch["foresight"] = {**sch["foresight"], "steps": c["steps"], "predicted_violation_pct": c["predicted_violation_pct"]}
@@ -373,6 +356,131 @@ def judge_oracle(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path
                      "how": "each candidate simulated with the experiment's seed (bin/sim); the fewest SLO "
                             "violations, then the lowest request P99"}
     _write_atomic(path, doc)
+
+
+def _simulate_candidate(exp: Experiment, judge: Arm, doc: dict[str, Any], where: Path,
+                        steps: dict[str, dict[str, Any]], trace: Path | Generated,
+                        scenario: Path | None) -> dict[str, Any]:
+    """Simulate the oracle file ``doc`` with ``steps`` (per app server: its ``steps`` and
+    ``predicted_violation_pct``) as the schedule with foresight, in ``where``; the
+    measured SLO violation % and request P99 after the warm-up."""
+    where.mkdir(parents=True, exist_ok=True)
+    cand = json.loads(json.dumps(doc))
+    for app, sch in cand["app_server_schedules"].items():
+        sch["foresight"] = {"steps": steps[app]["steps"], "predicted_violation_pct": steps[app].get("predicted_violation_pct")}
+    (where / ORACLE_FILE).write_text(json.dumps(cand, indent=1) + "\n")
+    shutil.rmtree(where / judge.name, ignore_errors=True)
+    r = run_arm_sim(exp, judge, where, trace, scenario)
+    slo = r.summary.get("slo", {})
+    return {"violation_pct": float(slo["violation_pct"]) if slo.get("points_counted") else None,
+            "p99_ms": r.summary.get("latency_ms_after_warmup", {}).get("p99")}
+
+
+def _rank(m: dict[str, Any]) -> tuple[float, float]:
+    """A measured candidate's rank: the fewest SLO violations, then the lowest request P99."""
+    return (m["violation_pct"] if m.get("violation_pct") is not None else float("inf"),
+            m["p99_ms"] if m.get("p99_ms") is not None else float("inf"))
+
+
+#: The judge's candidates that replay an online arm's recorded allocation: this prefix
+#: and the arm's name (also their folder in JUDGE_DIR).
+HINDSIGHT = "hindsight-"
+
+
+def recorded_schedule(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """An arm's allocation as it happened, as oracle steps per app server (``at_s``: the
+    time since the run's start; ``mb``: the whole-MB limits it planned), one step at
+    each change: from its controller timelines (``controller-<app>.jsonl``) and the run's
+    start (``run-start``). Empty for an arm without a controller. ExperimentError names
+    a timeline it cannot read."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    try:
+        start = float((run_dir / RUN_START).read_text().split()[0])
+    except (OSError, ValueError, IndexError) as e:
+        raise ExperimentError(f"{run_dir / RUN_START}: no run start to put the timeline on: {e}") from None
+    for f in sorted(run_dir.glob("controller-*.jsonl")):
+        steps: list[dict[str, Any]] = []
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                tick = json.loads(line)
+                mb = {name: int(p["planned_limit_bytes"]) // (1 << 20) for name, p in tick["partitions"].items()}
+                at = max(0.0, round(float(tick["time"]) - start, 3))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ExperimentError(f"{f}:{n}: not a controller tick with planned limits: {e!r}") from None
+            if not steps or steps[-1]["mb"] != mb:
+                steps.append({"at_s": at if steps else 0, "mb": mb})
+        if steps:
+            out[str(tick["app_server"])] = steps
+    return out
+
+
+def hindsight_oracle(exp: Experiment, folder: Path, runs: dict[str, Path], trace: Path | Generated,
+                     scenario: Path | None) -> bool:
+    """Make the judged oracle of a comparison folder at least as good as every online
+    arm's allocation: ``runs`` (name → run folder) are the online arms' runs on the
+    folder's oracle file; each that measured fewer SLO violations than the judged
+    oracle's chosen candidate has its recorded allocation (:func:`recorded_schedule`,
+    every app server its own) simulated as a candidate ``hindsight-<arm>``, and the best
+    candidate becomes the schedule with foresight. The oracle is the best schedule
+    known with the run in hand; where the model's own candidates miss one an online
+    policy found, it is that one (docs/algorithms.md, "Judged in the simulator").
+    Returns whether the chosen schedule changed. A folder whose oracle was not judged
+    (infeasible, or one candidate) is left as it is."""
+    path = folder / ORACLE_FILE
+    doc = json.loads(path.read_text())
+    judged = doc.get("judged")
+    if not judged:
+        return False
+    measured = judged["candidates"]
+    chosen = judged["chosen"]
+    judge = Arm("oracle", "partitioned", {"name": "oracle"}, judged["dispatch"])
+    apps = doc.get("app_server_schedules", {})
+    steps: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, run_dir in sorted(runs.items()):
+        try:
+            r = json.loads((run_dir / "replay" / "summary.json").read_text())
+        except (OSError, ValueError):
+            continue
+        slo = r.get("slo", {})
+        if not slo.get("points_counted") or (float(slo["violation_pct"]), 0.0) >= _rank(measured[chosen]):
+            continue
+        rec = recorded_schedule(run_dir)
+        if set(rec) != set(apps):
+            continue
+        cand = HINDSIGHT + name
+        steps[cand] = {app: {"steps": s, "predicted_violation_pct": None} for app, s in rec.items()}
+        measured[cand] = _simulate_candidate(exp, judge, doc, folder / JUDGE_DIR / cand, steps[cand], trace, scenario)
+    order = list(measured)
+    best = min(measured, key=lambda n: (_rank(measured[n]), order.index(n)))
+    if best == chosen:
+        if steps:
+            _write_atomic(path, doc)
+        return False
+    for app, sch in apps.items():
+        sch["foresight"] = {**sch["foresight"], **steps[best][app]}
+    judged["chosen"] = best
+    _write_atomic(path, doc)
+    return True
+
+
+def applies_foresight(arm: Arm) -> bool:
+    """Whether the arm applies the oracle's schedule with foresight (the judge's choice)."""
+    return arm.policy_name == "oracle" and (arm.policy or {}).get("lookahead", True) is not False
+
+
+def hindsight_arms(exp: Experiment, folder: Path, runs: list[tuple[Arm, Path]], trace: Path | Generated,
+                   scenario: Path | None) -> list[Arm]:
+    """:func:`hindsight_oracle` on a comparison folder's finished ``runs`` (its online
+    arms: partitioned, a policy whose role is not ``bound``); the arms among ``runs``
+    applying the oracle with foresight when its chosen schedule changed (their runs are
+    out of date: run them again), else none."""
+    online = {arm.name: d for arm, d in runs if arm.cache_mode == "partitioned" and arm.policy_name is not None
+              and arm.policy_name in allocation.names() and allocation.get(arm.policy_name).role != "bound"}
+    if not online or not (folder / ORACLE_FILE).exists() or not hindsight_oracle(exp, folder, online, trace, scenario):
+        return []
+    return [arm for arm, _ in runs if applies_foresight(arm)]
 
 
 def judged_run(folder: Path, arm: Arm) -> Path | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import shutil
 import statistics
 import subprocess
 import time
@@ -43,7 +44,7 @@ from .experiment import Arm, Experiment, ExperimentError
 from .experiment import arms as experiment_arms
 from .plots import _color, plt
 from .procs import StartError
-from .run import ORACLE_FILE, FixedPorts, judged_run, oracle_schedule, prepare_inputs
+from .run import HINDSIGHT, ORACLE_FILE, FixedPorts, hindsight_arms, judged_run, oracle_schedule, prepare_inputs
 from .seeds import RANGES
 
 #: The development and evaluation seed ranges (inclusive), as experiment/zoo defines them.
@@ -257,7 +258,8 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
                 "class": p.cls, "worst_utilization": p.worst_utilization, "arm": arm,
                 "violation_pct": med(0), "max_p99_ms": med(1), "hit_ratio": med(2),
                 "wall_s": round(sum(w for _, w in runs), 1), "noise_runs": len(runs),
-                "violation_min": min(viol) if viol else None, "violation_max": max(viol) if viol else None}
+                "violation_min": min(viol) if viol else None, "violation_max": max(viol) if viol else None,
+                "oracle_schedule": _chosen(p.dir)}
 
     # An oracle arm the judge has simulated already is that run (a link to it), not run again.
     slots: list[tuple[Experiment, Point, Arm]] = [(e, p, arm) for e, p in points for arm in arms_of(p.exp)
@@ -292,7 +294,52 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
         runs[i][k] = (done.result.run_dir, done.wall_s)
         if (n + 1) % 50 == 0 or n + 1 == len(todo):
             progress(f"[{n + 1}/{len(todo)} {time.monotonic() - start:.0f}s]")
+    _hindsight(points, slots, runs, executor, progress)
     return [row(e, p, arm.name, [g for g in got if g is not None]) for (e, p, arm), got in zip(slots, runs)]
+
+
+def _hindsight(points: list[tuple[Experiment, Point]], slots: list[tuple[Experiment, Point, Arm]],
+               runs: list[list[tuple[Path, float] | None]], executor: Executor,
+               progress: Callable[[str], None]) -> None:
+    """The oracle made at least as good as every online arm's allocation, point by point
+    (:func:`robinhood_testbed.run.hindsight_oracle`): where the chosen schedule changes,
+    the oracle arm linked to the judge's run is linked to the new one, and its noise runs
+    run again on it."""
+    changed, again = [], []
+    for e, p in points:
+        if p.cls not in FEASIBLE:
+            continue
+        mine = {arm.name: i for i, (_, q, arm) in enumerate(slots) if q is p and runs[i][0] is not None}
+        stale = hindsight_arms(p.exp, p.dir, [(slots[i][2], runs[i][0][0]) for i in mine.values()],  # type: ignore[index]
+                               p.trace, p.scenario)
+        if stale:
+            changed.append(_label((e.name, p.seed)))
+        for arm in stale:
+            i = mine[arm.name]
+            link, src = p.dir / arm.name, judged_run(p.dir, arm)
+            if link.is_symlink() and src is not None:
+                link.unlink()
+                link.symlink_to(src.relative_to(p.dir))
+            else:
+                shutil.rmtree(link, ignore_errors=True)
+                again.append((i, 0, ArmJob(p.exp, arm, p.dir, p.trace, p.scenario)))
+            for k in range(1, len(runs[i])):
+                shutil.rmtree(p.dir / f"noise-{k}" / arm.name, ignore_errors=True)
+                again.append((i, k, ArmJob(noise_variant(p.exp, k), arm, p.dir / f"noise-{k}", p.trace, p.scenario)))
+    if changed:
+        progress(f"the oracle replays an online arm's allocation on {len(changed)} scenarios ({', '.join(changed)})"
+                 + (f"; {len(again)} oracle runs again" if again else ""))
+    for done in executor.run([j for _, _, j in again]):
+        i, k, _ = again[done.index]
+        runs[i][k] = (done.result.run_dir, done.wall_s)
+
+
+def _chosen(point: Path) -> str | None:
+    """The candidate the oracle's schedule with foresight is on a point (None: not judged)."""
+    try:
+        return json.loads((point / ORACLE_FILE).read_text())["judged"]["chosen"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -380,10 +427,16 @@ def _bound_check(rows: list[dict[str, Any]]) -> list[str]:
     family = {_key(r): r["family"] for r in rows}
     lines = [f"- {s['arm']} on {_label(k)} ({family[k]}): {per[k][s['arm']]:.1f} against the oracle's {per[k][ORACLE]:.1f}"
              for s in summary(rows) for k in s["beats_oracle"] or []]
+    chosen = {_key(r): str(r.get("oracle_schedule") or "") for r in rows if _key(r) in per}
+    replayed = sorted(k for k, c in chosen.items() if c.startswith(HINDSIGHT))
+    tail = [f"The oracle's schedule is an online arm's allocation replayed in hindsight on {len(replayed)} of the "
+            f"{len(per)} feasible scenarios (its own candidates measured worse there): "
+            + ", ".join(f"{_label(k)} ({chosen[k][len(HINDSIGHT):]})" for k in replayed) + "."] if replayed else []
     if not lines:
-        return [f"No online arm beats the oracle by more than {BOUND_POINTS:g} points on any feasible scenario."]
+        return [f"No online arm beats the oracle by more than {BOUND_POINTS:g} points on any feasible scenario.",
+                *([""] + tail if tail else [])]
     return [f"Online arms beating the oracle by more than {BOUND_POINTS:g} points (the bound is wrong there):", "",
-            *lines]
+            *lines, *([""] + tail if tail else [])]
 
 
 def _class_check(rows: list[dict[str, Any]]) -> list[str]:
