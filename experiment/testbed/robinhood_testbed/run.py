@@ -444,8 +444,8 @@ def hindsight_oracle(exp: Experiment, folder: Path, runs: dict[str, Path], trace
         except (OSError, ValueError):
             continue
         slo = r.get("slo", {})
-        if not slo.get("points_counted") or (float(slo["violation_pct"]), 0.0) >= _rank(measured[chosen]):
-            continue
+        if not slo.get("points_counted") or float(slo["violation_pct"]) >= _rank(measured[chosen])[0]:
+            continue  # not fewer violations (a lower P99 alone is not replayed)
         rec = recorded_schedule(run_dir)
         if set(rec) != set(apps):
             continue
