@@ -11,7 +11,9 @@ can still fill) and **reactive** (each phase of the scenario learnt the instant 
 nothing after it), and the candidate schedules the one with foresight is chosen from. The
 testbed runs it once per run, simulates the candidates and keeps the best measured one as the
 schedule with foresight (docs/algorithms.md, "Judged in the simulator"), and names the file in
-``controller.run.oracle``.
+``controller.run.oracle``. After a comparison in the simulator, an online arm that measured
+fewer SLO violations has its recorded allocation judged too (``hindsight-<arm>``), so the
+schedule with foresight is the best one known for the run.
 
 At every tick the policy applies its app server's schedule at the time since the run's start
 (the start file; else since its first tick). It moves the whole way at once: the mechanism
