@@ -78,10 +78,7 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
     start = time.monotonic()
     for n, done in enumerate(executor.run(todo)):
         job, res = done.job, done.result
-        r = PolicyRun.load(res.run_dir)
-        p99 = r.measured_series("p99_ms")
-        row = {"experiment": job.exp.name, "seed": job.exp.seed, "arm": job.arm.name, "violation_pct": r.violation_pct(),
-               "max_p99_ms": max(p99) if p99 else None, "hit_ratio": r.result.get("overall_hit_ratio"),
+        row = {"experiment": job.exp.name, "seed": job.exp.seed, "arm": job.arm.name, **_figures(res.run_dir),
                "wall_s": round(done.wall_s, 1), "dir": str(res.run_dir)}
         rows[done.index] = row
         progress(f"[{n + 1}/{len(todo)} {time.monotonic() - start:.0f}s] {row['experiment']} seed {row['seed']} "
@@ -103,11 +100,16 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
                  f"(experiment, seed) points; {len(again)} oracle runs again")
     for done in executor.run([j for _, j in again]):
         n, _ = again[done.index]
-        r = PolicyRun.load(done.result.run_dir)
-        p99 = r.measured_series("p99_ms")
-        rows[n] = {**rows[n], "violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,  # type: ignore[dict-item]
-                   "hit_ratio": r.result.get("overall_hit_ratio"), "wall_s": round(done.wall_s, 1)}
+        rows[n] = {**rows[n], **_figures(done.result.run_dir), "wall_s": round(done.wall_s, 1)}  # type: ignore[dict-item]
     return [r for r in rows if r is not None]
+
+
+def _figures(run_dir: Path) -> dict[str, Any]:
+    """A finished run's row figures: SLO violation %, max P99, hit ratio."""
+    r = PolicyRun.load(run_dir)
+    p99 = r.measured_series("p99_ms")
+    return {"violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,
+            "hit_ratio": r.result.get("overall_hit_ratio")}
 
 
 def minutes(seconds: float) -> str:

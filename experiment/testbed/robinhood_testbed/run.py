@@ -15,6 +15,7 @@ from typing import Any, Callable
 import yaml
 
 from . import metrics
+from .analysis import PolicyRun
 from robinhood_common.units import format_duration, parse_duration
 
 from .deploy import Deployment, build_topology, check_appserver, controller_cmd, go_bin
@@ -440,11 +441,10 @@ def hindsight_oracle(exp: Experiment, folder: Path, runs: dict[str, Path], trace
     steps: dict[str, dict[str, dict[str, Any]]] = {}
     for name, run_dir in sorted(runs.items()):
         try:
-            r = json.loads((run_dir / "replay" / "summary.json").read_text())
+            viol = PolicyRun.load(run_dir).violation_pct()
         except (OSError, ValueError):
             continue
-        slo = r.get("slo", {})
-        if not slo.get("points_counted") or float(slo["violation_pct"]) >= _rank(measured[chosen])[0]:
+        if viol is None or viol >= _rank(measured[chosen])[0]:
             continue  # not fewer violations (a lower P99 alone is not replayed)
         rec = recorded_schedule(run_dir)
         if set(rec) != set(apps):
