@@ -16,7 +16,8 @@ from .registry import register
 class OracleReactive(Oracle):
     name = "oracle-reactive"
     summary = ("the oracle's schedule without foresight: each phase of the scenario learnt when it starts "
-               "(tracegen oracle's reactive schedule); the reactive bound (beyond the paper)")
+               "(tracegen oracle's reactive schedule); the reference that splits an arm's gap to the oracle into "
+               "reaction and foresight, not a bound (beyond the paper)")
     Params = Params
     color = "#777777"
 
