@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from robinhood_testbed.deploy import build_topology
-from robinhood_testbed.experiment import Arm, ExperimentError, arms, load
+from robinhood_testbed.experiment import Arm, ExperimentError, arms, dispatch_policies, load
 from robinhood_testbed.procs import PortAllocator
 from robinhood_testbed.run import check_scenario, prepare_inputs, rate_schedule, stream_args, synth_args
 
@@ -131,6 +132,18 @@ def test_shipped_experiments_are_valid(path: Path, tmp_path: Path, gobin) -> Non
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(exp.scenario_data()))
     check_scenario(scenario, topo_path, exp.duration)  # raises ExperimentError naming the problem
+
+
+def test_dispatch_policies_list_says_which_to_run(gobin) -> None:
+    """The app server's list starts with where the pick comes from (bin/sim advise);
+    the testbed reads the policies' names past it."""
+    exe = str(gobin("appserver"))
+    lines = subprocess.run([exe, "--list-dispatch-policies"], capture_output=True, text=True, timeout=60,
+                           check=True).stdout.splitlines()
+    assert lines[0].startswith("#") and "bin/sim advise --measured" in lines[0]
+    names = dispatch_policies(exe)
+    assert len(names) == len(lines) - 1 and {"random", "psq", "laedge-cc", "singler"} <= set(names)
+    assert not any(n.startswith("#") for n in names)
 
 
 RATE_EVENTS = [{"kind": "request_rate", "at": "40s", "factor": 1},
