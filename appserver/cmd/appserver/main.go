@@ -51,7 +51,7 @@ func run(args []string) int {
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest accepted request body")
 	maxRequest := fs.Int64("max-request-bytes", server.DefaultMaxRequestBytes, "most value bytes one request may ask for in all (the sum of its sizes); a larger one is refused with 413 before anything is sent")
 	check := fs.Bool("check", false, "validate the topology and this app server's settings (dispatch policy parameters among them), print what would run, and exit")
-	listDispatch := fs.Bool("list-dispatch-policies", false, "print every registered dispatch policy, one a line (name, parameters with defaults, summary) after a # line on which to run, and exit")
+	listDispatch := fs.Bool("list-dispatch-policies", false, "print every registered dispatch policy, one a line (name, parameters with defaults, summary), and exit; on stderr, how to pick one")
 	listJSON := fs.Bool("json", false, "with --list-dispatch-policies: print the policies and their parameters' declarations (type, range, default, doc) as JSON")
 	var sec auth.ServerOptions
 	sec.Register(fs)
@@ -83,6 +83,7 @@ func run(args []string) int {
 		return 0
 	}
 	if *listDispatch {
+		fmt.Fprintln(os.Stderr, adviseLine)
 		printDispatchPolicies(os.Stdout)
 		return 0
 	}
@@ -201,11 +202,10 @@ func run(args []string) int {
 const adviseLine = "# which to run depends on the backend: measure its jitter (bin/backendload --addr ADDR --measure --json > jitter.json) " +
 	"and let bin/sim advise --measured jitter.json pick (docs/hedging.md)"
 
-// printDispatchPolicies writes a first line, starting with "#", on which to
-// run, then one line per registered dispatch policy: its name, its parameters
-// with their defaults, and what it does.
+// printDispatchPolicies writes one line per registered dispatch policy: its
+// name, its parameters with their defaults, and what it does. The line on which
+// to run goes to the caller's stderr, so that the list stays one policy a line.
 func printDispatchPolicies(w io.Writer) {
-	fmt.Fprintln(w, adviseLine)
 	for _, d := range dispatch.Describe() {
 		parts := []string{d.Name}
 		for _, p := range d.Params {

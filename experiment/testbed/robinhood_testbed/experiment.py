@@ -41,7 +41,7 @@ def dispatch_policies(appserver: str) -> list[str]:
     res = subprocess.run([appserver, "--list-dispatch-policies"], capture_output=True, text=True, timeout=30)
     if res.returncode != 0:
         raise ExperimentError(f"{appserver} --list-dispatch-policies failed: {res.stderr.strip()}")
-    return [line.split()[0] for line in res.stdout.splitlines() if line.strip() and not line.startswith("#")]
+    return [line.split()[0] for line in res.stdout.splitlines() if line.strip()]
 
 
 def arms(exp: Experiment, cache_modes: list[str] | None = None, policies: list[dict[str, Any]] | None = None,

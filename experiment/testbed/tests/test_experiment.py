@@ -135,14 +135,13 @@ def test_shipped_experiments_are_valid(path: Path, tmp_path: Path, gobin) -> Non
 
 
 def test_dispatch_policies_list_says_which_to_run(gobin) -> None:
-    """The app server's list starts with where the pick comes from (bin/sim advise);
-    the testbed reads the policies' names past it."""
+    """The app server lists one policy a line on stdout, what the testbed reads, and
+    says on stderr where the pick comes from (bin/sim advise)."""
     exe = str(gobin("appserver"))
-    lines = subprocess.run([exe, "--list-dispatch-policies"], capture_output=True, text=True, timeout=60,
-                           check=True).stdout.splitlines()
-    assert lines[0].startswith("#") and "bin/sim advise --measured" in lines[0]
+    res = subprocess.run([exe, "--list-dispatch-policies"], capture_output=True, text=True, timeout=60, check=True)
+    assert res.stderr.startswith("# which to run") and "bin/sim advise --measured" in res.stderr
     names = dispatch_policies(exe)
-    assert len(names) == len(lines) - 1 and {"random", "psq", "laedge-cc", "singler"} <= set(names)
+    assert len(names) == len(res.stdout.splitlines()) and {"random", "psq", "laedge-cc", "singler"} <= set(names)
     assert not any(n.startswith("#") for n in names)
 
 
