@@ -197,14 +197,14 @@ func run(args []string) int {
 	return 0
 }
 
-// adviseLine heads the dispatch policies' list: no policy is the one to run
-// everywhere, which one is best depends on the backend's jitter (docs/hedging.md).
+// adviseLine is what --list-dispatch-policies writes to stderr beside the list:
+// no dispatch policy is the one to run everywhere, the best depends on the
+// backend's jitter (docs/hedging.md).
 const adviseLine = "# which to run depends on the backend: measure its jitter (bin/backendload --addr ADDR --measure --json > jitter.json) " +
 	"and let bin/sim advise --measured jitter.json pick (docs/hedging.md)"
 
 // printDispatchPolicies writes one line per registered dispatch policy: its
-// name, its parameters with their defaults, and what it does. The line on which
-// to run goes to the caller's stderr, so that the list stays one policy a line.
+// name, its parameters with their defaults, and what it does.
 func printDispatchPolicies(w io.Writer) {
 	for _, d := range dispatch.Describe() {
 		parts := []string{d.Name}
