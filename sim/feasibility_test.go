@@ -18,6 +18,7 @@ import (
 	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/experiment/feasibility"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/model"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
@@ -192,7 +193,7 @@ func TestFeasibilityChargeAgainstCacheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	slabs := w.Slabs[0]
-	const MiB = feasibility.MiB
+	const MiB = model.MiB
 	for _, mb := range []int64{16, 40, 112} {
 		c := NewCache(mb * MiB)
 		var held float64

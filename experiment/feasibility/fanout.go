@@ -58,28 +58,6 @@ func pageCharge(chunk int64) float64 {
 	return float64(costmodel.PageBytes) / float64(costmodel.PageBytes/chunk)
 }
 
-// missCurve is the miss ratio at 0 … len(hist)−2 MiB from a histogram of
-// the accesses by the first MiB they hit at (the last entry: never).
-func missCurve(hist []float64) []float64 {
-	out := make([]float64, len(hist)-1)
-	total := 0.0
-	for _, v := range hist {
-		total += v
-	}
-	if total == 0 {
-		for m := range out {
-			out[m] = 1
-		}
-		return out
-	}
-	later := hist[len(hist)-1]
-	for m := len(out) - 1; m >= 0; m-- {
-		out[m] = later / total
-		later += hist[m]
-	}
-	return out
-}
-
 // slabs accounts one backend's cacheable values as memcached stores them.
 type slabs struct {
 	value, charged float64

@@ -22,55 +22,13 @@ package feasibility
 import (
 	"fmt"
 	"math"
-	"sort"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/model"
 )
-
-// MiB is the allocation granularity (memcached limits are whole MB).
-const MiB = 1 << 20
-
-// Backend is one backend's demand.
-type Backend struct {
-	Name string
-	// CacheableRate and UncacheableRate are queries/s, every app server.
-	CacheableRate, UncacheableRate float64
-	// MissRatio[m] is the miss ratio of one app server's m-MiB cache (m =
-	// 0 … budget; Workload).
-	MissRatio []float64
-}
-
-// Load is the backend's queries/s with an m-MiB cache on every app server.
-func (b Backend) Load(m int) float64 {
-	if m >= len(b.MissRatio) {
-		m = len(b.MissRatio) - 1
-	}
-	return b.CacheableRate*b.MissRatio[m] + b.UncacheableRate
-}
-
-// Capacity is the queries/s a backend with limits l can serve: its rate
-// limit, or workers over the injected service time; +Inf when neither
-// bounds it.
-func Capacity(l config.Limits) float64 {
-	if l.Rate > 0 {
-		if l.ExtraLatencyMs > 0 || l.HiccupProb > 0 {
-			return math.Min(l.Rate, serviceCapacity(l))
-		}
-		return l.Rate
-	}
-	return serviceCapacity(l)
-}
-
-func serviceCapacity(l config.Limits) float64 {
-	ms := l.ExtraLatencyMs + l.HiccupProb*l.HiccupMs
-	if ms <= 0 {
-		return math.Inf(1)
-	}
-	return float64(l.Workers) * 1000 / ms
-}
 
 // Phase is an interval with constant capacities and request rate.
 type Phase struct {
@@ -95,9 +53,9 @@ type Rates struct {
 	Cacheable, Uncacheable float64
 }
 
-// InPhase is the backend with the phase's own query rates and miss-ratio
+// Demand is backend b with the phase's own query rates and miss-ratio
 // curve, when the phase has them.
-func (b Backend) InPhase(ph Phase) Backend {
+func (ph Phase) Demand(b model.Backend) model.Backend {
 	if r, ok := ph.Rates[b.Name]; ok {
 		b.CacheableRate, b.UncacheableRate = r.Cacheable, r.Uncacheable
 	}
@@ -121,7 +79,7 @@ func Phases(initial map[string]config.Limits, changes []scenario.Change, duratio
 	phase := func(start time.Duration, factor float64) Phase {
 		ph := Phase{Start: start, Capacity: map[string]float64{}, Limits: map[string]config.Limits{}, RateFactor: factor}
 		for n, l := range limits {
-			ph.Capacity[n] = Capacity(l)
+			ph.Capacity[n] = model.Capacity(l)
 			ph.Limits[n] = l
 		}
 		return ph
@@ -204,7 +162,7 @@ type Result struct {
 // partition, against the configured allocation. Each phase is analysed at
 // its own query rates and miss-ratio curves when it has them (Phase.Rates,
 // Phase.Curves), else at the backends'.
-func Analyze(all []Backend, phases []Phase, budget, floor int, configured map[string]int) ([]Result, error) {
+func Analyze(all []model.Backend, phases []Phase, budget, floor int, configured map[string]int) ([]Result, error) {
 	if floor*len(all) > budget {
 		return nil, fmt.Errorf("budget %d MB is below %d partitions × floor %d MB", budget, len(all), floor)
 	}
@@ -218,7 +176,7 @@ func Analyze(all []Backend, phases []Phase, budget, floor int, configured map[st
 			}
 		}
 		for _, b := range backends {
-			n := need(b, ph.Capacity[b.Name], budget, floor)
+			n := model.NeedAt(b, ph.Capacity[b.Name], 1, budget, floor)
 			r.Need[b.Name] = n
 			if n < 0 {
 				r.NeedTotal = -1
@@ -227,9 +185,9 @@ func Analyze(all []Backend, phases []Phase, budget, floor int, configured map[st
 			}
 		}
 		r.Feasible = r.NeedTotal >= 0 && r.NeedTotal <= budget
-		r.Oracle, r.OracleWorst = oracle(backends, ph.Capacity, budget, floor)
+		r.Oracle, r.OracleWorst = model.MinMax(backends, ph.Capacity, budget, floor)
 		for _, b := range backends {
-			r.Even = math.Max(r.Even, util(b, configured[b.Name], ph.Capacity[b.Name]))
+			r.Even = math.Max(r.Even, model.Util(b, configured[b.Name], ph.Capacity[b.Name]))
 		}
 		out = append(out, r)
 	}
@@ -237,94 +195,10 @@ func Analyze(all []Backend, phases []Phase, budget, floor int, configured map[st
 }
 
 // inPhase is the backends at the phase's rates.
-func inPhase(all []Backend, ph Phase) []Backend {
-	out := make([]Backend, len(all))
+func inPhase(all []model.Backend, ph Phase) []model.Backend {
+	out := make([]model.Backend, len(all))
 	for i, b := range all {
-		out[i] = b.InPhase(ph)
+		out[i] = ph.Demand(b)
 	}
 	return out
-}
-
-func util(b Backend, m int, capacity float64) float64 {
-	if math.IsInf(capacity, 1) {
-		return 0
-	}
-	if capacity <= 0 {
-		return math.Inf(1)
-	}
-	return b.Load(m) / capacity
-}
-
-// need is the smallest allocation (≥ floor) with load ≤ capacity·ρ… at ρ = 1.
-func need(b Backend, capacity float64, budget, floor int) int {
-	return needAt(b, capacity, 1, budget, floor)
-}
-
-func needAt(b Backend, capacity, rho float64, budget, floor int) int {
-	// Loads fall as the cache grows: the first m with load ≤ ρ·capacity.
-	m := sort.Search(budget-floor+1, func(i int) bool { return b.Load(floor+i) <= rho*capacity })
-	if m > budget-floor {
-		return -1
-	}
-	return floor + m
-}
-
-// oracle minimizes the worst load/capacity over allocations summing to the
-// budget (each ≥ floor): the smallest ρ whose needs fit (bisection), then
-// the rest of the budget, MB by MB, to the backend with the highest ratio.
-func oracle(backends []Backend, capacity map[string]float64, budget, floor int) (map[string]int, float64) {
-	fits := func(rho float64) (map[string]int, bool) {
-		alloc := map[string]int{}
-		total := 0
-		for _, b := range backends {
-			n := needAt(b, capacity[b.Name], rho, budget, floor)
-			if n < 0 {
-				return nil, false
-			}
-			alloc[b.Name] = n
-			total += n
-		}
-		return alloc, total <= budget
-	}
-	lo, hi := 0.0, 1.0
-	for {
-		if _, ok := fits(hi); ok || hi > 1e9 {
-			break
-		}
-		lo, hi = hi, hi*2
-	}
-	for range 60 {
-		mid := (lo + hi) / 2
-		if _, ok := fits(mid); ok {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	alloc, ok := fits(hi)
-	if !ok { // even the whole budget leaves some backend unbounded: floors only
-		alloc = map[string]int{}
-		for _, b := range backends {
-			alloc[b.Name] = floor
-		}
-	}
-	used := 0
-	for _, m := range alloc {
-		used += m
-	}
-	for ; used < budget; used++ {
-		best, bestU := "", -1.0
-		for _, b := range backends {
-			u := util(b, alloc[b.Name], capacity[b.Name])
-			if u > bestU || (u == bestU && b.Name < best) {
-				best, bestU = b.Name, u
-			}
-		}
-		alloc[best]++
-	}
-	worst := 0.0
-	for _, b := range backends {
-		worst = math.Max(worst, util(b, alloc[b.Name], capacity[b.Name]))
-	}
-	return alloc, worst
 }

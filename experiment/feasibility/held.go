@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
+	"github.com/robinhoodcache/robinhood/lib/model"
 	"github.com/robinhoodcache/robinhood/lib/slabcache"
 )
 
@@ -51,7 +52,7 @@ type heldProbe struct {
 func newHeldProbe(grid []int, maxMB int) *heldProbe {
 	p := &heldProbe{grid: grid, ids: map[string]uint64{}}
 	for _, m := range grid {
-		p.caches = append(p.caches, slabcache.NewCache(int64(m)*MiB))
+		p.caches = append(p.caches, slabcache.NewCache(int64(m)*model.MiB))
 		p.hist = append(p.hist, make([]float64, maxMB+2))
 	}
 	p.full = make([]bool, len(grid))
@@ -100,7 +101,7 @@ func (p *heldProbe) worth(est func(m float64) float64) []float64 {
 			continue
 		}
 		mr := p.misses[i] / p.accesses[i]
-		curve := missCurve(p.hist[i])
+		curve := model.MissCurve(p.hist[i])
 		// the curve falls with size: the first size at or below mr
 		j := sort.Search(len(curve), func(j int) bool { return curve[j] <= mr })
 		switch {
@@ -167,7 +168,7 @@ func (w *Workload) HeldMB(b int, m float64) float64 {
 func (w *Workload) AsHeld(b int, curve []float64) []float64 {
 	out := make([]float64, len(curve))
 	for m := range curve {
-		out[m] = missAt(curve, w.HeldMB(b, float64(m)))
+		out[m] = model.MissAt(curve, w.HeldMB(b, float64(m)))
 	}
 	return out
 }

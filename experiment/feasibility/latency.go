@@ -30,6 +30,7 @@ import (
 	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
+	"github.com/robinhoodcache/robinhood/lib/model"
 )
 
 // The latency grid: gridLen points from gridMinMs, each gridStep times the
@@ -401,8 +402,8 @@ func quantile(F func(int) float64, p float64, hint int) (float64, int) {
 // requests for an allocation of the cache, phase by phase.
 type LatencyModel struct {
 	fan     *Fanout
-	shapes  *shapeTable // fan.Shapes, for requestCDF and shapesCDF
-	curves  []Backend   // by fan.Backends index
+	shapes  *shapeTable     // fan.Shapes, for requestCDF and shapesCDF
+	curves  []model.Backend // by fan.Backends index
 	cal     costmodel.Calibration
 	dataMs  []float64 // a query's data path, per backend
 	reps    []int
@@ -452,13 +453,13 @@ type bstate struct {
 // (type, replicas, compute options, initial limits) and the simulator's
 // calibration (zero: costmodel.DefaultCalibration). A backend the trace
 // queries but the topology does not name is served without limits.
-func NewLatencyModel(curves []Backend, fan *Fanout, topo []config.Backend, cal costmodel.Calibration) *LatencyModel {
+func NewLatencyModel(curves []model.Backend, fan *Fanout, topo []config.Backend, cal costmodel.Calibration) *LatencyModel {
 	if cal.Service == nil {
 		cal = costmodel.DefaultCalibration()
 	}
 	lm := &LatencyModel{fan: fan, shapes: newShapeTable(fan), cal: cal, states: map[stateKey]*bstate{}, cdfMemo: map[string]float64{}}
 	lm.held = make([][]float64, len(fan.Backends))
-	byName := map[string]Backend{}
+	byName := map[string]model.Backend{}
 	for _, c := range curves {
 		byName[c.Name] = c
 	}
@@ -469,7 +470,7 @@ func NewLatencyModel(curves []Backend, fan *Fanout, topo []config.Backend, cal c
 	for i, name := range fan.Backends {
 		c, ok := byName[name]
 		if !ok {
-			c = Backend{Name: name, MissRatio: []float64{1}}
+			c = model.Backend{Name: name, MissRatio: []float64{1}}
 		}
 		lm.curves = append(lm.curves, c)
 		b, ok := tb[name]
@@ -512,7 +513,7 @@ func (lm *LatencyModel) state(b int, lim config.Limits, rate float64, curve []fl
 	mr := 1.0
 	if m >= 0 {
 		// memcached's m MiB hold fewer MiB of values (slab chunks and pages)
-		mr = missAt(curve, lm.heldMB(b, m))
+		mr = model.MissAt(curve, lm.heldMB(b, m))
 	}
 	return lm.stateMR(b, lim, rate, mr)
 }
@@ -538,20 +539,6 @@ func (lm *LatencyModel) heldMB(b, m int) float64 {
 		}
 	}
 	return h[m]
-}
-
-// missAt is a miss-ratio curve (at whole MiB) read at mb MiB, interpolated.
-func missAt(curve []float64, mb float64) float64 {
-	if len(curve) == 0 {
-		return 1
-	}
-	e := math.Min(math.Max(mb, 0), float64(len(curve)-1))
-	i := int(e)
-	mr := curve[i]
-	if i+1 < len(curve) {
-		mr += (e - float64(i)) * (curve[i+1] - curve[i])
-	}
-	return mr
 }
 
 // stateMR is backend b with limits lim, rate requests/s (every app server)
@@ -985,7 +972,7 @@ func (lm *LatencyModel) Refine(results []Result, inputs []PhaseInput, floor int,
 		worst := 0.0
 		for _, b := range lm.curves {
 			if len(b.MissRatio) > 1 {
-				worst = math.Max(worst, util(b, alloc[b.Name], r.Capacity[b.Name]))
+				worst = math.Max(worst, model.Util(b, alloc[b.Name], r.Capacity[b.Name]))
 			}
 		}
 		r.OracleWorst = worst
@@ -1050,7 +1037,7 @@ func (lm *LatencyModel) Lookahead(results []Result, pl []PhaseLatency, inputs []
 				worst := 0.0
 				for _, b := range lm.curves {
 					if len(b.MissRatio) > 1 {
-						worst = math.Max(worst, util(b, alloc[b.Name], results[i].Capacity[b.Name]))
+						worst = math.Max(worst, model.Util(b, alloc[b.Name], results[i].Capacity[b.Name]))
 					}
 				}
 				results[i].OracleWorst = worst

@@ -9,6 +9,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
+	"github.com/robinhoodcache/robinhood/lib/model"
 )
 
 // M/M/1: one worker, exponential service of mean 1/μ (cost_ms), single
@@ -106,8 +107,8 @@ func TestQueueMonotone(t *testing.T) {
 
 // twoBackends is a model of requests that each query a (two cacheable
 // queries) and half of them also b (one cacheable, one uncacheable).
-func twoBackends(budget int) (*LatencyModel, []Backend) {
-	curves := []Backend{
+func twoBackends(budget int) (*LatencyModel, []model.Backend) {
+	curves := []model.Backend{
 		{Name: "a", MissRatio: curve(budget, budget/2, 0.05)},
 		{Name: "b", MissRatio: curve(budget, budget, 0.1)},
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
+	"github.com/robinhoodcache/robinhood/lib/model"
 )
 
 // The schedules' variants.
@@ -120,7 +121,7 @@ type Report struct {
 	Configured     map[string]int
 	SLO            slo.Params
 	BackendTimeout time.Duration
-	Backends       []Backend
+	Backends       []model.Backend
 	Results        []Result
 	Steady         []PhaseLatency
 	Class          Class
@@ -189,7 +190,7 @@ func Analyse(in Input, opt Options) (*Report, error) {
 	raw, _ := w.LoadModel(0, in.Duration)
 	// The load model reads the curves at what a partition is worth
 	// (Workload.HeldMB: memcached's slab classes), as the latency model does.
-	r.Backends = make([]Backend, len(raw))
+	r.Backends = make([]model.Backend, len(raw))
 	for i, b := range raw {
 		b.MissRatio = w.AsHeld(i, b.MissRatio)
 		r.Backends[i] = b

@@ -12,6 +12,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/hashing"
+	"github.com/robinhoodcache/robinhood/lib/model"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
@@ -77,7 +78,7 @@ func TestPhasesApplyEveryLimitField(t *testing.T) {
 	if len(ph) != 2 || got.CostMs != 2 || got.StallProb != 0.01 || got.StallMs != 30 || got.Workers != 2 || got.ExtraLatencyMs != 3 {
 		t.Fatalf("%+v", ph)
 	}
-	if ph[0].Limits["a"].CostMs != 0 || ph[1].Capacity["a"] != Capacity(got) {
+	if ph[0].Limits["a"].CostMs != 0 || ph[1].Capacity["a"] != model.Capacity(got) {
 		t.Fatalf("%+v", ph)
 	}
 }
@@ -160,7 +161,7 @@ func TestTransientFillAndBacklog(t *testing.T) {
 	// Given back a quarter more capacity than its load, the backend drains
 	// the queue slowly: it outlives the overload, and slows the requests
 	// while it lasts.
-	mr := math.Round(missAt(d.w.MissCurveAt(0, 30), slow[29])/mrStep) * mrStep
+	mr := math.Round(model.MissAt(d.w.MissCurveAt(0, 30), slow[29])/mrStep) * mrStep
 	lam := d.lm.stateMR(0, config.Limits{Workers: 8, ExtraLatencyMs: 3}, d.rate[30], mr).lam
 	ph := d.phases[0]
 	ph.Limits = map[string]config.Limits{"a": {Workers: 8, ExtraLatencyMs: 3, Rate: 1.25 * lam}, "b": demoTopology(1).Backends[1].Limits}
@@ -215,7 +216,7 @@ func TestAnalyseForesightMovesEarly(t *testing.T) {
 				fore.At(49*time.Second), reac.At(49*time.Second), reac.At(55*time.Second))
 		}
 		b := rep.Results[1]
-		loads = append(loads, rep.Backends[0].InPhase(b.Phase).Load(32))
+		loads = append(loads, b.Phase.Demand(rep.Backends[0]).Load(32))
 	}
 	if math.Abs(loads[1]-loads[0]) > 0.15*loads[0] {
 		t.Fatalf("a's load at 32 MiB each: %v with one app server, %v with two (the requests are the same)", loads[0], loads[1])

@@ -108,8 +108,8 @@ func TestPerPhaseRates(t *testing.T) {
 	if phases[3].Rates != nil {
 		t.Errorf("a phase beyond the trace has rates %+v; it keeps the whole trace's", phases[3].Rates)
 	}
-	if b := all[0].InPhase(phases[3]); b.CacheableRate != all[0].CacheableRate {
-		t.Error("InPhase without rates changed the rates")
+	if b := phases[3].Demand(all[0]); b.CacheableRate != all[0].CacheableRate {
+		t.Error("Demand without rates changed the rates")
 	}
 	// The first phase's curve counts the keys' first accesses (50 keys on
 	// each of the 2 app servers); the last one's almost none.

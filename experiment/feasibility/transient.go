@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/slo"
+	"github.com/robinhoodcache/robinhood/lib/model"
 )
 
 // fluid is what outlives a bucket: per backend, the MiB of values one app
@@ -174,7 +175,7 @@ func (d *dynamics) step(f fluid, t int, alloc []int) float64 {
 		if alloc[b] >= 0 {
 			hold = d.lm.heldMB(b, alloc[b])
 			f.held[b] = math.Min(f.held[b], hold)
-			mr = missAt(d.w.MissCurveAt(b, t), f.held[b])
+			mr = model.MissAt(d.w.MissCurveAt(b, t), f.held[b])
 		} else {
 			f.held[b] = 0
 		}
@@ -223,16 +224,7 @@ func (d *dynamics) step(f fluid, t int, alloc []int) float64 {
 				}
 			}
 			q0 := f.queue[b]
-			var out, q1 float64
-			switch {
-			case st.mu <= 0:
-				q1 = q0 + in
-			case math.IsInf(st.mu, 1):
-				out = q0 + in
-			default:
-				out = math.Min(q0+in, st.mu*dts)
-				q1 = math.Min(q0+in-out, st.mu*d.timeoutS[b])
-			}
+			out, q1 := model.QueueStep(q0, in, st.mu, dts, d.timeoutS[b])
 			f.queue[b] = q1
 			served += out
 			w := 0.0
@@ -244,7 +236,7 @@ func (d *dynamics) step(f fluid, t int, alloc []int) float64 {
 			}
 			d.wait[j][b] = w
 			if alloc[b] >= 0 && f.held[b] < hold {
-				f.held[b] = math.Min(hold, f.held[b]+out*st.fill*d.lm.fan.MeanSize[b]/MiB/d.apps)
+				f.held[b] = math.Min(hold, f.held[b]+model.FillMiB(out*st.fill, d.lm.fan.MeanSize[b], d.apps))
 			}
 		}
 	}

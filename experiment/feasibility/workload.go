@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/lib/hashing"
+	"github.com/robinhoodcache/robinhood/lib/model"
 	"github.com/robinhoodcache/robinhood/lib/stackdist"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 	"github.com/robinhoodcache/robinhood/workload/mrc"
@@ -96,7 +97,7 @@ func Scan(path string, duration time.Duration, appServers, maxMB int) (*Workload
 		return nil, fmt.Errorf("cache of %d MB per app server: need at least 1", maxMB)
 	}
 	sc := &scanner{w: &Workload{AppServers: appServers, MaxMB: maxMB, Duration: duration}, per: map[string]*backendAcc{},
-		shapes: map[string]int{}, buckets: 1, bucket: duration, sub: 1, depth: int64(maxMB+1) * MiB,
+		shapes: map[string]int{}, buckets: 1, bucket: duration, sub: 1, depth: int64(maxMB+1) * model.MiB,
 		grid: heldGrid(maxMB), limit: float64(duration.Milliseconds()), cur: map[string]*pairAcc{}}
 	if err := mrc.EachRequest(path, sc.add); err != nil {
 		return nil, err
@@ -227,7 +228,7 @@ func (sc *scanner) add(r *trace.Request) {
 					d, cold := b.stacks[app].Access(q.Keys[j], q.Sizes[j], q.Sizes[j])
 					at := maxMB + 1
 					if !cold {
-						at = min(int((d+MiB-1)/MiB), maxMB+1)
+						at = min(int((d+model.MiB-1)/model.MiB), maxMB+1)
 					}
 					if ce.hist == nil {
 						ce.hist = make([]float32, maxMB+2)
@@ -537,7 +538,7 @@ func (w *Workload) MissCurve(b int, from, to time.Duration) []float64 {
 			hist[k] += float64(v)
 		}
 	}
-	c := missCurve(hist)
+	c := model.MissCurve(hist)
 	w.curves[key] = c
 	return c
 }
@@ -578,11 +579,11 @@ func (w *Workload) MissCurveAt(b, t int) []float64 {
 // LoadModel is the backends' demand over [from, to) for the load model
 // (Analyze): their query rates and miss-ratio curves then. ok is false when
 // the trace covers none of the interval.
-func (w *Workload) LoadModel(from, to time.Duration) ([]Backend, bool) {
+func (w *Workload) LoadModel(from, to time.Duration) ([]model.Backend, bool) {
 	_, c, u, ok := w.Rates(from, to)
-	out := make([]Backend, len(w.Backends))
+	out := make([]model.Backend, len(w.Backends))
 	for i, n := range w.Backends {
-		out[i] = Backend{Name: n, CacheableRate: c[i], UncacheableRate: u[i], MissRatio: w.MissCurve(i, from, to)}
+		out[i] = model.Backend{Name: n, CacheableRate: c[i], UncacheableRate: u[i], MissRatio: w.MissCurve(i, from, to)}
 	}
 	return out, ok
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/experiment/feasibility"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/model"
 )
 
 // Load reads the Inputs from a topology and a trace: the backends and their
@@ -38,7 +39,7 @@ func Load(topo *config.Topology, tracePath string, duration time.Duration, appID
 	for i := range measured { // at what a partition is worth (memcached's slab classes)
 		measured[i].MissRatio = w.AsHeld(i, measured[i].MissRatio)
 	}
-	byName := map[string]feasibility.Backend{}
+	byName := map[string]model.Backend{}
 	for _, b := range measured {
 		byName[b.Name] = b
 	}

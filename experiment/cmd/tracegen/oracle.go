@@ -219,7 +219,7 @@ func reportJSON(rep *feasibility.Report, sched *feasibility.Schedule) map[string
 		caps, loads, rates := map[string]any{}, map[string]any{}, map[string]any{}
 		for _, b := range rep.Backends {
 			caps[b.Name] = finite(r.Capacity[b.Name])
-			pb := b.InPhase(r.Phase)
+			pb := r.Phase.Demand(b)
 			loads[b.Name] = pb.Load(rep.Configured[b.Name])
 			rates[b.Name] = pb.CacheableRate + pb.UncacheableRate
 		}

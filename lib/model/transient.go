@@ -1,0 +1,62 @@
+package model
+
+import "math"
+
+// The transient arithmetic (docs/algorithms.md, "The transient model"): a
+// partition given more space fills only with the values of the misses its
+// backend answers, and a backlog outlives the overload that built it. The
+// oracle steps it second by second (experiment/feasibility); the planner
+// asks how long a grant takes to fill and a backlog to drain.
+
+// FillMiB is how many MiB of values one app server's partition gains when
+// its backend answers misses cacheable misses of meanBytes each: the
+// misses of every app server, each filling its own partition (apps of
+// them).
+func FillMiB(misses, meanBytes, apps float64) float64 {
+	if apps <= 0 {
+		return 0
+	}
+	return misses * meanBytes / MiB / apps
+}
+
+// FillSeconds is how long a partition takes to gain mb MiB when its backend
+// answers missRate cacheable misses/s of meanBytes each over apps app
+// servers (FillMiB's inverse); +Inf when nothing is answered.
+func FillSeconds(mb, missRate, meanBytes, apps float64) float64 {
+	if mb <= 0 {
+		return 0
+	}
+	per := FillMiB(missRate, meanBytes, apps)
+	if per <= 0 {
+		return math.Inf(1)
+	}
+	return mb / per
+}
+
+// QueueStep advances a backend's backlog by dt seconds: q0 queries waiting,
+// in arriving, mu answered per second at most (+Inf: no bound, 0: none).
+// A query waiting longer than timeout seconds is given up, so the backlog
+// never holds more than mu·timeout. It returns the queries answered and
+// the backlog after.
+func QueueStep(q0, in, mu, dt, timeout float64) (out, q1 float64) {
+	switch {
+	case mu <= 0:
+		return 0, q0 + in
+	case math.IsInf(mu, 1):
+		return q0 + in, 0
+	}
+	out = math.Min(q0+in, mu*dt)
+	return out, math.Min(q0+in-out, mu*timeout)
+}
+
+// DrainSeconds is how long a backlog of q queries takes to drain at
+// capacity mu with load arriving: +Inf when the load is not below it.
+func DrainSeconds(q, mu, load float64) float64 {
+	if q <= 0 {
+		return 0
+	}
+	if mu <= load {
+		return math.Inf(1)
+	}
+	return q / (mu - load)
+}
