@@ -163,7 +163,9 @@ func (s *Sim) controllerTick() {
 // system's bytes).
 func (s *Sim) queryStats(sum stats.Summary) *pb.PolicyQueryStats {
 	us := func(v float64) uint32 { return uint32(min(math.Round(v), math.MaxUint32)) }
+	dist := sum.Distance.Sparse()
 	return &pb.PolicyQueryStats{Hits: sum.Hits, Misses: sum.Misses, ShadowHits: sum.ShadowHits,
+		DistanceBucket: dist.Index, DistanceCount: dist.Count,
 		ShadowBytes: uint64(s.unscale(int64(sum.ShadowBytes))), Queries: sum.Queries(),
 		P50QueryLatencyUs: us(sum.Latency.Quantile(0.5)), P99QueryLatencyUs: us(sum.Latency.Quantile(0.99)),
 		P50BackendLatencyUs: us(sum.BackendQuantile(0.5)), P90BackendLatencyUs: us(sum.BackendQuantile(0.9)),

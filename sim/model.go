@@ -45,6 +45,9 @@ type partition struct {
 	misses  uint64
 	shadowH uint64
 	latency loghist.Histogram
+	// distances is the shadow model's stack-distance histogram (limit
+	// bytes of the full system).
+	distances loghist.Histogram
 }
 
 // app is one application server.
@@ -375,6 +378,7 @@ func (s *Sim) report() {
 			}
 			if st.shadow != nil {
 				rep.ShadowBytes = uint64(st.shadow.Shadow())
+				rep.Distance = st.distances.Drain()
 			}
 			st.hits, st.misses, st.shadowH = 0, 0, 0
 			if rep.Hits+rep.Misses == 0 && len(rep.Latency.Index) == 0 {

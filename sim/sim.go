@@ -258,6 +258,8 @@ func (s *Sim) buildApps(maxID uint32) error {
 				}
 				p.cache = s.newCache(int64(part.InitialMB) << 20)
 				p.shadow = shadow.NewByID(s.scale(shadowBytes), s.scale(depth))
+				p.shadow.Distances = &p.distances
+				p.shadow.Scale(s.cfg.Sample)
 				a.parts[b.id] = p
 				a.controlled = true
 			}

@@ -24,7 +24,9 @@ const (
 type backendStats struct {
 	hits, misses, shadowHits atomic.Uint64
 	latency                  loghist.Histogram
-	limit                    atomic.Int64 // the partition's memory limit, bytes (0: unknown)
+	// distances is the shadow model's stack-distance histogram (limit bytes).
+	distances loghist.Histogram
+	limit     atomic.Int64 // the partition's memory limit, bytes (0: unknown)
 }
 
 // shadowEvent is one cacheable query for the shadow model of its partition.
@@ -86,6 +88,7 @@ func (sc *statsCollector) runModels(ctx context.Context) {
 			m := models[ev.be]
 			if m == nil {
 				m = shadow.New(sc.shadowBytes, sc.depth)
+				m.Distances = &ev.be.stats.distances
 				models[ev.be] = m
 			}
 			if m.Observe(ev.key, ev.size, ev.hit, ev.be.stats.limit.Load()) {
@@ -126,11 +129,12 @@ func (sc *statsCollector) drain() []*pb.BackendStats {
 	out := make([]*pb.BackendStats, 0, len(sc.backends))
 	for _, be := range sc.backends {
 		st := &be.stats
-		lat := st.latency.Drain()
+		lat, dist := st.latency.Drain(), st.distances.Drain()
 		b := &pb.BackendStats{
 			Backend: be.id, CacheHits: st.hits.Swap(0), CacheMisses: st.misses.Swap(0),
 			ShadowHits: st.shadowHits.Swap(0), LatencyBucket: lat.Index, LatencyCount: lat.Count,
 			PartitionLimitBytes: uint64(max(st.limit.Load(), 0)),
+			DistanceBucket:      dist.Index, DistanceCount: dist.Count,
 		}
 		if sc.events != nil {
 			b.ShadowBytes = uint64(sc.shadowBytes)

@@ -12,9 +12,19 @@
 // quantile estimate nudged by every query: up when the real cache hit
 // beyond E, down when it missed within E). A miss at a distance in
 // (E, E + shadow] would have hit with shadow more bytes: a shadow hit.
+//
+// The model also counts every query's distance in limit bytes — its stack
+// distance scaled by limit/E, so that a partition with a limit of x bytes
+// hits the queries at most x away — into a histogram (Distances): the
+// partition's miss-ratio curve around and well beyond its size, which the
+// planner policy reads (docs/algorithms.md, "Online estimates").
 package shadow
 
-import "github.com/robinhoodcache/robinhood/lib/stackdist"
+import (
+	"github.com/robinhoodcache/robinhood/lib/loghist"
+	"github.com/robinhoodcache/robinhood/lib/model"
+	"github.com/robinhoodcache/robinhood/lib/stackdist"
+)
 
 // step is the relative change of the effective-size estimate per
 // disagreeing query: small enough to average over thousands of queries,
@@ -28,13 +38,25 @@ type Model struct {
 	shadow    int64
 	effective float64
 	limit     int64
+	// Distances, when set, counts every query's distance in limit bytes,
+	// in model.DistanceUnit (a first access, or one deeper than the model
+	// remembers: model.Never). Safe to drain while the model observes.
+	Distances *loghist.Histogram
+	// scale is the sizes' scale (a simulated miniature's sample rate):
+	// distances are counted as distance / scale.
+	scale float64
 }
 
 // New returns a model counting shadow hits within shadowBytes beyond the
 // partition's effective size; it remembers objects up to maxDepth bytes deep.
 func New(shadowBytes, maxDepth int64) *Model {
-	return &Model{stack: stackdist.New(maxDepth), shadow: shadowBytes}
+	return &Model{stack: stackdist.New(maxDepth), shadow: shadowBytes, scale: 1}
 }
+
+// Scale has the model count distances of a miniature whose sizes are
+// scale times the full system's (the simulator's sample rate) in the full
+// system's bytes.
+func (m *Model) Scale(scale float64) { m.scale = scale }
 
 // Shadow is the shadow region's size in bytes.
 func (m *Model) Shadow() int64 { return m.shadow }
@@ -45,7 +67,7 @@ func (m *Model) Effective() int64 { return int64(m.effective) }
 // NewByID is New for keys named by dense non-negative ids (the simulator's
 // interned keys): ObserveID instead of Observe.
 func NewByID(shadowBytes, maxDepth int64) *Model {
-	return &Model{ids: stackdist.NewIDs(maxDepth), shadow: shadowBytes}
+	return &Model{ids: stackdist.NewIDs(maxDepth), shadow: shadowBytes, scale: 1}
 }
 
 // Objects is the number of objects the model holds.
@@ -81,6 +103,13 @@ func (m *Model) observe(d int64, cold, hit bool, limit int64) bool {
 			m.effective *= float64(limit) / float64(m.limit)
 		}
 		m.limit = limit
+	}
+	if m.Distances != nil {
+		v := model.Never
+		if !cold {
+			v = float64(d) * float64(limit) / m.effective / m.scale / model.DistanceUnit
+		}
+		m.Distances.Observe(v)
 	}
 	if cold {
 		return false

@@ -2,9 +2,13 @@ package shadow
 
 import (
 	"container/list"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/robinhoodcache/robinhood/lib/loghist"
+	"github.com/robinhoodcache/robinhood/lib/model"
 )
 
 // lru is an exact LRU cache of capacity bytes.
@@ -134,5 +138,70 @@ func TestByIDMatchesByName(t *testing.T) {
 			t.Fatalf("query %d: by name %v %d %d, by id %v %d %d", i, a, byName.Effective(), byName.Objects(),
 				b, byID.Effective(), byID.Objects())
 		}
+	}
+}
+
+// The distance histogram is the partition's miss-ratio curve in limit
+// bytes: with a real cache that keeps 80% of its limit (memcached's
+// overhead), the curve read at a limit of x MiB is the miss ratio of a real
+// cache of 80% of x, at a quarter, half, twice and four times the limit.
+func TestDistancesAreTheCurveInLimitBytes(t *testing.T) {
+	const limit = 4 << 20
+	r := rand.New(rand.NewPCG(7, 7))
+	z := rand.NewZipf(r, 1.05, 1, 20_000)
+	real := newLRU(limit * 8 / 10)
+	sizes := []int64{1, 2, 4, 8, 16}
+	refs := make([]*lru, len(sizes))
+	misses := make([]int, len(sizes))
+	for i, mb := range sizes {
+		refs[i] = newLRU(mb << 20 * 8 / 10)
+	}
+	m := New(1<<20, 8*limit)
+	m.Distances = &loghist.Histogram{}
+	const n = 400_000
+	counted := 0
+	for i := range n {
+		k := z.Uint64()
+		key := strconv.FormatUint(k, 10)
+		size := int64(500 + (k*7919)%3000)
+		hit := real.access(key, size)
+		for j, ref := range refs {
+			if !ref.access(key, size) && i >= n/2 {
+				misses[j]++
+			}
+		}
+		m.Observe(key, size, hit, limit)
+		if i == n/2-1 {
+			m.Distances.Drain() // the second half only, as the references
+		}
+		if i >= n/2 {
+			counted++
+		}
+	}
+	h := loghist.Counts{}
+	h.Add(m.Distances.Drain())
+	if h.Total() != uint64(counted) {
+		t.Fatalf("histogram holds %d queries, want %d", h.Total(), counted)
+	}
+	curve := model.CurveFromDistances(h, 32)
+	for j, mb := range sizes {
+		want := float64(misses[j]) / float64(counted)
+		t.Logf("limit %d MiB: curve %.3f, real %.3f", mb, curve[mb], want)
+		if got := curve[mb]; math.Abs(got-want) > 0.02 {
+			t.Errorf("limit %d MiB: curve %.3f, a real cache of 80%% of it misses %.3f", mb, got, want)
+		}
+	}
+}
+
+func TestScaleCountsFullSystemBytes(t *testing.T) {
+	m := New(0, 1<<30)
+	m.Distances = &loghist.Histogram{}
+	m.Scale(0.5)
+	m.Observe("a", 1<<20, false, 1<<30)
+	m.Observe("b", 1<<20, false, 1<<30)
+	m.Observe("a", 1<<20, true, 1<<30) // distance 2 MiB in the miniature: 4 MiB in the full system
+	s := m.Distances.Drain()
+	if len(s.Index) != 2 || s.Index[0] != uint32(loghist.Index(4096)) || s.Index[1] != loghist.Buckets-1 || s.Count[1] != 2 {
+		t.Fatalf("histogram %+v, want one query at 4096 KiB and two first accesses", s)
 	}
 }

@@ -213,9 +213,24 @@ def _sample(s: pb.PolicyPartitionSample, where: str) -> tuple[PartitionSample, f
     return sample, s.hit_ratio
 
 
+#: lib/loghist's bucket count: a histogram bucket is below it.
+HISTOGRAM_BUCKETS = 470
+
+
 def _query_stats(m: Mapping[str, pb.PolicyQueryStats], where: str, names: list[str]) -> dict[str, QueryStats]:
     _names(m, where, names)
-    return {n: QueryStats(**{f.name: getattr(q, f.name) for f in fields(QueryStats)}) for n, q in m.items()}
+    for n, q in m.items():
+        if len(q.distance_bucket) != len(q.distance_count):
+            raise RequestError(f"{where}.{n}.distance_bucket: {len(q.distance_bucket)} entries but distance_count "
+                               f"has {len(q.distance_count)}")
+        bad = [b for b in q.distance_bucket if b >= HISTOGRAM_BUCKETS]
+        if bad:
+            raise RequestError(f"{where}.{n}.distance_bucket: {bad[0]} is not below {HISTOGRAM_BUCKETS}")
+
+    def value(q: pb.PolicyQueryStats, name: str) -> object:
+        v = getattr(q, name)
+        return tuple(v) if name.startswith("distance_") else v
+    return {n: QueryStats(**{f.name: value(q, f.name) for f in fields(QueryStats)}) for n, q in m.items()}
 
 
 def _snapshot(req: pb.PolicyTickRequest, names: list[str]) -> RBCSnapshot | None:

@@ -57,6 +57,12 @@ class QueryStats:
     """Median latency of the queries that reached the backend (every query but the
     hits), µs; 0 when none did or the RBC server is older."""
     p90_backend_latency_us: int = 0
+    distance_bucket: tuple[int, ...] = ()
+    """The cacheable queries' stack-distance histogram, sparse (GetStats' BackendSummary):
+    distance_count[i] queries at a distance in bucket distance_bucket[i], [1.04^b, 1.04^(b+1))
+    KiB of limit bytes, the last bucket (469) also holding the queries that never hit. Empty
+    when the app servers have no shadow model, or the RBC server is older."""
+    distance_count: tuple[int, ...] = ()
 
     @property
     def miss_ratio(self) -> float | None:
@@ -71,7 +77,9 @@ def _query_stats(b: rbc_pb2.BackendSummary) -> QueryStats:
                       p50_query_latency_us=int(b.p50_query_latency_us),
                       p99_query_latency_us=int(b.p99_query_latency_us), limit_bytes=int(b.partition_limit_bytes),
                       p50_backend_latency_us=int(b.p50_backend_latency_us),
-                      p90_backend_latency_us=int(b.p90_backend_latency_us))
+                      p90_backend_latency_us=int(b.p90_backend_latency_us),
+                      distance_bucket=tuple(int(x) for x in b.distance_bucket),
+                      distance_count=tuple(int(x) for x in b.distance_count))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@
 package loghist
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"sync/atomic"
@@ -85,6 +86,34 @@ func (c Counts) Merge(o Counts) {
 	for k, v := range o {
 		c[k] += v
 	}
+}
+
+// Sparse is the counts as a sparse snapshot (increasing index).
+func (c Counts) Sparse() Sparse {
+	var s Sparse
+	for k := range c {
+		s.Index = append(s.Index, k)
+	}
+	sort.Slice(s.Index, func(i, j int) bool { return s.Index[i] < s.Index[j] })
+	for _, k := range s.Index {
+		s.Count = append(s.Count, c[k])
+	}
+	return s
+}
+
+// Validate checks a sparse histogram's encoding: as many counts as
+// buckets, every bucket below Buckets. The error names the fields as
+// name_bucket and name_count.
+func (s Sparse) Validate(name string) error {
+	if len(s.Index) != len(s.Count) {
+		return fmt.Errorf("%s_bucket has %d entries but %s_count has %d", name, len(s.Index), name, len(s.Count))
+	}
+	for i, b := range s.Index {
+		if b >= Buckets {
+			return fmt.Errorf("%s_bucket[%d] = %d is not below %d", name, i, b, Buckets)
+		}
+	}
+	return nil
 }
 
 // Total is the number of observations.

@@ -62,15 +62,9 @@ func summaries(in []stats.Summary, withHistogram bool) []*robinhoodv1.BackendSum
 			P50BackendLatencyUs: us(s.BackendQuantile(0.5)), P90BackendLatencyUs: us(s.BackendQuantile(0.9)),
 		}
 		if withHistogram {
-			keys := make([]uint32, 0, len(s.Latency))
-			for k := range s.Latency {
-				keys = append(keys, k)
-			}
-			sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-			for _, k := range keys {
-				b.LatencyBucket = append(b.LatencyBucket, k)
-				b.LatencyCount = append(b.LatencyCount, s.Latency[k])
-			}
+			lat, dist := s.Latency.Sparse(), s.Distance.Sparse()
+			b.LatencyBucket, b.LatencyCount = lat.Index, lat.Count
+			b.DistanceBucket, b.DistanceCount = dist.Index, dist.Count
 		}
 		out[i] = b
 	}

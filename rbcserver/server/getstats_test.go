@@ -18,6 +18,7 @@ func statsBatch(app string, hits, misses, shadow uint64, latencyUs float64, n ui
 	b.BackendStats = []*robinhoodv1.BackendStats{{
 		Backend: 1, CacheHits: hits, CacheMisses: misses, ShadowHits: shadow, ShadowBytes: 4 << 20,
 		LatencyBucket: []uint32{uint32(loghist.Index(latencyUs))}, LatencyCount: []uint64{n}, PartitionLimitBytes: 64 << 20,
+		DistanceBucket: []uint32{10, loghist.Buckets - 1}, DistanceCount: []uint64{hits, misses},
 	}}
 	return b
 }
@@ -57,6 +58,10 @@ func TestGetStatsSumsAppServers(t *testing.T) {
 	if len(b.GetLatencyBucket()) != 2 {
 		t.Fatalf("histogram %v", b.GetLatencyBucket())
 	}
+	if d, c := b.GetDistanceBucket(), b.GetDistanceCount(); len(d) != 2 || d[0] != 10 || d[1] != loghist.Buckets-1 ||
+		c[0] != 140 || c[1] != 60 {
+		t.Fatalf("distance histogram %v %v, want the two app servers' summed", d, c)
+	}
 	apps := resp.GetAppServers()
 	if len(apps) != 2 || apps[0].GetAppServerId() != "app0" || apps[1].GetBackends()[0].GetCacheMisses() != 50 {
 		t.Fatalf("per app server %v", apps)
@@ -88,5 +93,11 @@ func TestBadStatsRejectTheBatch(t *testing.T) {
 	}
 	if got := h.getRBC(t, &robinhoodv1.GetRBCRequest{}).GetWindowRequests(); got != 0 {
 		t.Fatalf("the rejected batch's records were stored: %d", got)
+	}
+	bad = statsBatch("app0", 1, 1, 0, 100, 1)
+	bad.BackendStats[0].DistanceBucket[1] = loghist.Buckets
+	_, err = h.report(t, bad)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "backend_stats[0]: backend 1: distance_bucket[1] = 470 is not below 470") {
+		t.Fatalf("%v", err)
 	}
 }

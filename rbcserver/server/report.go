@@ -272,7 +272,8 @@ func statsReports(in []*robinhoodv1.BackendStats, maxBackends int) ([]stats.Repo
 		out[i] = stats.Report{
 			Backend: b.GetBackend(), Hits: b.GetCacheHits(), Misses: b.GetCacheMisses(),
 			ShadowHits: b.GetShadowHits(), ShadowBytes: b.GetShadowBytes(), LimitBytes: b.GetPartitionLimitBytes(),
-			Latency: loghist.Sparse{Index: b.GetLatencyBucket(), Count: b.GetLatencyCount()},
+			Latency:  loghist.Sparse{Index: b.GetLatencyBucket(), Count: b.GetLatencyCount()},
+			Distance: loghist.Sparse{Index: b.GetDistanceBucket(), Count: b.GetDistanceCount()},
 		}
 		if err := out[i].Validate(maxBackends); err != nil {
 			return nil, fmt.Errorf("backend_stats[%d]: %v", i, err)

@@ -22,6 +22,9 @@ type Report struct {
 	ShadowBytes  uint64
 	Latency      loghist.Sparse
 	LimitBytes   uint64
+	// Distance is the cacheable queries' stack distances in limit bytes
+	// (appserver/shadow; BackendStats.distance_*).
+	Distance loghist.Sparse
 }
 
 // Validate checks a report's histogram encoding and backend id.
@@ -29,13 +32,11 @@ func (r *Report) Validate(maxBackends int) error {
 	if r.Backend >= uint32(maxBackends) {
 		return fmt.Errorf("backend %d is not below --max-backends %d", r.Backend, maxBackends)
 	}
-	if len(r.Latency.Index) != len(r.Latency.Count) {
-		return fmt.Errorf("backend %d: latency_bucket has %d entries but latency_count has %d", r.Backend, len(r.Latency.Index), len(r.Latency.Count))
+	if err := r.Latency.Validate("latency"); err != nil {
+		return fmt.Errorf("backend %d: %v", r.Backend, err)
 	}
-	for i, b := range r.Latency.Index {
-		if b >= loghist.Buckets {
-			return fmt.Errorf("backend %d: latency_bucket[%d] = %d is not below %d", r.Backend, i, b, loghist.Buckets)
-		}
+	if err := r.Distance.Validate("distance"); err != nil {
+		return fmt.Errorf("backend %d: %v", r.Backend, err)
 	}
 	return nil
 }
@@ -48,6 +49,8 @@ type Summary struct {
 	ShadowBytes  uint64
 	Latency      loghist.Counts
 	LimitBytes   uint64
+	// Distance is the merged stack-distance histogram (Report.Distance).
+	Distance loghist.Counts
 }
 
 // Queries is the number of latencies counted.
@@ -71,7 +74,7 @@ func (s *Summary) BackendQuantile(q float64) float64 {
 type agg struct {
 	hits, misses, shadowHits uint64
 	shadowBytes, limit       uint64
-	latency                  loghist.Counts
+	latency, distance        loghist.Counts
 }
 
 type slot struct {
@@ -115,7 +118,7 @@ func (s *Store) Add(at time.Time, app string, reports []Report) {
 		r := &reports[i]
 		a := m[r.Backend]
 		if a == nil {
-			a = &agg{latency: loghist.Counts{}}
+			a = &agg{latency: loghist.Counts{}, distance: loghist.Counts{}}
 			m[r.Backend] = a
 		}
 		a.hits += r.Hits
@@ -128,6 +131,7 @@ func (s *Store) Add(at time.Time, app string, reports []Report) {
 			a.limit = r.LimitBytes
 		}
 		a.latency.Add(r.Latency)
+		a.distance.Add(r.Distance)
 	}
 }
 
@@ -142,13 +146,14 @@ func (s *Store) Window(now time.Time, window time.Duration) (total []Summary, pe
 	add := func(m map[uint32]*Summary, b uint32, a *agg, sec int64, latest map[uint32]int64) {
 		sum := m[b]
 		if sum == nil {
-			sum = &Summary{Backend: b, Latency: loghist.Counts{}}
+			sum = &Summary{Backend: b, Latency: loghist.Counts{}, Distance: loghist.Counts{}}
 			m[b] = sum
 		}
 		sum.Hits += a.hits
 		sum.Misses += a.misses
 		sum.ShadowHits += a.shadowHits
 		sum.Latency.Merge(a.latency)
+		sum.Distance.Merge(a.distance)
 		if sec >= latest[b] {
 			latest[b] = sec
 			if a.shadowBytes > 0 {

@@ -481,6 +481,18 @@ func TestRequestPath(t *testing.T) {
 		if lim := slow.GetPartitionLimitBytes(); lim != 16<<20 {
 			t.Fatalf("catalog partition limit %d (app0's partition is 16 MB; app1 is shared)", lim)
 		}
+		// app0's shadow model of its catalog partition counts every cacheable
+		// query's stack distance (the planner's miss-ratio curve); app1's
+		// shared cache has none. The model runs beside the request path, so
+		// its counts may trail the hits by a query or two, never lead them.
+		var counted uint64
+		for _, c := range slow.GetDistanceCount() {
+			counted += c
+		}
+		if counted == 0 || counted > slow.GetCacheHits()+slow.GetCacheMisses() {
+			t.Fatalf("catalog's distance histogram counts %d queries, its partitions had %d cacheable ones",
+				counted, slow.GetCacheHits()+slow.GetCacheMisses())
+		}
 	})
 
 	t.Run("a backend whose rate is lowered shows higher latency under the same load", func(t *testing.T) {

@@ -516,8 +516,12 @@ type PolicyQueryStats struct {
 	// GetStats' BackendSummary fields of the same names.
 	P50BackendLatencyUs uint32 `protobuf:"varint,9,opt,name=p50_backend_latency_us,json=p50BackendLatencyUs,proto3" json:"p50_backend_latency_us,omitempty"`
 	P90BackendLatencyUs uint32 `protobuf:"varint,10,opt,name=p90_backend_latency_us,json=p90BackendLatencyUs,proto3" json:"p90_backend_latency_us,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// GetStats' stack-distance histogram (BackendSummary.distance_*: sparse,
+	// bucket b holding [1.04^b, 1.04^(b+1)) KiB of limit bytes).
+	DistanceBucket []uint32 `protobuf:"varint,11,rep,packed,name=distance_bucket,json=distanceBucket,proto3" json:"distance_bucket,omitempty"`
+	DistanceCount  []uint64 `protobuf:"varint,12,rep,packed,name=distance_count,json=distanceCount,proto3" json:"distance_count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PolicyQueryStats) Reset() {
@@ -618,6 +622,20 @@ func (x *PolicyQueryStats) GetP90BackendLatencyUs() uint32 {
 		return x.P90BackendLatencyUs
 	}
 	return 0
+}
+
+func (x *PolicyQueryStats) GetDistanceBucket() []uint32 {
+	if x != nil {
+		return x.DistanceBucket
+	}
+	return nil
+}
+
+func (x *PolicyQueryStats) GetDistanceCount() []uint64 {
+	if x != nil {
+		return x.DistanceCount
+	}
+	return nil
 }
 
 // PolicyTickRequest ({"op":"tick"}) is one controller interval of an open app
@@ -1026,7 +1044,7 @@ const file_robinhood_v1_policy_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01B\n" +
 	"\n" +
 	"\b_low_pctB\v\n" +
-	"\t_high_pct\"\x89\x03\n" +
+	"\t_high_pct\"\xd9\x03\n" +
 	"\x10PolicyQueryStats\x12\x12\n" +
 	"\x04hits\x18\x01 \x01(\x04R\x04hits\x12\x16\n" +
 	"\x06misses\x18\x02 \x01(\x04R\x06misses\x12\x1f\n" +
@@ -1040,7 +1058,9 @@ const file_robinhood_v1_policy_proto_rawDesc = "" +
 	"limitBytes\x123\n" +
 	"\x16p50_backend_latency_us\x18\t \x01(\rR\x13p50BackendLatencyUs\x123\n" +
 	"\x16p90_backend_latency_us\x18\n" +
-	" \x01(\rR\x13p90BackendLatencyUs\"\xf4\x04\n" +
+	" \x01(\rR\x13p90BackendLatencyUs\x12'\n" +
+	"\x0fdistance_bucket\x18\v \x03(\rR\x0edistanceBucket\x12%\n" +
+	"\x0edistance_count\x18\f \x03(\x04R\rdistanceCount\"\xf4\x04\n" +
 	"\x11PolicyTickRequest\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x1d\n" +
 	"\n" +

@@ -135,8 +135,19 @@ type BackendStats struct {
 	LatencyCount  []uint64 `protobuf:"varint,7,rep,packed,name=latency_count,json=latencyCount,proto3" json:"latency_count,omitempty"`
 	// The partition's cache limit the app server last read, bytes (0: unknown).
 	PartitionLimitBytes uint64 `protobuf:"varint,8,opt,name=partition_limit_bytes,json=partitionLimitBytes,proto3" json:"partition_limit_bytes,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Stack-distance histogram of the cacheable queries, sparse:
+	// distance_count[i] queries had a distance in bucket distance_bucket[i],
+	// which holds [1.04^b, 1.04^(b+1)) KiB (b < 470, lib/loghist's buckets; the
+	// last, 470 − 1, also holds a key's first access and one deeper than the
+	// app server's shadow model remembers). A query's distance is in limit
+	// bytes: its LRU stack distance scaled by the partition's limit over its
+	// effective size (appserver/shadow), so a partition with a limit of x
+	// bytes hits the queries at most x away: the partition's miss-ratio curve
+	// (docs/algorithms.md, "Online estimates"). Empty without a shadow model.
+	DistanceBucket []uint32 `protobuf:"varint,9,rep,packed,name=distance_bucket,json=distanceBucket,proto3" json:"distance_bucket,omitempty"`
+	DistanceCount  []uint64 `protobuf:"varint,10,rep,packed,name=distance_count,json=distanceCount,proto3" json:"distance_count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BackendStats) Reset() {
@@ -223,6 +234,20 @@ func (x *BackendStats) GetPartitionLimitBytes() uint64 {
 		return x.PartitionLimitBytes
 	}
 	return 0
+}
+
+func (x *BackendStats) GetDistanceBucket() []uint32 {
+	if x != nil {
+		return x.DistanceBucket
+	}
+	return nil
+}
+
+func (x *BackendStats) GetDistanceCount() []uint64 {
+	if x != nil {
+		return x.DistanceCount
+	}
+	return nil
 }
 
 // ReportResponse is sent when the client closes its stream. A stream that
@@ -640,8 +665,11 @@ type BackendSummary struct {
 	// queries − hits of it (docs/protocol.md). 0: no query reached it.
 	P50BackendLatencyUs uint32 `protobuf:"varint,12,opt,name=p50_backend_latency_us,json=p50BackendLatencyUs,proto3" json:"p50_backend_latency_us,omitempty"`
 	P90BackendLatencyUs uint32 `protobuf:"varint,13,opt,name=p90_backend_latency_us,json=p90BackendLatencyUs,proto3" json:"p90_backend_latency_us,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The merged stack-distance histogram (same encoding as BackendStats).
+	DistanceBucket []uint32 `protobuf:"varint,14,rep,packed,name=distance_bucket,json=distanceBucket,proto3" json:"distance_bucket,omitempty"`
+	DistanceCount  []uint64 `protobuf:"varint,15,rep,packed,name=distance_count,json=distanceCount,proto3" json:"distance_count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BackendSummary) Reset() {
@@ -763,6 +791,20 @@ func (x *BackendSummary) GetP90BackendLatencyUs() uint32 {
 		return x.P90BackendLatencyUs
 	}
 	return 0
+}
+
+func (x *BackendSummary) GetDistanceBucket() []uint32 {
+	if x != nil {
+		return x.DistanceBucket
+	}
+	return nil
+}
+
+func (x *BackendSummary) GetDistanceCount() []uint64 {
+	if x != nil {
+		return x.DistanceCount
+	}
+	return nil
 }
 
 // AppServerStats is one app server's share of a window.
@@ -909,7 +951,7 @@ const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	"latency_us\x18\x02 \x03(\rR\tlatencyUs\x12)\n" +
 	"\x10blocking_backend\x18\x03 \x03(\rR\x0fblockingBackend\x12?\n" +
 	"\rbackend_stats\x18\x04 \x03(\v2\x1a.robinhood.v1.BackendStatsR\fbackendStats\x12$\n" +
-	"\x0esent_unix_nano\x18\x05 \x01(\x03R\fsentUnixNano\"\xae\x02\n" +
+	"\x0esent_unix_nano\x18\x05 \x01(\x03R\fsentUnixNano\"\xfe\x02\n" +
 	"\fBackendStats\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\rR\abackend\x12\x1d\n" +
 	"\n" +
@@ -920,7 +962,10 @@ const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	"\fshadow_bytes\x18\x05 \x01(\x04R\vshadowBytes\x12%\n" +
 	"\x0elatency_bucket\x18\x06 \x03(\rR\rlatencyBucket\x12#\n" +
 	"\rlatency_count\x18\a \x03(\x04R\flatencyCount\x122\n" +
-	"\x15partition_limit_bytes\x18\b \x01(\x04R\x13partitionLimitBytes\"\x91\x01\n" +
+	"\x15partition_limit_bytes\x18\b \x01(\x04R\x13partitionLimitBytes\x12'\n" +
+	"\x0fdistance_bucket\x18\t \x03(\rR\x0edistanceBucket\x12%\n" +
+	"\x0edistance_count\x18\n" +
+	" \x03(\x04R\rdistanceCount\"\x91\x01\n" +
 	"\x0eReportResponse\x12)\n" +
 	"\x10accepted_records\x18\x01 \x01(\x04R\x0facceptedRecords\x12)\n" +
 	"\x10accepted_batches\x18\x02 \x01(\x04R\x0facceptedBatches\x12)\n" +
@@ -950,7 +995,7 @@ const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	"\x0fGetStatsRequest\x12%\n" +
 	"\x0ewindow_seconds\x18\x01 \x01(\x01R\rwindowSeconds\x12\x17\n" +
 	"\alow_pct\x18\x02 \x01(\x01R\x06lowPct\x12\x19\n" +
-	"\bhigh_pct\x18\x03 \x01(\x01R\ahighPct\"\x96\x04\n" +
+	"\bhigh_pct\x18\x03 \x01(\x01R\ahighPct\"\xe6\x04\n" +
 	"\x0eBackendSummary\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\rR\abackend\x12\x1d\n" +
 	"\n" +
@@ -967,7 +1012,9 @@ const file_robinhood_v1_rbc_proto_rawDesc = "" +
 	" \x03(\x04R\flatencyCount\x122\n" +
 	"\x15partition_limit_bytes\x18\v \x01(\x04R\x13partitionLimitBytes\x123\n" +
 	"\x16p50_backend_latency_us\x18\f \x01(\rR\x13p50BackendLatencyUs\x123\n" +
-	"\x16p90_backend_latency_us\x18\r \x01(\rR\x13p90BackendLatencyUs\"n\n" +
+	"\x16p90_backend_latency_us\x18\r \x01(\rR\x13p90BackendLatencyUs\x12'\n" +
+	"\x0fdistance_bucket\x18\x0e \x03(\rR\x0edistanceBucket\x12%\n" +
+	"\x0edistance_count\x18\x0f \x03(\x04R\rdistanceCount\"n\n" +
 	"\x0eAppServerStats\x12\"\n" +
 	"\rapp_server_id\x18\x01 \x01(\tR\vappServerId\x128\n" +
 	"\bbackends\x18\x02 \x03(\v2\x1c.robinhood.v1.BackendSummaryR\bbackends\"\x92\x02\n" +

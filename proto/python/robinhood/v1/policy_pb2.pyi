@@ -96,7 +96,7 @@ class PolicyRBCSnapshot(_message.Message):
     def __init__(self, counts: _Optional[_Mapping[str, int]] = ..., window_requests: _Optional[int] = ..., band_requests: _Optional[int] = ..., p99_latency_us: _Optional[int] = ..., low_pct: _Optional[float] = ..., high_pct: _Optional[float] = ...) -> None: ...
 
 class PolicyQueryStats(_message.Message):
-    __slots__ = ("hits", "misses", "shadow_hits", "shadow_bytes", "queries", "p50_query_latency_us", "p99_query_latency_us", "limit_bytes", "p50_backend_latency_us", "p90_backend_latency_us")
+    __slots__ = ("hits", "misses", "shadow_hits", "shadow_bytes", "queries", "p50_query_latency_us", "p99_query_latency_us", "limit_bytes", "p50_backend_latency_us", "p90_backend_latency_us", "distance_bucket", "distance_count")
     HITS_FIELD_NUMBER: _ClassVar[int]
     MISSES_FIELD_NUMBER: _ClassVar[int]
     SHADOW_HITS_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +107,8 @@ class PolicyQueryStats(_message.Message):
     LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
     P50_BACKEND_LATENCY_US_FIELD_NUMBER: _ClassVar[int]
     P90_BACKEND_LATENCY_US_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_BUCKET_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_COUNT_FIELD_NUMBER: _ClassVar[int]
     hits: int
     misses: int
     shadow_hits: int
@@ -117,7 +119,9 @@ class PolicyQueryStats(_message.Message):
     limit_bytes: int
     p50_backend_latency_us: int
     p90_backend_latency_us: int
-    def __init__(self, hits: _Optional[int] = ..., misses: _Optional[int] = ..., shadow_hits: _Optional[int] = ..., shadow_bytes: _Optional[int] = ..., queries: _Optional[int] = ..., p50_query_latency_us: _Optional[int] = ..., p99_query_latency_us: _Optional[int] = ..., limit_bytes: _Optional[int] = ..., p50_backend_latency_us: _Optional[int] = ..., p90_backend_latency_us: _Optional[int] = ...) -> None: ...
+    distance_bucket: _containers.RepeatedScalarFieldContainer[int]
+    distance_count: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, hits: _Optional[int] = ..., misses: _Optional[int] = ..., shadow_hits: _Optional[int] = ..., shadow_bytes: _Optional[int] = ..., queries: _Optional[int] = ..., p50_query_latency_us: _Optional[int] = ..., p99_query_latency_us: _Optional[int] = ..., limit_bytes: _Optional[int] = ..., p50_backend_latency_us: _Optional[int] = ..., p90_backend_latency_us: _Optional[int] = ..., distance_bucket: _Optional[_Iterable[int]] = ..., distance_count: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PolicyTickRequest(_message.Message):
     __slots__ = ("op", "app_server", "now", "partitions", "rbc", "stats", "local")

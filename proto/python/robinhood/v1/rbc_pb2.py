@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16robinhood/v1/rbc.proto\x12\x0crobinhood.v1\"\x9f\x01\n\rReportRequest\x12\x15\n\rapp_server_id\x18\x01 \x01(\t\x12\x12\n\nlatency_us\x18\x02 \x03(\r\x12\x18\n\x10\x62locking_backend\x18\x03 \x03(\r\x12\x31\n\rbackend_stats\x18\x04 \x03(\x0b\x32\x1a.robinhood.v1.BackendStats\x12\x16\n\x0esent_unix_nano\x18\x05 \x01(\x03\"\xc2\x01\n\x0c\x42\x61\x63kendStats\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\r\x12\x12\n\ncache_hits\x18\x02 \x01(\x04\x12\x14\n\x0c\x63\x61\x63he_misses\x18\x03 \x01(\x04\x12\x13\n\x0bshadow_hits\x18\x04 \x01(\x04\x12\x14\n\x0cshadow_bytes\x18\x05 \x01(\x04\x12\x16\n\x0elatency_bucket\x18\x06 \x03(\r\x12\x15\n\rlatency_count\x18\x07 \x03(\x04\x12\x1d\n\x15partition_limit_bytes\x18\x08 \x01(\x04\"^\n\x0eReportResponse\x12\x18\n\x10\x61\x63\x63\x65pted_records\x18\x01 \x01(\x04\x12\x18\n\x10\x61\x63\x63\x65pted_batches\x18\x02 \x01(\x04\x12\x18\n\x10rejected_records\x18\x03 \x01(\x04\"J\n\rGetRBCRequest\x12\x16\n\x0ewindow_seconds\x18\x01 \x01(\x01\x12\x0f\n\x07low_pct\x18\x02 \x01(\x01\x12\x10\n\x08high_pct\x18\x03 \x01(\x01\"N\n\nBackendRBC\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\r\x12\x16\n\x0e\x62locking_count\x18\x02 \x01(\x04\x12\x17\n\x0fwindow_blocking\x18\x03 \x01(\x04\"\xa5\x02\n\x0eGetRBCResponse\x12*\n\x08\x62\x61\x63kends\x18\x01 \x03(\x0b\x32\x18.robinhood.v1.BackendRBC\x12\x17\n\x0fwindow_requests\x18\x02 \x01(\x04\x12\x16\n\x0elow_latency_us\x18\x03 \x01(\r\x12\x17\n\x0fhigh_latency_us\x18\x04 \x01(\r\x12\x1b\n\x13\x63omputed_unix_nanos\x18\x05 \x01(\x03\x12\x15\n\rband_requests\x18\x06 \x01(\x04\x12\x16\n\x0ewindow_seconds\x18\x07 \x01(\x01\x12\x0f\n\x07low_pct\x18\x08 \x01(\x01\x12\x10\n\x08high_pct\x18\t \x01(\x01\x12\x16\n\x0ep50_latency_us\x18\n \x01(\r\x12\x16\n\x0ep99_latency_us\x18\x0b \x01(\r\"L\n\x0fGetStatsRequest\x12\x16\n\x0ewindow_seconds\x18\x01 \x01(\x01\x12\x0f\n\x07low_pct\x18\x02 \x01(\x01\x12\x10\n\x08high_pct\x18\x03 \x01(\x01\"\xd1\x02\n\x0e\x42\x61\x63kendSummary\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\r\x12\x12\n\ncache_hits\x18\x02 \x01(\x04\x12\x14\n\x0c\x63\x61\x63he_misses\x18\x03 \x01(\x04\x12\x13\n\x0bshadow_hits\x18\x04 \x01(\x04\x12\x14\n\x0cshadow_bytes\x18\x05 \x01(\x04\x12\x0f\n\x07queries\x18\x06 \x01(\x04\x12\x1c\n\x14p50_query_latency_us\x18\x07 \x01(\r\x12\x1c\n\x14p99_query_latency_us\x18\x08 \x01(\r\x12\x16\n\x0elatency_bucket\x18\t \x03(\r\x12\x15\n\rlatency_count\x18\n \x03(\x04\x12\x1d\n\x15partition_limit_bytes\x18\x0b \x01(\x04\x12\x1e\n\x16p50_backend_latency_us\x18\x0c \x01(\r\x12\x1e\n\x16p90_backend_latency_us\x18\r \x01(\r\"W\n\x0e\x41ppServerStats\x12\x15\n\rapp_server_id\x18\x01 \x01(\t\x12.\n\x08\x62\x61\x63kends\x18\x02 \x03(\x0b\x32\x1c.robinhood.v1.BackendSummary\"\xd5\x01\n\x10GetStatsResponse\x12)\n\x03rbc\x18\x01 \x01(\x0b\x32\x1c.robinhood.v1.GetRBCResponse\x12.\n\x08\x62\x61\x63kends\x18\x02 \x03(\x0b\x32\x1c.robinhood.v1.BackendSummary\x12\x31\n\x0b\x61pp_servers\x18\x03 \x03(\x0b\x32\x1c.robinhood.v1.AppServerStats\x12\x16\n\x0ewindow_seconds\x18\x04 \x01(\x01\x12\x1b\n\x13\x63omputed_unix_nanos\x18\x05 \x01(\x03\x32\xe3\x01\n\nRBCService\x12\x45\n\x06Report\x12\x1b.robinhood.v1.ReportRequest\x1a\x1c.robinhood.v1.ReportResponse(\x01\x12\x43\n\x06GetRBC\x12\x1b.robinhood.v1.GetRBCRequest\x1a\x1c.robinhood.v1.GetRBCResponse\x12I\n\x08GetStats\x12\x1d.robinhood.v1.GetStatsRequest\x1a\x1e.robinhood.v1.GetStatsResponseBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16robinhood/v1/rbc.proto\x12\x0crobinhood.v1\"\x9f\x01\n\rReportRequest\x12\x15\n\rapp_server_id\x18\x01 \x01(\t\x12\x12\n\nlatency_us\x18\x02 \x03(\r\x12\x18\n\x10\x62locking_backend\x18\x03 \x03(\r\x12\x31\n\rbackend_stats\x18\x04 \x03(\x0b\x32\x1a.robinhood.v1.BackendStats\x12\x16\n\x0esent_unix_nano\x18\x05 \x01(\x03\"\xf3\x01\n\x0c\x42\x61\x63kendStats\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\r\x12\x12\n\ncache_hits\x18\x02 \x01(\x04\x12\x14\n\x0c\x63\x61\x63he_misses\x18\x03 \x01(\x04\x12\x13\n\x0bshadow_hits\x18\x04 \x01(\x04\x12\x14\n\x0cshadow_bytes\x18\x05 \x01(\x04\x12\x16\n\x0elatency_bucket\x18\x06 \x03(\r\x12\x15\n\rlatency_count\x18\x07 \x03(\x04\x12\x1d\n\x15partition_limit_bytes\x18\x08 \x01(\x04\x12\x17\n\x0f\x64istance_bucket\x18\t \x03(\r\x12\x16\n\x0e\x64istance_count\x18\n \x03(\x04\"^\n\x0eReportResponse\x12\x18\n\x10\x61\x63\x63\x65pted_records\x18\x01 \x01(\x04\x12\x18\n\x10\x61\x63\x63\x65pted_batches\x18\x02 \x01(\x04\x12\x18\n\x10rejected_records\x18\x03 \x01(\x04\"J\n\rGetRBCRequest\x12\x16\n\x0ewindow_seconds\x18\x01 \x01(\x01\x12\x0f\n\x07low_pct\x18\x02 \x01(\x01\x12\x10\n\x08high_pct\x18\x03 \x01(\x01\"N\n\nBackendRBC\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\r\x12\x16\n\x0e\x62locking_count\x18\x02 \x01(\x04\x12\x17\n\x0fwindow_blocking\x18\x03 \x01(\x04\"\xa5\x02\n\x0eGetRBCResponse\x12*\n\x08\x62\x61\x63kends\x18\x01 \x03(\x0b\x32\x18.robinhood.v1.BackendRBC\x12\x17\n\x0fwindow_requests\x18\x02 \x01(\x04\x12\x16\n\x0elow_latency_us\x18\x03 \x01(\r\x12\x17\n\x0fhigh_latency_us\x18\x04 \x01(\r\x12\x1b\n\x13\x63omputed_unix_nanos\x18\x05 \x01(\x03\x12\x15\n\rband_requests\x18\x06 \x01(\x04\x12\x16\n\x0ewindow_seconds\x18\x07 \x01(\x01\x12\x0f\n\x07low_pct\x18\x08 \x01(\x01\x12\x10\n\x08high_pct\x18\t \x01(\x01\x12\x16\n\x0ep50_latency_us\x18\n \x01(\r\x12\x16\n\x0ep99_latency_us\x18\x0b \x01(\r\"L\n\x0fGetStatsRequest\x12\x16\n\x0ewindow_seconds\x18\x01 \x01(\x01\x12\x0f\n\x07low_pct\x18\x02 \x01(\x01\x12\x10\n\x08high_pct\x18\x03 \x01(\x01\"\x82\x03\n\x0e\x42\x61\x63kendSummary\x12\x0f\n\x07\x62\x61\x63kend\x18\x01 \x01(\r\x12\x12\n\ncache_hits\x18\x02 \x01(\x04\x12\x14\n\x0c\x63\x61\x63he_misses\x18\x03 \x01(\x04\x12\x13\n\x0bshadow_hits\x18\x04 \x01(\x04\x12\x14\n\x0cshadow_bytes\x18\x05 \x01(\x04\x12\x0f\n\x07queries\x18\x06 \x01(\x04\x12\x1c\n\x14p50_query_latency_us\x18\x07 \x01(\r\x12\x1c\n\x14p99_query_latency_us\x18\x08 \x01(\r\x12\x16\n\x0elatency_bucket\x18\t \x03(\r\x12\x15\n\rlatency_count\x18\n \x03(\x04\x12\x1d\n\x15partition_limit_bytes\x18\x0b \x01(\x04\x12\x1e\n\x16p50_backend_latency_us\x18\x0c \x01(\r\x12\x1e\n\x16p90_backend_latency_us\x18\r \x01(\r\x12\x17\n\x0f\x64istance_bucket\x18\x0e \x03(\r\x12\x16\n\x0e\x64istance_count\x18\x0f \x03(\x04\"W\n\x0e\x41ppServerStats\x12\x15\n\rapp_server_id\x18\x01 \x01(\t\x12.\n\x08\x62\x61\x63kends\x18\x02 \x03(\x0b\x32\x1c.robinhood.v1.BackendSummary\"\xd5\x01\n\x10GetStatsResponse\x12)\n\x03rbc\x18\x01 \x01(\x0b\x32\x1c.robinhood.v1.GetRBCResponse\x12.\n\x08\x62\x61\x63kends\x18\x02 \x03(\x0b\x32\x1c.robinhood.v1.BackendSummary\x12\x31\n\x0b\x61pp_servers\x18\x03 \x03(\x0b\x32\x1c.robinhood.v1.AppServerStats\x12\x16\n\x0ewindow_seconds\x18\x04 \x01(\x01\x12\x1b\n\x13\x63omputed_unix_nanos\x18\x05 \x01(\x03\x32\xe3\x01\n\nRBCService\x12\x45\n\x06Report\x12\x1b.robinhood.v1.ReportRequest\x1a\x1c.robinhood.v1.ReportResponse(\x01\x12\x43\n\x06GetRBC\x12\x1b.robinhood.v1.GetRBCRequest\x1a\x1c.robinhood.v1.GetRBCResponse\x12I\n\x08GetStats\x12\x1d.robinhood.v1.GetStatsRequest\x1a\x1e.robinhood.v1.GetStatsResponseBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,23 +35,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTREQUEST']._serialized_start=41
   _globals['_REPORTREQUEST']._serialized_end=200
   _globals['_BACKENDSTATS']._serialized_start=203
-  _globals['_BACKENDSTATS']._serialized_end=397
-  _globals['_REPORTRESPONSE']._serialized_start=399
-  _globals['_REPORTRESPONSE']._serialized_end=493
-  _globals['_GETRBCREQUEST']._serialized_start=495
-  _globals['_GETRBCREQUEST']._serialized_end=569
-  _globals['_BACKENDRBC']._serialized_start=571
-  _globals['_BACKENDRBC']._serialized_end=649
-  _globals['_GETRBCRESPONSE']._serialized_start=652
-  _globals['_GETRBCRESPONSE']._serialized_end=945
-  _globals['_GETSTATSREQUEST']._serialized_start=947
-  _globals['_GETSTATSREQUEST']._serialized_end=1023
-  _globals['_BACKENDSUMMARY']._serialized_start=1026
-  _globals['_BACKENDSUMMARY']._serialized_end=1363
-  _globals['_APPSERVERSTATS']._serialized_start=1365
-  _globals['_APPSERVERSTATS']._serialized_end=1452
-  _globals['_GETSTATSRESPONSE']._serialized_start=1455
-  _globals['_GETSTATSRESPONSE']._serialized_end=1668
-  _globals['_RBCSERVICE']._serialized_start=1671
-  _globals['_RBCSERVICE']._serialized_end=1898
+  _globals['_BACKENDSTATS']._serialized_end=446
+  _globals['_REPORTRESPONSE']._serialized_start=448
+  _globals['_REPORTRESPONSE']._serialized_end=542
+  _globals['_GETRBCREQUEST']._serialized_start=544
+  _globals['_GETRBCREQUEST']._serialized_end=618
+  _globals['_BACKENDRBC']._serialized_start=620
+  _globals['_BACKENDRBC']._serialized_end=698
+  _globals['_GETRBCRESPONSE']._serialized_start=701
+  _globals['_GETRBCRESPONSE']._serialized_end=994
+  _globals['_GETSTATSREQUEST']._serialized_start=996
+  _globals['_GETSTATSREQUEST']._serialized_end=1072
+  _globals['_BACKENDSUMMARY']._serialized_start=1075
+  _globals['_BACKENDSUMMARY']._serialized_end=1461
+  _globals['_APPSERVERSTATS']._serialized_start=1463
+  _globals['_APPSERVERSTATS']._serialized_end=1550
+  _globals['_GETSTATSRESPONSE']._serialized_start=1553
+  _globals['_GETSTATSRESPONSE']._serialized_end=1766
+  _globals['_RBCSERVICE']._serialized_start=1769
+  _globals['_RBCSERVICE']._serialized_end=1996
 # @@protoc_insertion_point(module_scope)

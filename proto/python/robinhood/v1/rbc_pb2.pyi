@@ -21,7 +21,7 @@ class ReportRequest(_message.Message):
     def __init__(self, app_server_id: _Optional[str] = ..., latency_us: _Optional[_Iterable[int]] = ..., blocking_backend: _Optional[_Iterable[int]] = ..., backend_stats: _Optional[_Iterable[_Union[BackendStats, _Mapping]]] = ..., sent_unix_nano: _Optional[int] = ...) -> None: ...
 
 class BackendStats(_message.Message):
-    __slots__ = ("backend", "cache_hits", "cache_misses", "shadow_hits", "shadow_bytes", "latency_bucket", "latency_count", "partition_limit_bytes")
+    __slots__ = ("backend", "cache_hits", "cache_misses", "shadow_hits", "shadow_bytes", "latency_bucket", "latency_count", "partition_limit_bytes", "distance_bucket", "distance_count")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
     CACHE_MISSES_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,8 @@ class BackendStats(_message.Message):
     LATENCY_BUCKET_FIELD_NUMBER: _ClassVar[int]
     LATENCY_COUNT_FIELD_NUMBER: _ClassVar[int]
     PARTITION_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_BUCKET_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_COUNT_FIELD_NUMBER: _ClassVar[int]
     backend: int
     cache_hits: int
     cache_misses: int
@@ -38,7 +40,9 @@ class BackendStats(_message.Message):
     latency_bucket: _containers.RepeatedScalarFieldContainer[int]
     latency_count: _containers.RepeatedScalarFieldContainer[int]
     partition_limit_bytes: int
-    def __init__(self, backend: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., shadow_hits: _Optional[int] = ..., shadow_bytes: _Optional[int] = ..., latency_bucket: _Optional[_Iterable[int]] = ..., latency_count: _Optional[_Iterable[int]] = ..., partition_limit_bytes: _Optional[int] = ...) -> None: ...
+    distance_bucket: _containers.RepeatedScalarFieldContainer[int]
+    distance_count: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, backend: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., shadow_hits: _Optional[int] = ..., shadow_bytes: _Optional[int] = ..., latency_bucket: _Optional[_Iterable[int]] = ..., latency_count: _Optional[_Iterable[int]] = ..., partition_limit_bytes: _Optional[int] = ..., distance_bucket: _Optional[_Iterable[int]] = ..., distance_count: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReportResponse(_message.Message):
     __slots__ = ("accepted_records", "accepted_batches", "rejected_records")
@@ -107,7 +111,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, window_seconds: _Optional[float] = ..., low_pct: _Optional[float] = ..., high_pct: _Optional[float] = ...) -> None: ...
 
 class BackendSummary(_message.Message):
-    __slots__ = ("backend", "cache_hits", "cache_misses", "shadow_hits", "shadow_bytes", "queries", "p50_query_latency_us", "p99_query_latency_us", "latency_bucket", "latency_count", "partition_limit_bytes", "p50_backend_latency_us", "p90_backend_latency_us")
+    __slots__ = ("backend", "cache_hits", "cache_misses", "shadow_hits", "shadow_bytes", "queries", "p50_query_latency_us", "p99_query_latency_us", "latency_bucket", "latency_count", "partition_limit_bytes", "p50_backend_latency_us", "p90_backend_latency_us", "distance_bucket", "distance_count")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
     CACHE_MISSES_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +125,8 @@ class BackendSummary(_message.Message):
     PARTITION_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
     P50_BACKEND_LATENCY_US_FIELD_NUMBER: _ClassVar[int]
     P90_BACKEND_LATENCY_US_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_BUCKET_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_COUNT_FIELD_NUMBER: _ClassVar[int]
     backend: int
     cache_hits: int
     cache_misses: int
@@ -134,7 +140,9 @@ class BackendSummary(_message.Message):
     partition_limit_bytes: int
     p50_backend_latency_us: int
     p90_backend_latency_us: int
-    def __init__(self, backend: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., shadow_hits: _Optional[int] = ..., shadow_bytes: _Optional[int] = ..., queries: _Optional[int] = ..., p50_query_latency_us: _Optional[int] = ..., p99_query_latency_us: _Optional[int] = ..., latency_bucket: _Optional[_Iterable[int]] = ..., latency_count: _Optional[_Iterable[int]] = ..., partition_limit_bytes: _Optional[int] = ..., p50_backend_latency_us: _Optional[int] = ..., p90_backend_latency_us: _Optional[int] = ...) -> None: ...
+    distance_bucket: _containers.RepeatedScalarFieldContainer[int]
+    distance_count: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, backend: _Optional[int] = ..., cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., shadow_hits: _Optional[int] = ..., shadow_bytes: _Optional[int] = ..., queries: _Optional[int] = ..., p50_query_latency_us: _Optional[int] = ..., p99_query_latency_us: _Optional[int] = ..., latency_bucket: _Optional[_Iterable[int]] = ..., latency_count: _Optional[_Iterable[int]] = ..., partition_limit_bytes: _Optional[int] = ..., p50_backend_latency_us: _Optional[int] = ..., p90_backend_latency_us: _Optional[int] = ..., distance_bucket: _Optional[_Iterable[int]] = ..., distance_count: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AppServerStats(_message.Message):
     __slots__ = ("app_server_id", "backends")
