@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/lib/model"
 	pb "github.com/robinhoodcache/robinhood/proto/robinhood/v1"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 	"github.com/robinhoodcache/robinhood/rbcserver/stats"
@@ -64,11 +65,43 @@ func (s *Sim) report1s() {
 	}
 	res := s.rbcNow()
 	line, _ := json.Marshal(map[string]any{"t": s.eng.Now().Seconds(), "unix": float64(at) / 1e9, "rbc": s.rbcCounts(res),
-		"window_requests": res.N, "p99_latency_us": res.P99})
+		"window_requests": res.N, "p99_latency_us": res.P99, "backends": s.truth()})
 	s.rbcOut.Write(append(line, '\n'))
 }
 
 func (s *Sim) backendByID(id uint32) *backend { return s.byID[id] }
+
+// backendTruth is what a backend really was in the last second: what the
+// planner policy estimates (docs/algorithms.md, "Online estimates").
+type backendTruth struct {
+	// Capacity is lib/model.Capacity of its replicas' limits, summed
+	// (queries/s); nil when they bound nothing.
+	Capacity *float64 `json:"capacity"`
+	// Sent is the queries sent to it in the second.
+	Sent uint64 `json:"sent"`
+}
+
+// truth is every backend's truth of the last second (an exact run only: a
+// miniature's backends are fluid), and starts the next second's counts.
+func (s *Sim) truth() map[string]backendTruth {
+	if s.miniature() {
+		return nil
+	}
+	out := make(map[string]backendTruth, len(s.backends))
+	for _, b := range s.backends {
+		c := 0.0
+		for _, r := range b.fleet.reps {
+			c += model.Capacity(r.model.Limits())
+		}
+		t := backendTruth{Sent: b.sent}
+		if !math.IsInf(c, 1) {
+			t.Capacity = &c
+		}
+		out[b.name] = t
+		b.sent = 0
+	}
+	return out
+}
 
 // rbcCounts is an RBC result by backend name, 0 for a backend that blocked
 // nothing.

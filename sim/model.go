@@ -29,6 +29,8 @@ type backend struct {
 	// hits and misses count the cache lookups of its queries (every app
 	// server).
 	hits, misses uint64
+	// sent counts the queries sent to it since the last one-second report.
+	sent uint64
 	// keys interns the backend's keys for every app server's caches and
 	// shadow models (keys.go).
 	keys *keyIDs
@@ -218,6 +220,7 @@ func (s *Sim) sendCall(c *call) {
 		}
 	}
 	s.backendQueries += uint64(len(c.missed))
+	b.sent += uint64(len(c.missed))
 	c.job = j
 	deadline := min(c.start+c.r.app.beTimeout, c.r.send+c.r.app.reqTimeout)
 	c.timeout = s.eng.At(deadline, func() { s.expire(c) })

@@ -11,13 +11,16 @@ import argparse
 import json
 import logging
 import signal
+import ssl
 import sys
 import threading
+import urllib.request
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from robinhood_common import console
-from robinhood_common.auth import AuthError
+from prometheus_client.parser import text_string_to_metric_families
+from robinhood_common.auth import AuthError, load_credential
 from robinhood_common.logs import LEVELS, level_arg
 
 from . import policies
@@ -165,6 +168,48 @@ def _not_partitioned(cfg: ControllerConfig, command: str, out: TextIO) -> int:
     return EXIT_OK
 
 
+def policy_view(cfg: ControllerConfig, timeout: float = 2.0) -> tuple[dict[str, dict[str, Any]], str]:
+    """What the running controller of cfg's app server says of each partition on its
+    /metrics (controller.metrics): its backend's predicted utilization and why it last
+    moved, for policies that export them; and "" or why it could not be read. Over TLS
+    with the topology's CA (and its certificate under mutual TLS), with the operator's
+    token when the topology has an auth block."""
+    addr = cfg.settings.metrics
+    if not addr:
+        return {}, "controller.metrics is not set: no running controller to ask"
+    host, _, port = addr.rpartition(":")
+    host = host or "127.0.0.1"
+    ctx = None
+    scheme = "http"
+    if cfg.tls is not None:
+        scheme = "https"
+        ctx = ssl.create_default_context(cafile=cfg.tls.ca)
+        if cfg.tls.client_auth:
+            ctx.load_cert_chain(cfg.tls.cert, cfg.tls.key)
+    req = urllib.request.Request(f"{scheme}://{host}:{port}/metrics")
+    if cfg.auth is not None:
+        try:
+            req.add_header("Authorization", "Bearer " + load_credential(cfg.auth.token_file("operator")).token)
+        except (OSError, AuthError) as e:
+            return {}, f"the operator's token: {e}"
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
+            text = r.read(16 << 20).decode()
+    except (OSError, ValueError) as e:
+        return {}, f"the controller at {addr}: {getattr(e, 'reason', None) or e}"
+    view: dict[str, dict[str, Any]] = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            n = smp.labels.get("partition")
+            if n is None:
+                continue
+            if smp.name == "controller_partition_predicted_utilization":
+                view.setdefault(n, {})["predicted_utilization"] = smp.value
+            elif smp.name == "controller_partition_move_reason" and smp.value == 1:
+                view.setdefault(n, {})["move_reason"] = smp.labels.get("reason")
+    return view, ""
+
+
 def cmd_status(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
     """Print limit, used, malloced, items, evictions, hit ratio per partition."""
     if cfg.cache_mode == "none":
@@ -195,31 +240,41 @@ def cmd_status(cfg: ControllerConfig, as_json: bool, out: TextIO) -> int:
             "hit_ratio": st.hit_ratio if st else None,
             "error": err or None,
         })
+    view, view_error = policy_view(cfg) if cfg.cache_mode == "partitioned" else ({}, "")
+    for r in rows:
+        v = view.get(r["partition"], {})
+        r["predicted_utilization"] = v.get("predicted_utilization")
+        r["move_reason"] = v.get("move_reason")
     # The floor matters where the controller sets limits, not for a shared cache.
     notes = floor_notes(rows, cfg.settings.min_partition_mb) if cfg.cache_mode == "partitioned" else []
     if as_json:
         out.write(json.dumps({"app_server": cfg.app_server, "cache_mode": cfg.cache_mode,
                               "budget_bytes": cfg.budget_bytes, "partitions": rows,
-                              "notes": notes}, indent=1) + "\n")
+                              "notes": notes, "controller_error": view_error or None}, indent=1) + "\n")
         return EXIT_FAIL if failed else EXIT_OK
     out.write(f"app server {cfg.app_server}: cache_mode {cfg.cache_mode}, budget {cfg.budget_mb} MB\n")
     table = [["partition", "addr", "limit_mb", "used_mb", "malloced_mb", "floor_mb", "items", "evictions",
-              "hit_ratio"]]
+              "hit_ratio", "predicted_util", "last_move"]]
     for r in rows:
+        pu = "-" if r["predicted_utilization"] is None else f"{r['predicted_utilization']:.2f}"
+        why = r["move_reason"] or "-"
         if r["error"]:
-            table.append([r["partition"], r["addr"], "unreachable", "-", "-", "-", "-", "-", "-"])
+            table.append([r["partition"], r["addr"], "unreachable", "-", "-", "-", "-", "-", "-", pu, why])
             continue
         hr = "-" if r["hit_ratio"] is None else f"{r['hit_ratio']:.3f}"
         table.append([r["partition"], r["addr"], _mb(r["limit_bytes"]), _mb(r["used_bytes"]),
-                      _mb(r["malloced_bytes"]), _mb(r["floor_bytes"]), str(r["items"]), str(r["evictions"]), hr])
+                      _mb(r["malloced_bytes"]), _mb(r["floor_bytes"]), str(r["items"]), str(r["evictions"]), hr,
+                      pu, why])
     ok = [r for r in rows if not r["error"]]
     table.append(["total", "", _mb(sum(r["limit_bytes"] for r in ok)), _mb(sum(r["used_bytes"] for r in ok)),
                   _mb(sum(r["malloced_bytes"] for r in ok)), _mb(sum(r["floor_bytes"] for r in ok)),
                   str(sum(r["items"] for r in ok)),
-                  str(sum(r["evictions"] for r in ok)), ""])
+                  str(sum(r["evictions"] for r in ok)), "", "", ""])
     _table(table, out)
     for note in notes:
         out.write(f"note: {note}\n")
+    if view_error and cfg.cache_mode == "partitioned" and cfg.settings.metrics:
+        out.write(f"note: predicted_util and last_move come from the running controller's /metrics: {view_error}\n")
     for r in rows:
         if r["error"]:
             out.write(f"error: {r['error']}\n")

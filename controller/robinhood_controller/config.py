@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,10 @@ class ControllerConfig:
     """The topology's tls block (paths resolved)."""
     slo: topo.SLO | None = None
     """The topology's slo block (the deployment's request P99 objective), if any."""
+    declared: Mapping[str, topo.Limits] = dataclasses.field(default_factory=dict)
+    """Per partition, its backend's limits as the topology declares them."""
+    app_servers: int = 1
+    """The topology's app servers with partitioned caches."""
 
     @property
     def token_file(self) -> str | None:
@@ -131,6 +136,9 @@ class ControllerConfig:
             app_server=self.app_server,
             run=self.settings.run,
             slo=self.slo,
+            window_s=self.rbc_window,
+            app_servers=self.app_servers,
+            declared=dict(self.declared),
         )
 
     def build_policy(self) -> policies.AllocationPolicy:
@@ -252,6 +260,8 @@ def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
         partitions=tuple(parts), shared_cache=app.shared_cache or "", rbc_addr=t.rbc_server.grpc or "",
         rbc_window=t.rbc_server.window, settings=app.controller, policy_params=params,
         auth=t.auth, tls=t.tls, slo=t.slo,
+        declared={b.name: b.limits for b in t.backends if b.name in {p.name for p in parts}},
+        app_servers=max(1, sum(1 for a in t.app_servers if a.cache_mode == "partitioned")),
     )
 
 

@@ -30,7 +30,7 @@ from .decide import check_decision, decide
 from .partition import PartitionError, PartitionStats, Unreachable, Unsupported, open_partition
 from .metrics import Metrics
 from .plan import MIB
-from .policies import PartitionSample
+from .policies import MOVE_REASONS, PartitionSample
 from .rbc import RBCClient, RBCError, RBCSnapshot
 from .resize import Outcome, Target, reconcile
 from .timeline import PartitionAfter, TimelineWriter, tick_record
@@ -74,6 +74,8 @@ class TickReport:
     outcome: Outcome | None
     seconds: float
     notes: list[str] = field(default_factory=list)
+    explain: dict[str, dict[str, float | str]] = field(default_factory=dict)
+    """Per partition, the policy's view (estimates, predicted utilization, move reason)."""
 
 
 class Controller:
@@ -285,7 +287,7 @@ class Controller:
             tick=self.ticks, time=wall, stats=stats, rbc=snap, rbc_error=rbc_error,
             targets_before=d.before, targets=dict(d.targets) if d.targets is not None else None,
             limits_planned=planned, eligible=dict(d.eligible), used=dict(d.used), outcome=outcome,
-            seconds=self.clock() - t0, notes=list(d.notes),
+            seconds=self.clock() - t0, notes=list(d.notes), explain=dict(d.explain),
         )
         self._export(report)
         return report
@@ -333,6 +335,12 @@ class Controller:
                     m.eligible.labels(n).set(1 if r.eligible[n] else 0)
                 if r.rbc is not None:
                     m.rbc.labels(n).set(r.rbc.counts.get(n, 0))
+                view = r.explain.get(n, {})
+                if isinstance(u := view.get("predicted_utilization"), float):
+                    m.predicted.labels(n).set(u)
+                if isinstance(why := view.get("move_reason"), str):
+                    for reason in MOVE_REASONS:
+                        m.move_reason.labels(n, reason).set(1 if reason == why else 0)
         if self.timeline is not None:
             self.timeline.write(self.timeline_record(r))
         log.info("%s", self.log_line(r))
@@ -356,7 +364,7 @@ class Controller:
             time=r.time, tick=r.tick, app_server=self.cfg.app_server, policy=self.policy.name,
             dry_run=self.read_only, budget_bytes=self.cfg.budget_bytes, names=self.names, after=after,
             targets=r.targets, limits_mb=r.limits_planned, used=r.used, rbc=r.rbc, eligible=r.eligible,
-            notes=r.notes,
+            notes=r.notes, explain=r.explain,
         )
 
     def log_line(self, r: TickReport) -> str:

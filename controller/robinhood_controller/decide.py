@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .plan import MIB, adopt, round_limits
-from .policies import AllocationPolicy, PartitionSample, PlanInput
+from .policies import MOVE_REASONS, AllocationPolicy, PartitionSample, PlanInput
 from .rbc import RBCSnapshot
 
 
@@ -62,6 +62,9 @@ class TickDecision:
     """What happened, for logs and reports ("adopted …", "rbc unavailable: targets kept")."""
     policy_error: str = ""
     """Why the policy's answer was rejected ("" unless it failed; the targets were kept)."""
+    explain: dict[str, dict[str, float | str]] = field(default_factory=dict)
+    """Per partition, the policy's view (Decision.explain): estimates, predicted
+    utilization, why it last moved."""
 
 
 def decide(
@@ -106,6 +109,7 @@ def decide(
 
     before = dict(current) if current is not None else None
     eligible: dict[str, bool] = {}
+    explain: dict[str, dict[str, float | str]] = {}
     failed = ""
     if current is None:
         return TickDecision(targets=None, before=None, limits_mb=None, eligible=eligible, used=used, notes=notes)
@@ -126,6 +130,9 @@ def decide(
         try:
             decision = policy.plan(inp)
             problem = check_decision(dict(inp.targets), decision.targets, floor_mb * MIB)
+            odd = sorted({r for r in (decision.reasons or {}).values()} - set(MOVE_REASONS))
+            if odd and not problem:
+                problem = f"move reasons {odd} are not among {list(MOVE_REASONS)}"
         except Exception as e:  # noqa: BLE001 - a policy's failure must not end the loop
             decision, problem = None, f"{type(e).__name__}: {e}"
         if decision is None or problem:
@@ -134,9 +141,10 @@ def decide(
         else:
             current.update(decision.targets)
             eligible.update(decision.eligible or {})
+            explain = decision.explain()
             if decision.note:
                 notes.append(decision.note)
     return TickDecision(
         targets=current, before=before, limits_mb=round_limits(current, budget_mb), eligible=eligible,
-        used=used, notes=notes, policy_error=failed,
+        used=used, notes=notes, policy_error=failed, explain=explain,
     )

@@ -66,6 +66,12 @@ class Metrics:
         self.eligible = Gauge("controller_partition_eligible",
                               "1 when the partition may receive space (unused-space rule), else 0.",
                               ["partition"], registry=r)
+        self.predicted = Gauge("controller_partition_predicted_utilization",
+                               "The partition's backend's predicted utilization (load / capacity) with the planned "
+                               "allocation (policies with a model: planner).", ["partition"], registry=r)
+        self.move_reason = Gauge("controller_partition_move_reason",
+                                 "1 for why the partition last moved (policies that say so: planner), 0 for the "
+                                 "other reasons.", ["partition", "reason"], registry=r)
         self.up = Gauge("controller_partition_up", "1 when the partition answered this tick.", ["partition"],
                         registry=r)
         self.pages_moved = Counter("controller_pages_moved",

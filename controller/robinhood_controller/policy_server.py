@@ -395,7 +395,8 @@ class PolicyServer:
             record = tick_record(
                 time=now, tick=tick, app_server=cfg.app_server, policy=app.policy.name, dry_run=False,
                 budget_bytes=cfg.budget_bytes, names=app.names, after=after, targets=d.targets,
-                limits_mb=d.limits_mb, used=d.used, rbc=snap, eligible=d.eligible, notes=d.notes)
+                limits_mb=d.limits_mb, used=d.used, rbc=snap, eligible=d.eligible, notes=d.notes,
+                explain=d.explain)
             try:
                 app.timeline.write(record)
             except OSError as e:

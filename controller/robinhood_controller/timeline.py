@@ -53,6 +53,7 @@ def tick_record(
     rbc: RBCSnapshot | None,
     eligible: Mapping[str, bool],
     notes: Sequence[str] = (),
+    explain: Mapping[str, Mapping[str, float | str]] | None = None,
 ) -> dict[str, Any]:
     """The timeline line of a tick (schema in docs/controller.md).
 
@@ -61,7 +62,8 @@ def tick_record(
     (bytes) and planned whole-MB limits (None before adoption); used: u_i of the
     reachable partitions; rbc: the snapshot read (None: not read); eligible: per
     planned partition; notes: what the tick did beyond the numbers (adoption, the
-    policy's own note), written only when there are any.
+    policy's own note), written only when there are any; explain: per partition, the
+    policy's view (Decision.explain), under the partition's "policy" key when it has one.
     """
     parts: dict[str, Any] = {}
     for n in names:
@@ -79,6 +81,8 @@ def tick_record(
             "pages_moved": a.pages_moved if a is not None else 0,
             "hit_ratio": a.hit_ratio if a is not None else None,
         }
+        if explain and explain.get(n):
+            parts[n]["policy"] = dict(explain[n])
     record: dict[str, Any] = {
         "time": round(time, 3),
         "tick": tick,

@@ -14,6 +14,8 @@ from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
 
 from conftest import wait_tcp
 from robinhood_controller.cli import main
+from robinhood_controller.metrics import Metrics
+from robinhood_controller.policies import MOVE_REASONS
 
 CLI = [sys.executable, "-m", "robinhood_controller.cli"]
 
@@ -127,7 +129,7 @@ def test_status_table_and_json(procs, tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["partition", "addr", "limit_mb", "used_mb", "malloced_mb", "floor_mb", "items",
-                                "evictions", "hit_ratio"]
+                                "evictions", "hit_ratio", "predicted_util", "last_move"]
     a = lines[3].split()
     st = stats(addrs["a"])
     ratio = int(st["get_hits"]) / (int(st["get_hits"]) + int(st["get_misses"]))  # type: ignore[call-overload]
@@ -138,6 +140,36 @@ def test_status_table_and_json(procs, tmp_path: Path, capsys: pytest.CaptureFixt
     doc = json.loads(capsys.readouterr().out)
     assert doc["partitions"][1]["items"] == 0 and doc["partitions"][1]["hit_ratio"] is None
     assert doc["partitions"][0]["limit_bytes"] == 16 << 20
+    assert doc["partitions"][0]["predicted_utilization"] is None and "controller.metrics is not set" in doc[
+        "controller_error"]
+
+
+def test_status_shows_what_the_running_controller_says(procs, free_address, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # The running controller's /metrics (the real metrics server) says, per partition, its
+    # backend's predicted utilization and why it last moved; status shows them.
+    addrs = {n: procs.memcached(16)[1] for n in "ab"}
+    metrics_addr = free_address()
+    topo = _write(tmp_path, addrs, budget=32,
+                  controller=f"{{min_partition_mb: 16, policy: planner, metrics: '{metrics_addr}'}}")
+    assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted_util and last_move come from the running controller's /metrics" in out
+    m = Metrics("app0", "planner", ["a", "b"])
+    m.serve(metrics_addr)
+    try:
+        m.predicted.labels("a").set(0.42)
+        for reason in MOVE_REASONS:
+            m.move_reason.labels("a", reason).set(1 if reason == "rising" else 0)
+        assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 0
+        a = capsys.readouterr().out.splitlines()[3].split()
+        assert a[0] == "a" and a[-2:] == ["0.42", "rising"]
+        assert main(["status", "--topology", str(topo), "--app-server", "app0", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["partitions"][0]["move_reason"] == "rising" and doc["partitions"][1]["move_reason"] is None
+        assert doc["controller_error"] is None
+    finally:
+        m.close()
 
 
 def test_status_reports_an_unreachable_partition(procs, free_address, tmp_path: Path,

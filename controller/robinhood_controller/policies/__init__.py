@@ -14,6 +14,7 @@ walks through writing one.
 from __future__ import annotations
 
 from .base import (
+    MOVE_REASONS,
     AllocationPolicy,
     Decision,
     Params,
@@ -26,6 +27,6 @@ from .base import (
 from .registry import build, describe, get, names, register
 
 __all__ = [
-    "AllocationPolicy", "Decision", "Params", "PartitionSample", "PlanInput", "PolicyContext", "PolicyError", "QueryStats",
+    "MOVE_REASONS", "AllocationPolicy", "Decision", "Params", "PartitionSample", "PlanInput", "PolicyContext", "PolicyError", "QueryStats",
     "build", "describe", "get", "names", "register",
 ]

@@ -9,9 +9,16 @@ from typing import ClassVar
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
-from robinhood_common.topology import SLO, Run
+from robinhood_common.topology import SLO, Limits, Run
 
 from ..rbc import QueryStats
+
+
+MOVE_REASONS = ("saturated", "rising", "headroom", "hold", "robinhood")
+"""Why a partition last moved (Decision.reasons; the values of the reason label of
+controller_partition_move_reason): its backend was saturated; its utilization was rising
+towards its capacity; space moved to lower the worst predicted utilization (headroom for a
+drop); nothing moved it (hold); or RobinHood's step moved it (the blocking counts)."""
 
 
 class PolicyError(ValueError):
@@ -46,6 +53,15 @@ class PolicyContext:
     the testbed and the simulator write the experiment's there). None when the topology
     has none: a policy that needs the objective takes it from here, never from a default
     of its own."""
+
+    window_s: float | None = None
+    """The statistics window (rbc_server.window), seconds: the span of the counts in
+    ``PlanInput.stats``. None when unknown."""
+    app_servers: int = 1
+    """The app servers of the topology with partitioned caches (each fills its own)."""
+    declared: Mapping[str, Limits] = field(default_factory=dict)
+    """Per partition, its backend's limits as the topology declares them (docs/topology.md):
+    what the operator knows of its capacity before anything runs."""
 
     def run_start(self) -> float | None:
         """The run's start (Unix seconds) from its start file, once the testbed
@@ -113,6 +129,27 @@ class Decision:
     note: str = ""
     """One line on what the policy did this tick ("" for none); added to the tick's
     notes (the tick log line's note=, plan's output, policy-server answers)."""
+    reasons: dict[str, str] | None = None
+    """Per partition, why it last moved (policies that say so; exported as
+    controller_partition_last_move_reason, shown by status and the timeline)."""
+    predicted: dict[str, float] | None = None
+    """Per partition, its backend's predicted utilization with the new targets (policies
+    with a model; exported as controller_partition_predicted_utilization)."""
+    estimates: dict[str, dict[str, float | str]] | None = None
+    """Per partition, what the policy estimated of its backend this tick (written to the
+    timeline, where experiments compare them with the truth)."""
+
+    def explain(self) -> dict[str, dict[str, float | str]]:
+        """Per partition, what the timeline records of the policy's view: its estimates,
+        ``predicted_utilization`` and ``move_reason`` (empty for policies without them)."""
+        out: dict[str, dict[str, float | str]] = {}
+        for n, e in (self.estimates or {}).items():
+            out.setdefault(n, {}).update(e)
+        for n, u in (self.predicted or {}).items():
+            out.setdefault(n, {})["predicted_utilization"] = u
+        for n, r in (self.reasons or {}).items():
+            out.setdefault(n, {})["move_reason"] = r
+        return out
 
 
 class AllocationPolicy(ABC):
