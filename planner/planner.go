@@ -24,6 +24,9 @@ const MaxBackends = 1024
 // MaxBudgetMB bounds a budget (1 TiB of cache per app server).
 const MaxBudgetMB = 1 << 20
 
+// MaxHorizonS bounds a projection (an hour, second by second).
+const MaxHorizonS = 3600
+
 // Capacities answers a capacity request: lib/model.Capacity of each
 // declared limits block.
 func Capacities(req *pb.PlannerCapacityRequest) (*pb.PlannerCapacityAnswer, error) {
@@ -66,6 +69,8 @@ func validate(req *pb.PlanRequest) error {
 		return fmt.Errorf("target: %v is not in (0, 1]", req.GetTarget())
 	case req.GetAppServers() == 0:
 		return fmt.Errorf("app_servers: 0, at least 1")
+	case req.GetHorizonS() > MaxHorizonS:
+		return fmt.Errorf("horizon_s: %d, at most %d", req.GetHorizonS(), MaxHorizonS)
 	}
 	names := map[string]bool{}
 	for i, b := range req.GetBackends() {
@@ -74,12 +79,16 @@ func validate(req *pb.PlanRequest) error {
 			return fmt.Errorf("%s.name: %q is empty or repeated", at, b.GetName())
 		}
 		names[b.GetName()] = true
+		if v := b.GetCapacitySlope(); !finite(v) || v > 0 {
+			return fmt.Errorf("%s.capacity_slope: %v is not a finite number ≤ 0", at, v)
+		}
 		for _, v := range []struct {
 			name string
 			v    float64
 		}{{"cacheable_rate", b.GetCacheableRate()}, {"uncacheable_rate", b.GetUncacheableRate()},
 			{"alloc_mb", b.GetAllocMb()}, {"mean_value_bytes", b.GetMeanValueBytes()},
-			{"answered_miss_rate", b.GetAnsweredMissRate()}} {
+			{"answered_miss_rate", b.GetAnsweredMissRate()}, {"held_mb", b.GetHeldMb()}, {"queue", b.GetQueue()},
+			{"timeout_s", b.GetTimeoutS()}, {"limit_mb", b.GetLimitMb()}, {"overhead_mb", b.GetOverheadMb()}} {
 			if !finite(v.v) || v.v < 0 {
 				return fmt.Errorf("%s.%s: %v is not a finite number ≥ 0", at, v.name, v.v)
 			}
@@ -119,8 +128,12 @@ func Plan(req *pb.PlanRequest) (*pb.PlanAnswer, error) {
 	for i, b := range req.GetBackends() {
 		h := loghist.Counts{}
 		h.Add(loghist.Sparse{Index: b.GetDistanceBucket(), Count: b.GetDistanceCount()})
+		curve := model.CurveFromDistances(h, budget)
+		if l, k := b.GetLimitMb(), b.GetOverheadMb(); k > 0 && l > k {
+			curve = model.WithOverhead(curve, l, k)
+		}
 		backends[i] = model.Backend{Name: b.GetName(), CacheableRate: b.GetCacheableRate(),
-			UncacheableRate: b.GetUncacheableRate(), MissRatio: model.CurveFromDistances(h, budget)}
+			UncacheableRate: b.GetUncacheableRate(), MissRatio: curve}
 		capacity[b.GetName()] = b.GetCapacity()
 	}
 	minmax, minmaxWorst := model.MinMax(backends, capacity, budget, floor)
@@ -150,12 +163,22 @@ func Plan(req *pb.PlanRequest) (*pb.PlanAnswer, error) {
 		ans.Worst = math.Max(ans.Worst, out.Util)
 		ans.Backends = append(ans.Backends, out)
 	}
+	proj := make([]model.Projected, len(backends))
+	for i, b := range req.GetBackends() {
+		proj[i] = model.Projected{Backend: backends[i], Capacity: capacity[b.GetName()],
+			CapacitySlope: b.GetCapacitySlope(), HeldMB: b.GetHeldMb(), Queue: b.GetQueue(),
+			TimeoutS: b.GetTimeoutS(), MeanValueBytes: b.GetMeanValueBytes()}
+	}
 	for _, a := range req.GetEvaluate() {
 		ev := &pb.PlannerEvaluation{}
 		for i, mb := range a.GetMb() {
 			u := util(i, mb)
 			ev.Util = append(ev.Util, u)
 			ev.Worst = math.Max(ev.Worst, u)
+		}
+		if h := int(req.GetHorizonS()); h > 0 {
+			o := model.Project(proj, a.GetMb(), apps, h, req.GetTarget())
+			ev.Overload, ev.Pressure, ev.Final = o.Overload, o.Pressure, o.Final
 		}
 		ans.Evaluated = append(ans.Evaluated, ev)
 	}

@@ -162,7 +162,8 @@ func (s *Sim) controllerTick() {
 			}
 			c := p.cache
 			sample := &pb.PolicyPartitionSample{LimitBytes: uint64(s.unscale(c.Limit())), MallocedBytes: uint64(s.unscale(c.Malloced())),
-				ItemBytes: uint64(s.unscale(c.ItemBytes())), Items: uint64(c.Len()), Evictions: c.Evictions, GetHits: c.Hits, GetMisses: c.Misses}
+				SlabClasses: uint32(c.Classes()),
+				ItemBytes:   uint64(s.unscale(c.ItemBytes())), Items: uint64(c.Len()), Evictions: c.Evictions, GetHits: c.Hits, GetMisses: c.Misses}
 			last := s.lastHM[p]
 			if dh, dm := c.Hits-last[0], c.Misses-last[1]; dh+dm > 0 {
 				r := float64(dh) / float64(dh+dm)

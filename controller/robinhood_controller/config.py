@@ -97,6 +97,8 @@ class ControllerConfig:
     """Per partition, its backend's limits as the topology declares them."""
     app_servers: int = 1
     """The topology's app servers with partitioned caches."""
+    backend_timeout_s: float = 4.0
+    """The app server's backend_timeout, seconds."""
 
     @property
     def token_file(self) -> str | None:
@@ -138,6 +140,7 @@ class ControllerConfig:
             slo=self.slo,
             window_s=self.rbc_window,
             app_servers=self.app_servers,
+            backend_timeout_s=self.backend_timeout_s,
             declared=dict(self.declared),
         )
 
@@ -262,6 +265,7 @@ def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
         auth=t.auth, tls=t.tls, slo=t.slo,
         declared={b.name: b.limits for b in t.backends if b.name in {p.name for p in parts}},
         app_servers=max(1, sum(1 for a in t.app_servers if a.cache_mode == "partitioned")),
+        backend_timeout_s=app.backend_timeout,
     )
 
 

@@ -44,7 +44,8 @@ def sample(st: PartitionStats) -> PartitionSample:
     """What a policy may know of a partition reading."""
     return PartitionSample(
         limit_bytes=st.limit_bytes, malloced_bytes=st.malloced_bytes, item_bytes=st.item_bytes,
-        items=st.items, evictions=st.evictions, get_hits=st.get_hits, get_misses=st.get_misses)
+        items=st.items, evictions=st.evictions, get_hits=st.get_hits, get_misses=st.get_misses,
+        slab_classes=sum(1 for n in st.pages.values() if n > 0))
 
 
 class StartupError(Exception):

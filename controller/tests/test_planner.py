@@ -16,16 +16,19 @@ from robinhood_controller.plan import MIB
 from robinhood_controller.policies import PlanInput, PolicyContext, QueryStats, build
 from robinhood_controller.policies.planner import (
     LATENCY_RHO,
+    MEMORY_S,
+    Candidate,
     Capacity,
     Estimate,
+    Learned,
     PlannerParams,
     backlogged,
     capacity,
-    decide,
-    forecast,
+    choose,
     observe,
     relieve,
     toward,
+    trend,
 )
 
 NEVER = 469  # lib/loghist's last bucket: the queries that never hit
@@ -66,30 +69,31 @@ def test_backlogged_beyond_what_is_in_flight() -> None:
 
 def test_capacity_rules() -> None:
     # Nothing queues: the declared capacity, vouched for up to sent / LATENCY_RHO.
-    c = capacity(est(sent=100), 1000.0, 1000.0)
-    assert c == Capacity(1000.0, 100 / LATENCY_RHO, "declared")
-    # Backlogged: what it answers.
-    assert capacity(est(sent=150, answered=100), 1000.0, 1000.0) == Capacity(100.0, 100.0, "backlog")
-    # A spread four times the baseline: ρ = 0.75, capacity = sent / ρ.
-    c = capacity(est(sent=90, spread=4000.0), 1000.0, 1000.0)
+    c, learned = capacity(est(sent=100), 1000.0, 1000.0, None, 0.0)
+    assert c == Capacity(1000.0, 100 / LATENCY_RHO, "declared") and learned is None
+    # Backlogged: what it answers, learned.
+    c, learned = capacity(est(sent=150, answered=100), 1000.0, 1000.0, None, 10.0)
+    assert c == Capacity(100.0, 100.0, "backlog") and learned == Learned(100.0, 10.0)
+    # A spread four times the baseline, and the requests show it: ρ = 0.75, capacity = sent / ρ.
+    c, _ = capacity(est(sent=90, spread=4000.0), 1000.0, 1000.0, None, 0.0)
     assert c.source == "latency" and c.estimate == pytest.approx(120.0) and c.safe == c.estimate
-    # ... but never below what it answered without a backlog lately.
-    assert capacity(est(sent=90, spread=4000.0), 1000.0, 1000.0, proven=150.0).estimate == 150.0
-    # A latency that says less than the declared capacity only when it says something.
-    assert capacity(est(sent=90, spread=1500.0), 1000.0, 1000.0).source == "declared"
+    # ... the same spread where no request waits for it says nothing of the capacity, but
+    # the backend is vouched for only up to sent / ρ.
+    c, _ = capacity(est(sent=90, spread=4000.0), 1000.0, 1000.0, None, 0.0, symptomatic=False)
+    assert c.source == "declared" and c.estimate == 1000.0 and c.safe == pytest.approx(120.0)
+    # A learned capacity holds for MEMORY_S without evidence, raised to what is answered.
+    c, learned = capacity(est(sent=110, answered=110), 1000.0, 1000.0, Learned(100.0, 10.0), 10.0 + MEMORY_S)
+    assert c == Capacity(110.0, 110.0, "remembered") and learned == Learned(110.0, 10.0)
+    c, learned = capacity(est(sent=90), 1000.0, 1000.0, Learned(100.0, 10.0), 11.0 + MEMORY_S)
+    assert c.source == "declared" and learned is None
     # Nothing bounds it.
-    assert capacity(est(sent=90), math.inf, 1000.0).source == "unknown"
+    assert capacity(est(sent=90), math.inf, 1000.0, None, 0.0)[0].source == "unknown"
 
 
-def test_forecast_follows_a_trend_not_a_step() -> None:
-    ramp = tuple((float(t), 0.5 + 0.05 * t) for t in range(5))
-    assert forecast(ramp, 10.0) == pytest.approx(0.7 + 0.5)
-    step = ((0.0, 0.1), (1.0, 0.1), (2.0, 0.1), (3.0, 0.1), (4.0, 0.9))
-    assert forecast(step, 10.0) == 0.9, "one step is not a trend"
-    assert forecast(((0.0, 0.5), (1.0, 0.6)), 10.0) == 0.6, "two points are not a trend"
-    falling = tuple((float(t), 0.9 - 0.1 * t) for t in range(5))
-    assert forecast(falling, 10.0) == pytest.approx(0.5)
-    assert forecast(tuple((float(t), 0.2 + 0.1 * t) for t in range(5)), 100.0) == pytest.approx(1.2), "at most 2×"
+def test_trend_follows_a_slope_not_a_step() -> None:
+    assert trend(tuple((float(t), 100.0 - 5 * t) for t in range(5))) == pytest.approx(-5.0)
+    assert trend(((0.0, 10.0), (1.0, 10.0), (2.0, 10.0), (3.0, 10.0), (4.0, 90.0))) == 0.0, "one step"
+    assert trend(((0.0, 5.0), (1.0, 6.0))) == 0.0, "two points are not a trend"
 
 
 @settings(max_examples=200, deadline=None)
@@ -126,42 +130,17 @@ def test_relieve_takes_only_what_is_needed_from_the_most_surplus() -> None:
     assert out == {"a": 128 * MIB, "b": 16 * MIB, "c": 16 * MIB}
 
 
-def answer(util: dict[str, float], minmax: dict[str, int], need: dict[str, int], safe: dict[str, int] | None = None,
-           evaluated: list[float] | None = None) -> pb.PlanAnswer:
-    names = sorted(util)
-    a = pb.PlanAnswer(ok=True, worst=max(util.values()))
-    for n in names:
-        a.backends.append(pb.PlannedBackend(name=n, util=util[n], minmax_mb=minmax[n], minmax_util=0.3,
-                                            need_mb=need[n], safe_need_mb=(safe or need)[n]))
-    a.minmax_worst = 0.3
-    a.evaluated.append(pb.PlannerEvaluation(util=evaluated or [0.3] * len(names), worst=0.3))
-    return a
-
-
-def test_decide() -> None:
+def test_choose_keeps_unless_a_move_projects_better() -> None:
     p = PlannerParams()
-    t = {"a": 80 * MIB, "b": 80 * MIB}
-    calm = {"a": est(), "b": est()}
-    # A saturated backend gets what it needs from the other's surplus.
-    ans = answer({"a": 1.3, "b": 0.2}, {"a": 100, "b": 60}, {"a": 110, "b": 30}, {"a": 110, "b": 60})
-    d = decide(t, calm, ans, {"a": 1.3, "b": 0.2}, {}, p, 160 * MIB, 16 * MIB)
-    assert d is not None and d.reason == "saturated" and d.targets == {"a": 100 * MIB, "b": 60 * MIB}
-    # A rising one, before it saturates.
-    d = decide(t, calm, ans, {"a": 0.7, "b": 0.2}, {"a": 1.1}, p, 160 * MIB, 16 * MIB)
-    assert d is not None and d.reason == "rising" and d.targets["a"] == 100 * MIB
-    # Loaded, nothing saturating: no rule (RobinHood's step).
-    ans = answer({"a": 0.7, "b": 0.6}, {"a": 80, "b": 80}, {"a": 80, "b": 80})
-    assert decide(t, calm, ans, {"a": 0.7, "b": 0.6}, {}, p, 160 * MIB, 16 * MIB) is None
-    # Calm, and the min-max allocation lowers the worst by more than the hysteresis: a
-    # bounded step towards it.
-    ans = answer({"a": 0.45, "b": 0.1}, {"a": 120, "b": 40}, {"a": 16, "b": 16}, evaluated=[0.4, 0.12])
-    d = decide(t, calm, ans, {"a": 0.45, "b": 0.1}, {}, p, 160 * MIB, 16 * MIB)
-    assert d is not None and d.reason == "headroom"
-    assert d.targets["a"] - t["a"] == int(p.step * 160 * MIB) and d.predicted == {"a": 0.4, "b": 0.12}
-    # Calm and already there: hold.
-    ans = answer({"a": 0.32, "b": 0.1}, {"a": 80, "b": 80}, {"a": 16, "b": 16})
-    d = decide(t, calm, ans, {"a": 0.32, "b": 0.1}, {}, p, 160 * MIB, 16 * MIB)
-    assert d is not None and d.reason == "hold" and d.targets == t
+    keep = Candidate("keep", {}, overload=5.0, pressure=3.0, final=0.9)
+    assert choose([keep, Candidate("relieve", {}, overload=4.7, pressure=0.0, final=0.5)], p).name == "relieve"
+    # Within the overload margin, less pressure beyond the target decides...
+    assert choose([keep, Candidate("relieve", {}, overload=5.2, pressure=0.0, final=0.9)], p).name == "relieve"
+    # ... within its margin too, the final worst utilization.
+    same = Candidate("step", {}, overload=5.0, pressure=3.0 + p.hysteresis * p.horizon / 2, final=0.8)
+    assert choose([keep, same], p).name == "step"
+    assert choose([keep, Candidate("step", {}, overload=5.0, pressure=3.0, final=0.88)], p).name == "keep"
+    assert choose([keep, Candidate("relieve", {}, overload=9.0, pressure=0.0, final=0.1)], p).name == "keep"
 
 
 needs_planner = pytest.mark.skipif(find_binary() is None, reason="bin/planner is not built (make build)")
@@ -191,6 +170,7 @@ def test_a_backlogged_backend_is_given_its_need_at_once() -> None:
     assert d.reasons == {"a": "saturated", "b": "saturated"}
     assert d.estimates is not None and d.estimates["b"]["capacity_source"] == "backlog"
     assert d.estimates["b"]["capacity"] == pytest.approx(400.0)
+    assert d.predicted is not None and set(d.predicted) == {"a", "b"}
 
 
 @needs_planner

@@ -183,3 +183,42 @@ func TestQueueStepFillAndDrain(t *testing.T) {
 		t.Fatal("fill with nothing answered")
 	}
 }
+
+// A projection: a grant to a saturated backend pays only as its partition
+// fills; taking space from a backend costs at once.
+func TestProjectFillsAndDrains(t *testing.T) {
+	flat := func(full float64) []float64 { // misses fall linearly to 0 at full MiB
+		c := make([]float64, 201)
+		for m := range c {
+			c[m] = math.Max(0, 1-float64(m)/full)
+		}
+		return c
+	}
+	a := Projected{Backend: Backend{Name: "a", CacheableRate: 200, MissRatio: flat(100)}, Capacity: 100, HeldMB: 40,
+		TimeoutS: 4, MeanValueBytes: 64 << 10}
+	b := Projected{Backend: Backend{Name: "b", CacheableRate: 200, MissRatio: flat(200)}, Capacity: 1000, HeldMB: 60,
+		TimeoutS: 4, MeanValueBytes: 64 << 10}
+	keep := Project([]Projected{a, b}, []float64{40, 60}, 1, 60, 0.8)
+	move := Project([]Projected{a, b}, []float64{70, 30}, 1, 60, 0.8)
+	// a: 120/s at 40 MiB against 100: saturated until it holds 50 MiB; the
+	// grant fills at 100 answered misses/s × 64 KiB ≈ 6 MiB/s.
+	if keep.Overload < 59*0.2-1e-9 || move.Overload >= keep.Overload || move.Overload > 4 {
+		t.Fatalf("overload: keep %v, move %v", keep, move)
+	}
+	if move.Final >= keep.Final || math.Abs(move.Final-math.Max(200*0.3/100, 200*0.85/1000)) > 1e-9 {
+		t.Fatalf("final: keep %v, move %v", keep.Final, move.Final)
+	}
+	// Nothing answered, nothing filled: a grant to a backend with no
+	// capacity never pays.
+	dead := a
+	dead.Capacity = 0
+	if o := Project([]Projected{dead, b}, []float64{70, 30}, 1, 10, 0.8); o.Overload != 50 {
+		t.Fatalf("no capacity: %v", o)
+	}
+	// A falling capacity: the same allocation overloads later.
+	falling := b
+	falling.CapacitySlope = -20 // 1000 → 400 over 30 s
+	if o := Project([]Projected{falling}, []float64{60}, 1, 60, 0.8); o.Overload == 0 || o.Final < 0.8 {
+		t.Fatalf("falling capacity: %v", o)
+	}
+}

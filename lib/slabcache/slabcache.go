@@ -102,6 +102,18 @@ func NewScaledCache(limitBytes, page int64) *Cache {
 	return c
 }
 
+// Classes is the number of slab classes holding pages (memcached's
+// active_slabs): each keeps at least one page, partly empty.
+func (c *Cache) Classes() int {
+	n := 0
+	for i := range c.classes {
+		if c.classes[i].pages > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // Limit is the memory limit in bytes.
 func (c *Cache) Limit() int64 { return c.limit }
 

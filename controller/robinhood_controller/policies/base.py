@@ -59,6 +59,9 @@ class PolicyContext:
     ``PlanInput.stats``. None when unknown."""
     app_servers: int = 1
     """The app servers of the topology with partitioned caches (each fills its own)."""
+    backend_timeout_s: float = 4.0
+    """The app server's backend timeout (backend_timeout), seconds: a query waiting longer
+    is given up."""
     declared: Mapping[str, Limits] = field(default_factory=dict)
     """Per partition, its backend's limits as the topology declares them (docs/topology.md):
     what the operator knows of its capacity before anything runs."""
@@ -85,6 +88,8 @@ class PartitionSample:
     evictions: int = 0
     get_hits: int = 0
     get_misses: int = 0
+    slab_classes: int = 0
+    """memcached's slab classes holding pages (each keeps a partly empty page); 0: unknown."""
 
 
 @dataclass(frozen=True)

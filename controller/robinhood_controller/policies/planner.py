@@ -31,7 +31,7 @@ the current allocation and the allocation that minimizes the worst predicted uti
 Where an estimate is missing — no statistics, no distance histogram, a backend whose
 capacity nothing bounds (no declared limits, no queueing seen), or the planner process
 unavailable — the tick is RobinHood's step (paper §3), and the note says why. The decision
-is pure (:func:`observe`, :func:`capacity`, :func:`forecast`, :func:`decide`); the model's
+is pure (:func:`observe`, :func:`capacity`, :func:`trend`, :func:`relieve`, :func:`choose`); the model's
 evaluation is the only call out.
 """
 from __future__ import annotations
@@ -65,25 +65,51 @@ MIN_BASELINE_US = 100.0
 LATENCY_RHO = 0.5
 """The latency says nothing about capacity below this utilization (1 − L₀/L): a spread
 within twice its baseline is the backend's own noise, not a queue."""
-PROVEN_S = 30.0
-"""A backend that answered a rate without a backlog in the last PROVEN_S seconds can answer
-it: the latency's estimate never goes below it (a latency that reads as a queue while what
-the backend is sent falls would otherwise take the capacity down with it)."""
+SLAB_OVERHEAD_MB = 0.5
+"""What a slab class holding pages costs a memcached partition that holds nothing: half its
+last page on average. A partition's curve is read at other sizes with this taken off every
+size (lib/model.WithOverhead): a small partition is worth less than its share of a large
+one."""
+DONOR_STEP = 0.25
+"""The most of its partition a backend gives in a tick: its capacity is known only as well
+as its latency shows it, and its curve below its size only as well as the shadow model's
+distances scale with memcached's slab classes; the next tick sees what the last move did."""
+REGRANT = 0.25
+"""A backend whose grant is still filling is given more when its capacity estimate fell by
+this share since the grant."""
+FILLED = 0.9
+"""A partition given space has filled it once it uses this share of its target."""
+MEMORY_S = 30.0
+"""A capacity learned from a backend's backlog or queue holds this long without new
+evidence (a backend whose queue the tail stops waiting for has not recovered for that)."""
+HISTOGRAM_GAMMA = 1.04
+HISTOGRAM_BUCKETS = 470
+"""lib/loghist's buckets, which the distance histogram is in (the last: never hit)."""
 TREND_TICKS = 5
 """The ticks a utilization trend is fitted over."""
 
 
 class PlannerParams(Params):
-    target: float = Field(0.8, gt=0, le=1, description=(
-        "the utilization a saturated backend, or one about to saturate, is brought back to"))
-    calm: float = Field(0.5, gt=0, le=1, description=(
-        "below this utilization everywhere, space moves towards the least worst utilization (headroom); "
-        "above it, RobinHood's step"))
+    target: float = Field(0.65, gt=0, le=1, description=(
+        "the utilization a relieved backend is brought to; the projection counts pressure beyond it"))
+    horizon: int = Field(30, ge=1, le=600, description="seconds a candidate move is projected over")
     hysteresis: float = Field(0.05, ge=0, le=10, description=(
-        "a calm tick moves space only when it lowers the worst predicted utilization by more than this"))
-    step: float = Field(0.05, gt=0, le=1, description="most of the budget a calm tick moves")
+        "how much better than keeping the allocation a move must project (pressure per second, final utilization)"))
+    step: float = Field(0.05, gt=0, le=1, description="most of the budget a calm tick moves towards the min-max allocation")
     lead: float = Field(10.0, ge=0, le=3600, description=(
-        "seconds ahead a rising utilization is extrapolated (about the time a grant takes to fill)"))
+        "seconds over which a rising utilization's trend is taken to go on (the projection's falling capacity)"))
+    alarm: float = Field(0.3, ge=0, le=10, description=(
+        "a backend's latency says something of its capacity only while the request P99 is at least this fraction "
+        "of the SLO (not applied without one) and it blocks at least an even share of the tail"))
+    bias_capacity: float = Field(1.0, gt=0, le=100, description=(
+        "experiments only: every capacity estimate multiplied by this (how the policy degrades)"))
+    bias_rate: float = Field(1.0, gt=0, le=100, description=(
+        "experiments only: every query-rate estimate multiplied by this"))
+    bias_curve: float = Field(1.0, gt=0, le=100, description=(
+        "experiments only: every stack distance multiplied by this (the miss-ratio curve stretched)"))
+    calm: float = Field(0.5, gt=0, le=1, description=(
+        "below this utilization everywhere, nothing the model sees is at stake: only bounded steps towards the "
+        "min-max allocation; above it, when no move projects better, RobinHood's step"))
 
 
 @dataclass(frozen=True)
@@ -108,21 +134,23 @@ class State:
     tick: int = 0
     baseline: Mapping[str, float] = field(default_factory=dict)
     """Per partition, its backend's latency spread when it does not queue, µs."""
-    utils: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
-    """Per partition, the last TREND_TICKS (time, measured utilization) since its capacity
-    estimate last changed its source."""
-    sources: Mapping[str, str] = field(default_factory=dict)
-    """Per partition, the source of its last capacity estimate."""
-    answered: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
-    """Per partition, (time, answered rate) of its windows without a backlog in the last
-    PROVEN_S seconds (none since its last backlog)."""
+    learned: Mapping[str, Learned] = field(default_factory=dict)
+    """Per partition, the capacity learned from its backend's behaviour (capacity())."""
+    grants: Mapping[str, float] = field(default_factory=dict)
+    """Per partition, its backend's capacity estimate when it was last given space."""
+    capacities: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """Per partition, the last TREND_TICKS (time, learned capacity) while one is learned."""
     moved: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     """Per partition, the tick it last moved and why."""
 
 
-def observe(stats: Mapping[str, QueryStats], window_s: float) -> dict[str, Estimate]:
-    """The partitions whose backend has statistics in the window and a distance histogram."""
+def observe(stats: Mapping[str, QueryStats], window_s: float, rate_bias: float = 1.0,
+            curve_bias: float = 1.0) -> dict[str, Estimate]:
+    """The partitions whose backend has statistics in the window and a distance histogram
+    (the biases make the estimates worse on purpose, for experiments: rates multiplied,
+    distances stretched)."""
     out = {}
+    shift = round(math.log(curve_bias) / math.log(HISTOGRAM_GAMMA))
     for n, st in stats.items():
         if st.queries <= 0 or not st.distance_count or window_s <= 0:
             continue
@@ -131,9 +159,14 @@ def observe(stats: Mapping[str, QueryStats], window_s: float) -> dict[str, Estim
         answered = max(st.queries - st.hits, 0)
         sent = max(answered, st.misses + uncacheable)
         spread = float(max(st.p90_backend_latency_us - st.p50_backend_latency_us, 1))
-        out[n] = Estimate(cacheable=cacheable / window_s, uncacheable=uncacheable / window_s,
-                          sent=sent / window_s, answered=answered / window_s, spread_us=spread,
-                          distance_bucket=st.distance_bucket, distance_count=st.distance_count)
+        buckets = st.distance_bucket
+        if shift:
+            buckets = tuple(b if b == HISTOGRAM_BUCKETS - 1 else min(max(b + shift, 0), HISTOGRAM_BUCKETS - 2)
+                            for b in buckets)
+        w = window_s / rate_bias
+        out[n] = Estimate(cacheable=cacheable / w, uncacheable=uncacheable / w, sent=sent / w,
+                          answered=answered / w, spread_us=spread, distance_bucket=buckets,
+                          distance_count=st.distance_count)
     return out
 
 
@@ -158,53 +191,60 @@ class Capacity:
     """"declared", "backlog", "latency" or "unknown"."""
 
 
-def capacity(e: Estimate, declared: float, baseline_us: float, proven: float = 0.0) -> Capacity:
-    """The backend's capacity from this window's estimate, its declared capacity (inf:
-    none), its latency baseline and the most it answered without a backlog lately."""
+@dataclass(frozen=True)
+class Learned:
+    """A capacity the policy learned from a backend's behaviour (a backlog or a queue
+    the requests wait for), and when it last saw evidence of it."""
+
+    value: float
+    at: float
+
+
+def capacity(e: Estimate, declared: float, baseline_us: float, learned: Learned | None, now: float,
+             symptomatic: bool = True) -> tuple[Capacity, Learned | None]:
+    """The backend's capacity this tick, and what it keeps learned.
+
+    Evidence first: a backlog says the capacity is what it answered; a queue the requests
+    wait for (``symptomatic``: the request P99 is at least ``alarm`` of the SLO and the
+    backend blocks at least an even share of the tail) says sent/ρ, with ρ = 1 − L₀/L from
+    its latency spread against its baseline (when at least LATENCY_RHO). Without evidence,
+    a capacity learned in the last MEMORY_S seconds holds (raised to what the backend
+    answers without a backlog: it can answer that), else the declared one. Never above
+    the declared capacity. A backend known only by its declared capacity is vouched for up
+    to sent/ρ from its latency even where no request shows it, and never above
+    sent/LATENCY_RHO (its latency would show a queue above that): space is taken from it
+    judged at that (``safe``)."""
+    fresh, source = None, ""
+    rho = min(max(1.0 - baseline_us / e.spread_us, 0.0), 0.99) if baseline_us > 0 and e.spread_us > 0 else 0.0
     if backlogged(e):
-        return Capacity(min(e.answered, declared), min(e.answered, declared), "backlog")
-    best, source = declared, "declared"
-    if baseline_us > 0 and e.spread_us > 0:
-        rho = min(1.0 - baseline_us / e.spread_us, 0.99)
-        if rho >= LATENCY_RHO and max(e.sent / rho, proven) < best:
-            best, source = max(e.sent / rho, proven), "latency"
-    if source == "declared":
-        safe = min(best, max(e.sent / LATENCY_RHO, proven)) if e.sent > 0 else best
-        return Capacity(best, safe, "unknown" if math.isinf(best) else source)
-    return Capacity(best, best, source)
+        fresh, source = e.answered, "backlog"
+    elif symptomatic and rho >= LATENCY_RHO:
+        fresh, source = e.sent / rho, "latency"
+    if fresh is not None:
+        learned = Learned(fresh, now)
+    elif learned is not None and now - learned.at <= MEMORY_S:
+        learned, source = Learned(max(learned.value, e.answered), learned.at), "remembered"
+    else:
+        learned = None
+    if learned is not None and learned.value < declared:
+        return Capacity(learned.value, learned.value, source), learned
+    if math.isinf(declared):
+        return Capacity(declared, declared, "unknown"), learned
+    safe = min(declared, e.sent / max(rho, LATENCY_RHO)) if e.sent > 0 else declared
+    return Capacity(declared, safe, "declared"), learned
 
 
-def forecast(points: tuple[tuple[float, float], ...], lead_s: float) -> float:
-    """The utilization lead_s after the last point when it rises: on the Theil–Sen line
-    through the points (the median of the pairwise slopes: one noisy point does not tilt
-    it), at most twice the last point; the last point's when it does not rise, or with
-    fewer than three points. The points are the ticks since the capacity estimate last
-    changed its source: a step from one source to another is not a trend."""
-    if not points:
-        return 0.0
-    last = points[-1][1]
+def trend(points: tuple[tuple[float, float], ...]) -> float:
+    """The slope per second of the Theil–Sen line through the points (the median of the
+    pairwise slopes: one noisy point does not tilt it); 0 with fewer than three."""
     if len(points) < 3:
-        return last
-    slopes = sorted((u2 - u1) / (t2 - t1) for i, (t1, u1) in enumerate(points) for t2, u2 in points[i + 1:]
+        return 0.0
+    slopes = sorted((y2 - y1) / (t2 - t1) for i, (t1, y1) in enumerate(points) for t2, y2 in points[i + 1:]
                     if t2 > t1)
     if not slopes:
-        return last
+        return 0.0
     k = len(slopes)
-    slope = slopes[k // 2] if k % 2 else (slopes[k // 2 - 1] + slopes[k // 2]) / 2
-    return min(last + slope * lead_s, 2 * last) if slope > 0 else last
-
-
-@dataclass(frozen=True)
-class Step:
-    """One tick's decision, with what it saw, for notes and tests."""
-
-    targets: dict[str, int]
-    reason: str
-    """The tick's reason (base.MOVE_REASONS)."""
-    why: str
-    """The partition(s) behind it, or what was missing, for the note."""
-    predicted: dict[str, float]
-    """Per partition, the predicted utilization of its backend with the new targets."""
+    return slopes[k // 2] if k % 2 else (slopes[k // 2 - 1] + slopes[k // 2]) / 2
 
 
 def toward(targets: Mapping[str, int], goal: Mapping[str, int], most: int) -> dict[str, int]:
@@ -225,14 +265,17 @@ def toward(targets: Mapping[str, int], goal: Mapping[str, int], most: int) -> di
     return out
 
 
-def relieve(targets: Mapping[str, int], need: Mapping[str, int], short: list[str], floor: int) -> dict[str, int]:
+def relieve(targets: Mapping[str, int], need: Mapping[str, int], short: list[str], floor: int,
+            donor_step: float = 1.0) -> dict[str, int]:
     """The targets that give each partition in ``short`` its need (bytes), taken from the
     partitions whose targets exceed their own need, the most surplus first, none below its
-    need or the floor: only what the short ones need moves. When the surplus is not enough,
-    all of it goes to the short ones in proportion to what they lack."""
+    need or the floor, none giving more than ``donor_step`` of its target: only what the
+    short ones need moves. When the surplus is not enough, all of it goes to the short ones
+    in proportion to what they lack."""
     want = {n: need[n] - targets[n] for n in short if need[n] > targets[n]}
     total = sum(want.values())
-    surplus = {n: targets[n] - max(need[n], floor) for n in targets if n not in want}
+    surplus = {n: min(targets[n] - max(need[n], floor), int(donor_step * targets[n]))
+               for n in targets if n not in want}
     surplus = {n: v for n, v in surplus.items() if v > 0}
     give = min(total, sum(surplus.values()))
     out = dict(targets)
@@ -250,38 +293,46 @@ def relieve(targets: Mapping[str, int], need: Mapping[str, int], short: list[str
     return out
 
 
-def decide(targets: Mapping[str, int], est: Mapping[str, Estimate], answer: pb.PlanAnswer,
-           util: Mapping[str, float], rising: Mapping[str, float], p: PlannerParams, budget: int,
-           floor: int) -> Step | None:
-    """The tick's decision from the model's answer (backends in sorted partition order; its
-    first evaluated allocation is the step towards the min-max one), each backend's
-    measured utilization (sent/capacity) and the extrapolated utilization of those whose
-    utilization rises; None when no rule applies (the backends are loaded, none saturates
-    or is about to: RobinHood's step, whose blocking counts say which of them the tail
-    waits for)."""
-    names = sorted(targets)
-    planned = {b.name: b for b in answer.backends}
-    whole = budget // MIB
-    need = {n: (planned[n].need_mb if planned[n].need_mb >= 0 else whole) * MIB for n in names}
-    safe = {n: (planned[n].safe_need_mb if planned[n].safe_need_mb >= 0 else whole) * MIB for n in names}
-    for reason, short in (("saturated", [n for n in names if backlogged(est[n]) or util[n] >= 1]),
-                          ("rising", [n for n in names if rising.get(n, 0.0) >= 1])):
-        if not short:
-            continue
-        given = relieve(targets, {n: need[n] if n in short else safe[n] for n in names}, short, floor)
-        if given != dict(targets):
-            return Step(given, reason, ", ".join(short), {n: planned[n].util for n in names})
-    if max(util.values()) >= p.calm:
-        return None
-    now = {n: planned[n].util for n in names}
-    minmax = _bytes({n: planned[n].minmax_mb for n in names}, budget)
-    if answer.worst - answer.minmax_worst > p.hysteresis:
-        moved = toward(targets, minmax, int(p.step * budget))
-        ev = answer.evaluated[0]
-        predicted = dict(zip(names, ev.util)) if moved != minmax else {n: planned[n].minmax_util for n in names}
-        worst = max(now, key=lambda n: now[n])
-        return Step(moved, "headroom", worst, predicted)
-    return Step(dict(targets), "hold", "", now)
+OVERLOAD_MARGIN = 0.5
+"""A move must project at least this many fewer saturated backend-seconds than keeping the
+allocation to be chosen for it (half a second: below it the projection cannot tell)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One allocation the tick considers, and how it projects."""
+
+    name: str
+    """"keep", "relieve" or "step"."""
+    targets: dict[str, int]
+    overload: float = 0.0
+    pressure: float = 0.0
+    final: float = 0.0
+    util: tuple[float, ...] = ()
+    """The steady-state utilization per backend (sorted partition order)."""
+
+
+def better(a: Candidate, b: Candidate, p: PlannerParams) -> bool:
+    """a projects better than b beyond the margins: fewer saturated seconds; as many,
+    and less pressure beyond the target; as much, and a lower final worst utilization."""
+    if a.overload < b.overload - OVERLOAD_MARGIN:
+        return True
+    if a.overload > b.overload + OVERLOAD_MARGIN:
+        return False
+    if a.pressure < b.pressure - p.hysteresis * p.horizon:
+        return True
+    if a.pressure > b.pressure + p.hysteresis * p.horizon:
+        return False
+    return a.final < b.final - p.hysteresis
+
+
+def choose(cands: list[Candidate], p: PlannerParams) -> Candidate:
+    """The first candidate (keep) unless a later one projects better than the best so far."""
+    best = cands[0]
+    for c in cands[1:]:
+        if better(c, best, p):
+            best = c
+    return best
 
 
 def _bytes(mb: Mapping[str, int], budget: int) -> dict[str, int]:
@@ -359,7 +410,7 @@ class Planner(AllocationPolicy):
         tick = st.tick + 1
         self.state = st = replace(st, tick=tick)
         names = sorted(inp.targets)
-        est = observe(inp.stats, self.ctx.window_s or 0.0)
+        est = observe(inp.stats, self.ctx.window_s or 0.0, p.bias_rate, p.bias_curve)
         missing = [n for n in names if n not in est]
         if missing:
             return self.fallback(inp, "no statistics or distance histogram for " + ", ".join(missing))
@@ -370,74 +421,136 @@ class Planner(AllocationPolicy):
         base = dict(st.baseline)
         for n in names:  # a first spread is its own baseline
             base.setdefault(n, max(est[n].spread_us, MIN_BASELINE_US))
-        answered = dict(st.answered)
+        slo_us = self.ctx.slo.latency * 1e6 if self.ctx.slo is not None else None
+        alarm = slo_us is None or (inp.p99_latency_us is not None and inp.p99_latency_us >= p.alarm * slo_us)
+        blocking = sum(inp.rbc.get(n, 0) for n in names)
+        caps: dict[str, Capacity] = {}
+        learned = dict(st.learned)
         for n in names:
-            if backlogged(est[n]):
-                answered[n] = ()
+            c, l_ = capacity(est[n], declared.get(n, math.inf), base[n], learned.get(n), inp.now,
+                             symptomatic=alarm and blocking > 0 and inp.rbc.get(n, 0) * len(names) >= blocking)
+            caps[n] = c
+            if l_ is None:
+                learned.pop(n, None)
             else:
-                answered[n] = tuple((t, a) for t, a in answered.get(n, ()) if t > inp.now - PROVEN_S) + (
-                    (inp.now, est[n].answered),)
-        self.state = st = replace(st, answered=answered)
-        caps = {n: capacity(est[n], declared.get(n, math.inf), base[n], max((a for _, a in answered[n]), default=0.0))
-                for n in names}
+                learned[n] = l_
+        if p.bias_capacity != 1:
+            caps = {n: Capacity(c.estimate * p.bias_capacity, c.safe * p.bias_capacity, c.source)
+                    for n, c in caps.items()}
         unknown = [n for n in names if caps[n].source == "unknown"]
         # Baselines follow the spread of the backends that do not queue.
         for n in names:
-            if caps[n].source in ("declared", "unknown") and not backlogged(est[n]):
+            if caps[n].source in ("declared", "unknown"):
                 base[n] = max((1 - BASELINE_WEIGHT) * base[n] + BASELINE_WEIGHT * est[n].spread_us, MIN_BASELINE_US)
-        self.state = st = replace(st, baseline=base)
+        self.state = st = replace(st, baseline=base, learned=learned)
         if unknown:
             return self.fallback(inp, "no capacity known for " + ", ".join(unknown))
-        utils = dict(st.utils)
-        rising: dict[str, float] = {}
+        # A learned capacity's trend: where it falls, the projection and the need take it
+        # on for `lead` seconds (a backend losing capacity is relieved before it saturates).
+        history = dict(st.capacities)
         cap = {n: c.estimate for n, c in caps.items()}
+        slope: dict[str, float] = {}
+        rising: dict[str, float] = {}
         for n in names:
-            u = est[n].sent / cap[n]
-            before = utils.get(n, ()) if st.sources.get(n) == caps[n].source else ()
-            pts = (before + ((inp.now, u),))[-TREND_TICKS:]
-            utils[n] = pts
-            f = forecast(pts, p.lead)
-            if f > u:  # rising: plan for the capacity the trend leaves in lead seconds
-                rising[n] = f
-                cap[n] = min(cap[n], est[n].sent / f)
-        self.state = st = replace(st, utils=utils, sources={n: c.source for n, c in caps.items()})
-        budget_mb = self.ctx.budget_bytes // MIB
-        floor_mb = -(-self.ctx.floor_bytes // MIB)
-        req = pb.PlanRequest(budget_mb=budget_mb, floor_mb=floor_mb, target=p.target,
-                             app_servers=self.ctx.app_servers)
+            if n not in learned:
+                history.pop(n, None)
+                continue
+            pts = (history.get(n, ()) + ((inp.now, caps[n].estimate),))[-TREND_TICKS:]
+            history[n] = pts
+            s_ = trend(pts)
+            if s_ < 0:
+                slope[n] = s_
+                cap[n] = max(caps[n].estimate + s_ * p.lead, caps[n].estimate / 2)
+                rising[n] = est[n].sent / cap[n]
+        self.state = st = replace(st, capacities=history)
+        budget = self.ctx.budget_bytes
+        req = pb.PlanRequest(budget_mb=budget // MIB, floor_mb=-(-self.ctx.floor_bytes // MIB), target=p.target,
+                             app_servers=self.ctx.app_servers, horizon_s=p.horizon)
         for n in names:
             e = est[n]
+            sample = inp.samples.get(n)
             req.backends.append(pb.PlannerBackend(
                 name=n, cacheable_rate=e.cacheable, uncacheable_rate=e.uncacheable, capacity=cap[n],
-                safe_capacity=min(caps[n].safe, cap[n]),
-                distance_bucket=e.distance_bucket, distance_count=e.distance_count,
-                alloc_mb=inp.targets[n] / MIB))
+                safe_capacity=min(caps[n].safe, cap[n]), distance_bucket=e.distance_bucket,
+                distance_count=e.distance_count,
+                alloc_mb=inp.targets[n] / MIB, held_mb=min(inp.used.get(n, 0), inp.targets[n]) / MIB,
+                queue=max(e.sent - e.answered, 0.0) * (self.ctx.window_s or 0.0),
+                capacity_slope=slope.get(n, 0.0),
+                timeout_s=self.ctx.backend_timeout_s,
+                mean_value_bytes=sample.item_bytes / sample.items if sample and sample.items else 0.0,
+                limit_mb=sample.limit_bytes / MIB if sample else 0.0,
+                overhead_mb=SLAB_OVERHEAD_MB * sample.slab_classes if sample else 0.0))
+        measured = {n: est[n].sent / caps[n].estimate for n in names}
         try:
             answer = self.process.plan(req)
-            goal = _bytes({b.name: b.minmax_mb for b in answer.backends}, self.ctx.budget_bytes)
-            step = toward(inp.targets, goal, int(p.step * self.ctx.budget_bytes))
-            req.evaluate.append(pb.PlannerAllocation(mb=[step[n] / MIB for n in names]))
+            planned = {b.name: b for b in answer.backends}
+            whole = budget // MIB
+            need = {n: (planned[n].need_mb if planned[n].need_mb >= 0 else whole) * MIB for n in names}
+            safe = {n: (planned[n].safe_need_mb if planned[n].safe_need_mb >= 0 else whole) * MIB for n in names}
+            # A backend whose grant is still filling is short again only when its backlog
+            # says so, or its capacity fell a quarter since the grant (it was too small):
+            # the space it was given has not taken load off it yet.
+            def filling(n: str) -> bool:
+                g = st.grants.get(n)
+                return g is not None and inp.used.get(n, 0) < FILLED * inp.targets[n] and \
+                    caps[n].estimate > (1 - REGRANT) * g
+            short = [n for n in names if backlogged(est[n]) or
+                     (max(measured[n], rising.get(n, 0.0)) >= p.target and not filling(n))]
+            minmax = _bytes({n: planned[n].minmax_mb for n in names}, budget)
+            calm = max(measured.values()) < p.calm and not short
+            cands = [Candidate("keep", dict(inp.targets))]
+            if short:
+                given = relieve(inp.targets, {n: need[n] if n in short else safe[n] for n in names}, short,
+                                self.ctx.floor_bytes, DONOR_STEP)
+                if not any(caps[n].source == "backlog" for n in short):
+                    # Only the latency says so: its capacity is the least certain
+                    # estimate; a bounded step, and the next tick sees what it did.
+                    given = toward(inp.targets, given, int(p.step * budget))
+                cands.append(Candidate("relieve", given))
+            if calm:
+                cands.append(Candidate("step", toward(inp.targets, minmax, int(p.step * budget))))
+            del req.evaluate[:]
+            for c in cands:
+                req.evaluate.append(pb.PlannerAllocation(mb=[c.targets[n] / MIB for n in names]))
             answer = self.process.plan(req)
         except PlannerUnavailable as e:
             return self.fallback(inp, str(e))
-        measured = {n: est[n].sent / caps[n].estimate for n in names}
-        d = decide(inp.targets, est, answer, measured, rising, p, self.ctx.budget_bytes, self.ctx.floor_bytes)
-        if d is None:
-            return self.fallback(inp, "loaded: the blocking counts say where", estimates=self._estimates(
-                names, caps, cap, est, measured, answer))
+        cands = [replace(c, overload=ev.overload, pressure=ev.pressure, final=ev.final, util=tuple(ev.util))
+                 for c, ev in zip(cands, answer.evaluated)]
         estimates = self._estimates(names, caps, cap, est, measured, answer)
+        hot = [n for n in short if backlogged(est[n]) or measured[n] >= 1]
+        relief_ = [c for c in cands if c.name == "relieve"]
+        # A backend at or beyond its capacity is given its need at once: that it is
+        # saturated is no estimate, and the projection cannot say by how much a deeper
+        # backlog hurts; the others' surplus is the projection's to weigh.
+        best = relief_[0] if hot and relief_ else choose(cands, p)
+        if best.name == "keep" and not calm:
+            return self.fallback(inp, "no move projects better; the blocking counts say where", estimates=estimates)
+        if best.name == "keep":
+            reason, why = "hold", ""
+        elif best.name == "relieve":
+            reason, why = ("saturated", ", ".join(hot)) if hot else ("rising", ", ".join(short))
+        else:
+            reason, why = "headroom", max(names, key=lambda n: measured[n])
         moved = dict(st.moved)
+        grants = dict(st.grants)
         for n in names:
-            if d.targets[n] != inp.targets[n]:
-                moved[n] = (tick, d.reason)
-        self.state = replace(st, moved=moved)
+            if best.targets[n] != inp.targets[n]:
+                moved[n] = (tick, reason)
+            if best.targets[n] > inp.targets[n] and reason in ("saturated", "rising"):
+                grants[n] = caps[n].estimate
+            elif n in grants and inp.used.get(n, 0) >= FILLED * inp.targets[n]:
+                del grants[n]
+        self.state = replace(st, moved=moved, grants=grants)
+        predicted = dict(zip(names, best.util))
         note = ""
-        if d.reason != "hold":
-            worst = max(d.predicted.values(), default=0.0)
-            note = f"planner: {d.reason} ({d.why}); worst predicted utilization {answer.worst:.2f} -> {worst:.2f}"
-        return Decision(targets=d.targets, moved=d.targets != dict(inp.targets), note=note,
-                        reasons=self.reasons(), predicted=d.predicted, estimates=estimates)
+        if reason != "hold":
+            keep = cands[0]
+            note = (f"planner: {reason} ({why}), {best.name}: projected saturated seconds {keep.overload:.1f} -> "
+                    f"{best.overload:.1f}, final worst utilization {keep.final:.2f} -> {best.final:.2f}")
+        return Decision(targets=best.targets, moved=best.targets != dict(inp.targets), note=note,
+                        reasons=self.reasons(), predicted=predicted, estimates=estimates)
 
 
-__all__ = ["Planner", "PlannerParams", "Estimate", "Capacity", "State", "Step", "observe", "backlogged", "capacity",
-           "forecast", "toward", "relieve", "decide"]
+__all__ = ["Planner", "PlannerParams", "Estimate", "Capacity", "Candidate", "State", "observe", "backlogged",
+           "capacity", "trend", "toward", "relieve", "better", "choose"]

@@ -254,7 +254,23 @@ type PlannerBackend struct {
 	AnsweredMissRate float64 `protobuf:"fixed64,9,opt,name=answered_miss_rate,json=answeredMissRate,proto3" json:"answered_miss_rate,omitempty"`
 	// The capacity the policy can vouch for (at most capacity; 0: capacity):
 	// what a donor is judged at (safe_need_mb).
-	SafeCapacity  float64 `protobuf:"fixed64,10,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
+	SafeCapacity float64 `protobuf:"fixed64,10,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
+	// The projection of an evaluated allocation (lib/model.Project) starts
+	// here: what one app server's partition holds now (MiB), the backlog now
+	// (queries), the capacity's change per second (≤ 0; a falling trend), and
+	// the app servers' backend timeout (seconds; a query waiting longer is
+	// given up).
+	HeldMb        float64 `protobuf:"fixed64,11,opt,name=held_mb,json=heldMb,proto3" json:"held_mb,omitempty"`
+	Queue         float64 `protobuf:"fixed64,12,opt,name=queue,proto3" json:"queue,omitempty"`
+	CapacitySlope float64 `protobuf:"fixed64,13,opt,name=capacity_slope,json=capacitySlope,proto3" json:"capacity_slope,omitempty"`
+	TimeoutS      float64 `protobuf:"fixed64,14,opt,name=timeout_s,json=timeoutS,proto3" json:"timeout_s,omitempty"`
+	// The partitions' limit the distances were measured at (MiB) and the part
+	// of any limit that holds nothing (MiB: memcached's partly empty page in
+	// each slab class). The histogram scales distances to the limit at
+	// limit_mb; a partition of m MiB is read at limit_mb·(m − overhead_mb) /
+	// (limit_mb − overhead_mb). 0: read every size as measured.
+	LimitMb       float64 `protobuf:"fixed64,15,opt,name=limit_mb,json=limitMb,proto3" json:"limit_mb,omitempty"`
+	OverheadMb    float64 `protobuf:"fixed64,16,opt,name=overhead_mb,json=overheadMb,proto3" json:"overhead_mb,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -359,6 +375,48 @@ func (x *PlannerBackend) GetSafeCapacity() float64 {
 	return 0
 }
 
+func (x *PlannerBackend) GetHeldMb() float64 {
+	if x != nil {
+		return x.HeldMb
+	}
+	return 0
+}
+
+func (x *PlannerBackend) GetQueue() float64 {
+	if x != nil {
+		return x.Queue
+	}
+	return 0
+}
+
+func (x *PlannerBackend) GetCapacitySlope() float64 {
+	if x != nil {
+		return x.CapacitySlope
+	}
+	return 0
+}
+
+func (x *PlannerBackend) GetTimeoutS() float64 {
+	if x != nil {
+		return x.TimeoutS
+	}
+	return 0
+}
+
+func (x *PlannerBackend) GetLimitMb() float64 {
+	if x != nil {
+		return x.LimitMb
+	}
+	return 0
+}
+
+func (x *PlannerBackend) GetOverheadMb() float64 {
+	if x != nil {
+		return x.OverheadMb
+	}
+	return 0
+}
+
 // PlannerAllocation is MiB per backend, in the request's order.
 type PlannerAllocation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -417,8 +475,10 @@ type PlanRequest struct {
 	// The number of app servers (≥ 1): each fills its own partitions.
 	AppServers uint32            `protobuf:"varint,5,opt,name=app_servers,json=appServers,proto3" json:"app_servers,omitempty"`
 	Backends   []*PlannerBackend `protobuf:"bytes,6,rep,name=backends,proto3" json:"backends,omitempty"`
-	// More allocations to evaluate (each summing to at most the budget).
+	// More allocations to evaluate (each summing to at most the budget), each
+	// projected over horizon_s seconds (0: no projection).
 	Evaluate      []*PlannerAllocation `protobuf:"bytes,7,rep,name=evaluate,proto3" json:"evaluate,omitempty"`
+	HorizonS      uint32               `protobuf:"varint,8,opt,name=horizon_s,json=horizonS,proto3" json:"horizon_s,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +560,13 @@ func (x *PlanRequest) GetEvaluate() []*PlannerAllocation {
 		return x.Evaluate
 	}
 	return nil
+}
+
+func (x *PlanRequest) GetHorizonS() uint32 {
+	if x != nil {
+		return x.HorizonS
+	}
+	return 0
 }
 
 // PlannedBackend is one backend under the model.
@@ -621,11 +688,17 @@ func (x *PlannedBackend) GetSafeNeedMb() int32 {
 }
 
 // PlannerEvaluation is one evaluated allocation: utilization per backend,
-// in the request's order, and the worst.
+// in the request's order, and the worst, in the steady state; and its
+// projection over horizon_s (lib/model.Outcome): about the seconds a backend
+// is saturated (overload), the sum of the worst utilization beyond target
+// (pressure), and the worst utilization at the horizon (final).
 type PlannerEvaluation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Util          []float64              `protobuf:"fixed64,1,rep,packed,name=util,proto3" json:"util,omitempty"`
 	Worst         float64                `protobuf:"fixed64,2,opt,name=worst,proto3" json:"worst,omitempty"`
+	Overload      float64                `protobuf:"fixed64,3,opt,name=overload,proto3" json:"overload,omitempty"`
+	Pressure      float64                `protobuf:"fixed64,4,opt,name=pressure,proto3" json:"pressure,omitempty"`
+	Final         float64                `protobuf:"fixed64,5,opt,name=final,proto3" json:"final,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -670,6 +743,27 @@ func (x *PlannerEvaluation) GetUtil() []float64 {
 func (x *PlannerEvaluation) GetWorst() float64 {
 	if x != nil {
 		return x.Worst
+	}
+	return 0
+}
+
+func (x *PlannerEvaluation) GetOverload() float64 {
+	if x != nil {
+		return x.Overload
+	}
+	return 0
+}
+
+func (x *PlannerEvaluation) GetPressure() float64 {
+	if x != nil {
+		return x.Pressure
+	}
+	return 0
+}
+
+func (x *PlannerEvaluation) GetFinal() float64 {
+	if x != nil {
+		return x.Final
 	}
 	return 0
 }
@@ -778,7 +872,7 @@ const file_robinhood_v1_planner_proto_rawDesc = "" +
 	"\x15PlannerCapacityAnswer\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1a\n" +
-	"\bcapacity\x18\x03 \x03(\x01R\bcapacity\"\xfa\x02\n" +
+	"\bcapacity\x18\x03 \x03(\x01R\bcapacity\"\xa9\x04\n" +
 	"\x0ePlannerBackend\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0ecacheable_rate\x18\x02 \x01(\x01R\rcacheableRate\x12)\n" +
@@ -790,9 +884,16 @@ const file_robinhood_v1_planner_proto_rawDesc = "" +
 	"\x10mean_value_bytes\x18\b \x01(\x01R\x0emeanValueBytes\x12,\n" +
 	"\x12answered_miss_rate\x18\t \x01(\x01R\x10answeredMissRate\x12#\n" +
 	"\rsafe_capacity\x18\n" +
-	" \x01(\x01R\fsafeCapacity\"#\n" +
+	" \x01(\x01R\fsafeCapacity\x12\x17\n" +
+	"\aheld_mb\x18\v \x01(\x01R\x06heldMb\x12\x14\n" +
+	"\x05queue\x18\f \x01(\x01R\x05queue\x12%\n" +
+	"\x0ecapacity_slope\x18\r \x01(\x01R\rcapacitySlope\x12\x1b\n" +
+	"\ttimeout_s\x18\x0e \x01(\x01R\btimeoutS\x12\x19\n" +
+	"\blimit_mb\x18\x0f \x01(\x01R\alimitMb\x12\x1f\n" +
+	"\voverhead_mb\x18\x10 \x01(\x01R\n" +
+	"overheadMb\"#\n" +
 	"\x11PlannerAllocation\x12\x0e\n" +
-	"\x02mb\x18\x01 \x03(\x01R\x02mb\"\x85\x02\n" +
+	"\x02mb\x18\x01 \x03(\x01R\x02mb\"\xa2\x02\n" +
 	"\vPlanRequest\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x1b\n" +
 	"\tbudget_mb\x18\x02 \x01(\rR\bbudgetMb\x12\x19\n" +
@@ -801,7 +902,8 @@ const file_robinhood_v1_planner_proto_rawDesc = "" +
 	"\vapp_servers\x18\x05 \x01(\rR\n" +
 	"appServers\x128\n" +
 	"\bbackends\x18\x06 \x03(\v2\x1c.robinhood.v1.PlannerBackendR\bbackends\x12;\n" +
-	"\bevaluate\x18\a \x03(\v2\x1f.robinhood.v1.PlannerAllocationR\bevaluate\"\xfb\x01\n" +
+	"\bevaluate\x18\a \x03(\v2\x1f.robinhood.v1.PlannerAllocationR\bevaluate\x12\x1b\n" +
+	"\thorizon_s\x18\b \x01(\rR\bhorizonS\"\xfb\x01\n" +
 	"\x0ePlannedBackend\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -814,10 +916,13 @@ const file_robinhood_v1_planner_proto_rawDesc = "" +
 	"minmaxUtil\x12\x15\n" +
 	"\x06fill_s\x18\b \x01(\x01R\x05fillS\x12 \n" +
 	"\fsafe_need_mb\x18\t \x01(\x05R\n" +
-	"safeNeedMb\"=\n" +
+	"safeNeedMb\"\x8b\x01\n" +
 	"\x11PlannerEvaluation\x12\x12\n" +
 	"\x04util\x18\x01 \x03(\x01R\x04util\x12\x14\n" +
-	"\x05worst\x18\x02 \x01(\x01R\x05worst\"\xe4\x01\n" +
+	"\x05worst\x18\x02 \x01(\x01R\x05worst\x12\x1a\n" +
+	"\boverload\x18\x03 \x01(\x01R\boverload\x12\x1a\n" +
+	"\bpressure\x18\x04 \x01(\x01R\bpressure\x12\x14\n" +
+	"\x05final\x18\x05 \x01(\x01R\x05final\"\xe4\x01\n" +
 	"\n" +
 	"PlanAnswer\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +

@@ -323,7 +323,9 @@ type PolicyPartitionSample struct {
 	GetHits   uint64 `protobuf:"varint,6,opt,name=get_hits,json=getHits,proto3" json:"get_hits,omitempty"`
 	GetMisses uint64 `protobuf:"varint,7,opt,name=get_misses,json=getMisses,proto3" json:"get_misses,omitempty"`
 	// The hit ratio the timeline records, between 0 and 1; unset: none.
-	HitRatio      *float64 `protobuf:"fixed64,8,opt,name=hit_ratio,json=hitRatio,proto3,oneof" json:"hit_ratio,omitempty"`
+	HitRatio *float64 `protobuf:"fixed64,8,opt,name=hit_ratio,json=hitRatio,proto3,oneof" json:"hit_ratio,omitempty"`
+	// The slab classes holding pages (memcached's active_slabs; 0: unknown).
+	SlabClasses   uint32 `protobuf:"varint,9,opt,name=slab_classes,json=slabClasses,proto3" json:"slab_classes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -410,6 +412,13 @@ func (x *PolicyPartitionSample) GetGetMisses() uint64 {
 func (x *PolicyPartitionSample) GetHitRatio() float64 {
 	if x != nil && x.HitRatio != nil {
 		return *x.HitRatio
+	}
+	return 0
+}
+
+func (x *PolicyPartitionSample) GetSlabClasses() uint32 {
+	if x != nil {
+		return x.SlabClasses
 	}
 	return 0
 }
@@ -1017,7 +1026,7 @@ const file_robinhood_v1_policy_proto_rawDesc = "" +
 	"\tbudget_mb\x18\t \x01(\rR\bbudgetMb\x12 \n" +
 	"\frbc_window_s\x18\n" +
 	" \x01(\x01R\n" +
-	"rbcWindowS\"\x9c\x02\n" +
+	"rbcWindowS\"\xbf\x02\n" +
 	"\x15PolicyPartitionSample\x12\x1f\n" +
 	"\vlimit_bytes\x18\x01 \x01(\x04R\n" +
 	"limitBytes\x12%\n" +
@@ -1029,7 +1038,8 @@ const file_robinhood_v1_policy_proto_rawDesc = "" +
 	"\bget_hits\x18\x06 \x01(\x04R\agetHits\x12\x1d\n" +
 	"\n" +
 	"get_misses\x18\a \x01(\x04R\tgetMisses\x12 \n" +
-	"\thit_ratio\x18\b \x01(\x01H\x00R\bhitRatio\x88\x01\x01B\f\n" +
+	"\thit_ratio\x18\b \x01(\x01H\x00R\bhitRatio\x88\x01\x01\x12!\n" +
+	"\fslab_classes\x18\t \x01(\rR\vslabClassesB\f\n" +
 	"\n" +
 	"_hit_ratio\"\xde\x02\n" +
 	"\x11PolicyRBCSnapshot\x12C\n" +

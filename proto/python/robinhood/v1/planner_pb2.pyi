@@ -39,7 +39,7 @@ class PlannerCapacityAnswer(_message.Message):
     def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., capacity: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class PlannerBackend(_message.Message):
-    __slots__ = ("name", "cacheable_rate", "uncacheable_rate", "capacity", "distance_bucket", "distance_count", "alloc_mb", "mean_value_bytes", "answered_miss_rate", "safe_capacity")
+    __slots__ = ("name", "cacheable_rate", "uncacheable_rate", "capacity", "distance_bucket", "distance_count", "alloc_mb", "mean_value_bytes", "answered_miss_rate", "safe_capacity", "held_mb", "queue", "capacity_slope", "timeout_s", "limit_mb", "overhead_mb")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CACHEABLE_RATE_FIELD_NUMBER: _ClassVar[int]
     UNCACHEABLE_RATE_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,12 @@ class PlannerBackend(_message.Message):
     MEAN_VALUE_BYTES_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_MISS_RATE_FIELD_NUMBER: _ClassVar[int]
     SAFE_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    HELD_MB_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_SLOPE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_MB_FIELD_NUMBER: _ClassVar[int]
+    OVERHEAD_MB_FIELD_NUMBER: _ClassVar[int]
     name: str
     cacheable_rate: float
     uncacheable_rate: float
@@ -60,7 +66,13 @@ class PlannerBackend(_message.Message):
     mean_value_bytes: float
     answered_miss_rate: float
     safe_capacity: float
-    def __init__(self, name: _Optional[str] = ..., cacheable_rate: _Optional[float] = ..., uncacheable_rate: _Optional[float] = ..., capacity: _Optional[float] = ..., distance_bucket: _Optional[_Iterable[int]] = ..., distance_count: _Optional[_Iterable[int]] = ..., alloc_mb: _Optional[float] = ..., mean_value_bytes: _Optional[float] = ..., answered_miss_rate: _Optional[float] = ..., safe_capacity: _Optional[float] = ...) -> None: ...
+    held_mb: float
+    queue: float
+    capacity_slope: float
+    timeout_s: float
+    limit_mb: float
+    overhead_mb: float
+    def __init__(self, name: _Optional[str] = ..., cacheable_rate: _Optional[float] = ..., uncacheable_rate: _Optional[float] = ..., capacity: _Optional[float] = ..., distance_bucket: _Optional[_Iterable[int]] = ..., distance_count: _Optional[_Iterable[int]] = ..., alloc_mb: _Optional[float] = ..., mean_value_bytes: _Optional[float] = ..., answered_miss_rate: _Optional[float] = ..., safe_capacity: _Optional[float] = ..., held_mb: _Optional[float] = ..., queue: _Optional[float] = ..., capacity_slope: _Optional[float] = ..., timeout_s: _Optional[float] = ..., limit_mb: _Optional[float] = ..., overhead_mb: _Optional[float] = ...) -> None: ...
 
 class PlannerAllocation(_message.Message):
     __slots__ = ("mb",)
@@ -69,7 +81,7 @@ class PlannerAllocation(_message.Message):
     def __init__(self, mb: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class PlanRequest(_message.Message):
-    __slots__ = ("op", "budget_mb", "floor_mb", "target", "app_servers", "backends", "evaluate")
+    __slots__ = ("op", "budget_mb", "floor_mb", "target", "app_servers", "backends", "evaluate", "horizon_s")
     OP_FIELD_NUMBER: _ClassVar[int]
     BUDGET_MB_FIELD_NUMBER: _ClassVar[int]
     FLOOR_MB_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +89,7 @@ class PlanRequest(_message.Message):
     APP_SERVERS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
     EVALUATE_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_S_FIELD_NUMBER: _ClassVar[int]
     op: str
     budget_mb: int
     floor_mb: int
@@ -84,7 +97,8 @@ class PlanRequest(_message.Message):
     app_servers: int
     backends: _containers.RepeatedCompositeFieldContainer[PlannerBackend]
     evaluate: _containers.RepeatedCompositeFieldContainer[PlannerAllocation]
-    def __init__(self, op: _Optional[str] = ..., budget_mb: _Optional[int] = ..., floor_mb: _Optional[int] = ..., target: _Optional[float] = ..., app_servers: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[PlannerBackend, _Mapping]]] = ..., evaluate: _Optional[_Iterable[_Union[PlannerAllocation, _Mapping]]] = ...) -> None: ...
+    horizon_s: int
+    def __init__(self, op: _Optional[str] = ..., budget_mb: _Optional[int] = ..., floor_mb: _Optional[int] = ..., target: _Optional[float] = ..., app_servers: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[PlannerBackend, _Mapping]]] = ..., evaluate: _Optional[_Iterable[_Union[PlannerAllocation, _Mapping]]] = ..., horizon_s: _Optional[int] = ...) -> None: ...
 
 class PlannedBackend(_message.Message):
     __slots__ = ("name", "miss_ratio", "load", "util", "need_mb", "minmax_mb", "minmax_util", "fill_s", "safe_need_mb")
@@ -109,12 +123,18 @@ class PlannedBackend(_message.Message):
     def __init__(self, name: _Optional[str] = ..., miss_ratio: _Optional[float] = ..., load: _Optional[float] = ..., util: _Optional[float] = ..., need_mb: _Optional[int] = ..., minmax_mb: _Optional[int] = ..., minmax_util: _Optional[float] = ..., fill_s: _Optional[float] = ..., safe_need_mb: _Optional[int] = ...) -> None: ...
 
 class PlannerEvaluation(_message.Message):
-    __slots__ = ("util", "worst")
+    __slots__ = ("util", "worst", "overload", "pressure", "final")
     UTIL_FIELD_NUMBER: _ClassVar[int]
     WORST_FIELD_NUMBER: _ClassVar[int]
+    OVERLOAD_FIELD_NUMBER: _ClassVar[int]
+    PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
     util: _containers.RepeatedScalarFieldContainer[float]
     worst: float
-    def __init__(self, util: _Optional[_Iterable[float]] = ..., worst: _Optional[float] = ...) -> None: ...
+    overload: float
+    pressure: float
+    final: float
+    def __init__(self, util: _Optional[_Iterable[float]] = ..., worst: _Optional[float] = ..., overload: _Optional[float] = ..., pressure: _Optional[float] = ..., final: _Optional[float] = ...) -> None: ...
 
 class PlanAnswer(_message.Message):
     __slots__ = ("ok", "error", "backends", "worst", "minmax_worst", "evaluated")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19robinhood/v1/policy.proto\x12\x0crobinhood.v1\"i\n\x11PolicyOpenRequest\x12\n\n\x02op\x18\x01 \x01(\t\x12\x10\n\x08topology\x18\x02 \x01(\t\x12\x12\n\napp_server\x18\x03 \x01(\t\x12\x15\n\x08timeline\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x0b\n\t_timeline\"G\n\x0fPolicyPartition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nbackend_id\x18\x02 \x01(\r\x12\x12\n\ninitial_mb\x18\x03 \x01(\r\"\xf0\x01\n\x10PolicyOpenAnswer\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x12\n\napp_server\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12\x11\n\tneeds_rbc\x18\x04 \x01(\x08\x12\x14\n\x0c\x62udget_bytes\x18\x05 \x01(\x04\x12\x13\n\x0b\x66loor_bytes\x18\x06 \x01(\x04\x12\x12\n\ninterval_s\x18\x07 \x01(\x01\x12\x31\n\npartitions\x18\x08 \x03(\x0b\x32\x1d.robinhood.v1.PolicyPartition\x12\x11\n\tbudget_mb\x18\t \x01(\r\x12\x14\n\x0crbc_window_s\x18\n \x01(\x01\"\xc6\x01\n\x15PolicyPartitionSample\x12\x13\n\x0blimit_bytes\x18\x01 \x01(\x04\x12\x16\n\x0emalloced_bytes\x18\x02 \x01(\x04\x12\x12\n\nitem_bytes\x18\x03 \x01(\x04\x12\r\n\x05items\x18\x04 \x01(\x04\x12\x11\n\tevictions\x18\x05 \x01(\x04\x12\x10\n\x08get_hits\x18\x06 \x01(\x04\x12\x12\n\nget_misses\x18\x07 \x01(\x04\x12\x16\n\thit_ratio\x18\x08 \x01(\x01H\x00\x88\x01\x01\x42\x0c\n\n_hit_ratio\"\x8d\x02\n\x11PolicyRBCSnapshot\x12;\n\x06\x63ounts\x18\x01 \x03(\x0b\x32+.robinhood.v1.PolicyRBCSnapshot.CountsEntry\x12\x17\n\x0fwindow_requests\x18\x02 \x01(\x04\x12\x15\n\rband_requests\x18\x03 \x01(\x04\x12\x16\n\x0ep99_latency_us\x18\x04 \x01(\r\x12\x14\n\x07low_pct\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08high_pct\x18\x06 \x01(\x01H\x01\x88\x01\x01\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x42\n\n\x08_low_pctB\x0b\n\t_high_pct\"\xae\x02\n\x10PolicyQueryStats\x12\x0c\n\x04hits\x18\x01 \x01(\x04\x12\x0e\n\x06misses\x18\x02 \x01(\x04\x12\x13\n\x0bshadow_hits\x18\x03 \x01(\x04\x12\x14\n\x0cshadow_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07queries\x18\x05 \x01(\x04\x12\x1c\n\x14p50_query_latency_us\x18\x06 \x01(\r\x12\x1c\n\x14p99_query_latency_us\x18\x07 \x01(\r\x12\x13\n\x0blimit_bytes\x18\x08 \x01(\x04\x12\x1e\n\x16p50_backend_latency_us\x18\t \x01(\r\x12\x1e\n\x16p90_backend_latency_us\x18\n \x01(\r\x12\x17\n\x0f\x64istance_bucket\x18\x0b \x03(\r\x12\x16\n\x0e\x64istance_count\x18\x0c \x03(\x04\"\x9d\x04\n\x11PolicyTickRequest\x12\n\n\x02op\x18\x01 \x01(\t\x12\x12\n\napp_server\x18\x02 \x01(\t\x12\x0b\n\x03now\x18\x03 \x01(\x01\x12\x43\n\npartitions\x18\x04 \x03(\x0b\x32/.robinhood.v1.PolicyTickRequest.PartitionsEntry\x12,\n\x03rbc\x18\x05 \x01(\x0b\x32\x1f.robinhood.v1.PolicyRBCSnapshot\x12\x39\n\x05stats\x18\x06 \x03(\x0b\x32*.robinhood.v1.PolicyTickRequest.StatsEntry\x12\x39\n\x05local\x18\x07 \x03(\x0b\x32*.robinhood.v1.PolicyTickRequest.LocalEntry\x1aV\n\x0fPartitionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x32\n\x05value\x18\x02 \x01(\x0b\x32#.robinhood.v1.PolicyPartitionSample:\x02\x38\x01\x1aL\n\nStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0b\x32\x1e.robinhood.v1.PolicyQueryStats:\x02\x38\x01\x1aL\n\nLocalEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0b\x32\x1e.robinhood.v1.PolicyQueryStats:\x02\x38\x01\"\x8c\x03\n\x10PolicyTickAnswer\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0c\n\x04tick\x18\x02 \x01(\r\x12<\n\x07targets\x18\x03 \x03(\x0b\x32+.robinhood.v1.PolicyTickAnswer.TargetsEntry\x12?\n\tlimits_mb\x18\x04 \x03(\x0b\x32,.robinhood.v1.PolicyTickAnswer.LimitsMbEntry\x12>\n\x08\x65ligible\x18\x05 \x03(\x0b\x32,.robinhood.v1.PolicyTickAnswer.EligibleEntry\x12\r\n\x05notes\x18\x06 \x03(\t\x1a.\n\x0cTargetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a/\n\rLimitsMbEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\x1a/\n\rEligibleEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x08:\x02\x38\x01\" \n\x12PolicyCloseRequest\x12\n\n\x02op\x18\x01 \x01(\t\"\x1f\n\x11PolicyCloseAnswer\x12\n\n\x02ok\x18\x01 \x01(\x08\".\n\x11PolicyErrorAnswer\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\tBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19robinhood/v1/policy.proto\x12\x0crobinhood.v1\"i\n\x11PolicyOpenRequest\x12\n\n\x02op\x18\x01 \x01(\t\x12\x10\n\x08topology\x18\x02 \x01(\t\x12\x12\n\napp_server\x18\x03 \x01(\t\x12\x15\n\x08timeline\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x0b\n\t_timeline\"G\n\x0fPolicyPartition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nbackend_id\x18\x02 \x01(\r\x12\x12\n\ninitial_mb\x18\x03 \x01(\r\"\xf0\x01\n\x10PolicyOpenAnswer\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x12\n\napp_server\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12\x11\n\tneeds_rbc\x18\x04 \x01(\x08\x12\x14\n\x0c\x62udget_bytes\x18\x05 \x01(\x04\x12\x13\n\x0b\x66loor_bytes\x18\x06 \x01(\x04\x12\x12\n\ninterval_s\x18\x07 \x01(\x01\x12\x31\n\npartitions\x18\x08 \x03(\x0b\x32\x1d.robinhood.v1.PolicyPartition\x12\x11\n\tbudget_mb\x18\t \x01(\r\x12\x14\n\x0crbc_window_s\x18\n \x01(\x01\"\xdc\x01\n\x15PolicyPartitionSample\x12\x13\n\x0blimit_bytes\x18\x01 \x01(\x04\x12\x16\n\x0emalloced_bytes\x18\x02 \x01(\x04\x12\x12\n\nitem_bytes\x18\x03 \x01(\x04\x12\r\n\x05items\x18\x04 \x01(\x04\x12\x11\n\tevictions\x18\x05 \x01(\x04\x12\x10\n\x08get_hits\x18\x06 \x01(\x04\x12\x12\n\nget_misses\x18\x07 \x01(\x04\x12\x16\n\thit_ratio\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0cslab_classes\x18\t \x01(\rB\x0c\n\n_hit_ratio\"\x8d\x02\n\x11PolicyRBCSnapshot\x12;\n\x06\x63ounts\x18\x01 \x03(\x0b\x32+.robinhood.v1.PolicyRBCSnapshot.CountsEntry\x12\x17\n\x0fwindow_requests\x18\x02 \x01(\x04\x12\x15\n\rband_requests\x18\x03 \x01(\x04\x12\x16\n\x0ep99_latency_us\x18\x04 \x01(\r\x12\x14\n\x07low_pct\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08high_pct\x18\x06 \x01(\x01H\x01\x88\x01\x01\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x42\n\n\x08_low_pctB\x0b\n\t_high_pct\"\xae\x02\n\x10PolicyQueryStats\x12\x0c\n\x04hits\x18\x01 \x01(\x04\x12\x0e\n\x06misses\x18\x02 \x01(\x04\x12\x13\n\x0bshadow_hits\x18\x03 \x01(\x04\x12\x14\n\x0cshadow_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07queries\x18\x05 \x01(\x04\x12\x1c\n\x14p50_query_latency_us\x18\x06 \x01(\r\x12\x1c\n\x14p99_query_latency_us\x18\x07 \x01(\r\x12\x13\n\x0blimit_bytes\x18\x08 \x01(\x04\x12\x1e\n\x16p50_backend_latency_us\x18\t \x01(\r\x12\x1e\n\x16p90_backend_latency_us\x18\n \x01(\r\x12\x17\n\x0f\x64istance_bucket\x18\x0b \x03(\r\x12\x16\n\x0e\x64istance_count\x18\x0c \x03(\x04\"\x9d\x04\n\x11PolicyTickRequest\x12\n\n\x02op\x18\x01 \x01(\t\x12\x12\n\napp_server\x18\x02 \x01(\t\x12\x0b\n\x03now\x18\x03 \x01(\x01\x12\x43\n\npartitions\x18\x04 \x03(\x0b\x32/.robinhood.v1.PolicyTickRequest.PartitionsEntry\x12,\n\x03rbc\x18\x05 \x01(\x0b\x32\x1f.robinhood.v1.PolicyRBCSnapshot\x12\x39\n\x05stats\x18\x06 \x03(\x0b\x32*.robinhood.v1.PolicyTickRequest.StatsEntry\x12\x39\n\x05local\x18\x07 \x03(\x0b\x32*.robinhood.v1.PolicyTickRequest.LocalEntry\x1aV\n\x0fPartitionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x32\n\x05value\x18\x02 \x01(\x0b\x32#.robinhood.v1.PolicyPartitionSample:\x02\x38\x01\x1aL\n\nStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0b\x32\x1e.robinhood.v1.PolicyQueryStats:\x02\x38\x01\x1aL\n\nLocalEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0b\x32\x1e.robinhood.v1.PolicyQueryStats:\x02\x38\x01\"\x8c\x03\n\x10PolicyTickAnswer\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0c\n\x04tick\x18\x02 \x01(\r\x12<\n\x07targets\x18\x03 \x03(\x0b\x32+.robinhood.v1.PolicyTickAnswer.TargetsEntry\x12?\n\tlimits_mb\x18\x04 \x03(\x0b\x32,.robinhood.v1.PolicyTickAnswer.LimitsMbEntry\x12>\n\x08\x65ligible\x18\x05 \x03(\x0b\x32,.robinhood.v1.PolicyTickAnswer.EligibleEntry\x12\r\n\x05notes\x18\x06 \x03(\t\x1a.\n\x0cTargetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a/\n\rLimitsMbEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\x1a/\n\rEligibleEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x08:\x02\x38\x01\" \n\x12PolicyCloseRequest\x12\n\n\x02op\x18\x01 \x01(\t\"\x1f\n\x11PolicyCloseAnswer\x12\n\n\x02ok\x18\x01 \x01(\x08\".\n\x11PolicyErrorAnswer\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\tBDZBgithub.com/robinhoodcache/robinhood/proto/robinhood/v1;robinhoodv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -53,33 +53,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POLICYOPENANSWER']._serialized_start=224
   _globals['_POLICYOPENANSWER']._serialized_end=464
   _globals['_POLICYPARTITIONSAMPLE']._serialized_start=467
-  _globals['_POLICYPARTITIONSAMPLE']._serialized_end=665
-  _globals['_POLICYRBCSNAPSHOT']._serialized_start=668
-  _globals['_POLICYRBCSNAPSHOT']._serialized_end=937
-  _globals['_POLICYRBCSNAPSHOT_COUNTSENTRY']._serialized_start=867
-  _globals['_POLICYRBCSNAPSHOT_COUNTSENTRY']._serialized_end=912
-  _globals['_POLICYQUERYSTATS']._serialized_start=940
-  _globals['_POLICYQUERYSTATS']._serialized_end=1242
-  _globals['_POLICYTICKREQUEST']._serialized_start=1245
-  _globals['_POLICYTICKREQUEST']._serialized_end=1786
-  _globals['_POLICYTICKREQUEST_PARTITIONSENTRY']._serialized_start=1544
-  _globals['_POLICYTICKREQUEST_PARTITIONSENTRY']._serialized_end=1630
-  _globals['_POLICYTICKREQUEST_STATSENTRY']._serialized_start=1632
-  _globals['_POLICYTICKREQUEST_STATSENTRY']._serialized_end=1708
-  _globals['_POLICYTICKREQUEST_LOCALENTRY']._serialized_start=1710
-  _globals['_POLICYTICKREQUEST_LOCALENTRY']._serialized_end=1786
-  _globals['_POLICYTICKANSWER']._serialized_start=1789
-  _globals['_POLICYTICKANSWER']._serialized_end=2185
-  _globals['_POLICYTICKANSWER_TARGETSENTRY']._serialized_start=2041
-  _globals['_POLICYTICKANSWER_TARGETSENTRY']._serialized_end=2087
-  _globals['_POLICYTICKANSWER_LIMITSMBENTRY']._serialized_start=2089
-  _globals['_POLICYTICKANSWER_LIMITSMBENTRY']._serialized_end=2136
-  _globals['_POLICYTICKANSWER_ELIGIBLEENTRY']._serialized_start=2138
-  _globals['_POLICYTICKANSWER_ELIGIBLEENTRY']._serialized_end=2185
-  _globals['_POLICYCLOSEREQUEST']._serialized_start=2187
-  _globals['_POLICYCLOSEREQUEST']._serialized_end=2219
-  _globals['_POLICYCLOSEANSWER']._serialized_start=2221
-  _globals['_POLICYCLOSEANSWER']._serialized_end=2252
-  _globals['_POLICYERRORANSWER']._serialized_start=2254
-  _globals['_POLICYERRORANSWER']._serialized_end=2300
+  _globals['_POLICYPARTITIONSAMPLE']._serialized_end=687
+  _globals['_POLICYRBCSNAPSHOT']._serialized_start=690
+  _globals['_POLICYRBCSNAPSHOT']._serialized_end=959
+  _globals['_POLICYRBCSNAPSHOT_COUNTSENTRY']._serialized_start=889
+  _globals['_POLICYRBCSNAPSHOT_COUNTSENTRY']._serialized_end=934
+  _globals['_POLICYQUERYSTATS']._serialized_start=962
+  _globals['_POLICYQUERYSTATS']._serialized_end=1264
+  _globals['_POLICYTICKREQUEST']._serialized_start=1267
+  _globals['_POLICYTICKREQUEST']._serialized_end=1808
+  _globals['_POLICYTICKREQUEST_PARTITIONSENTRY']._serialized_start=1566
+  _globals['_POLICYTICKREQUEST_PARTITIONSENTRY']._serialized_end=1652
+  _globals['_POLICYTICKREQUEST_STATSENTRY']._serialized_start=1654
+  _globals['_POLICYTICKREQUEST_STATSENTRY']._serialized_end=1730
+  _globals['_POLICYTICKREQUEST_LOCALENTRY']._serialized_start=1732
+  _globals['_POLICYTICKREQUEST_LOCALENTRY']._serialized_end=1808
+  _globals['_POLICYTICKANSWER']._serialized_start=1811
+  _globals['_POLICYTICKANSWER']._serialized_end=2207
+  _globals['_POLICYTICKANSWER_TARGETSENTRY']._serialized_start=2063
+  _globals['_POLICYTICKANSWER_TARGETSENTRY']._serialized_end=2109
+  _globals['_POLICYTICKANSWER_LIMITSMBENTRY']._serialized_start=2111
+  _globals['_POLICYTICKANSWER_LIMITSMBENTRY']._serialized_end=2158
+  _globals['_POLICYTICKANSWER_ELIGIBLEENTRY']._serialized_start=2160
+  _globals['_POLICYTICKANSWER_ELIGIBLEENTRY']._serialized_end=2207
+  _globals['_POLICYCLOSEREQUEST']._serialized_start=2209
+  _globals['_POLICYCLOSEREQUEST']._serialized_end=2241
+  _globals['_POLICYCLOSEANSWER']._serialized_start=2243
+  _globals['_POLICYCLOSEANSWER']._serialized_end=2274
+  _globals['_POLICYERRORANSWER']._serialized_start=2276
+  _globals['_POLICYERRORANSWER']._serialized_end=2322
 # @@protoc_insertion_point(module_scope)

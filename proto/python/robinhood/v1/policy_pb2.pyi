@@ -53,7 +53,7 @@ class PolicyOpenAnswer(_message.Message):
     def __init__(self, ok: _Optional[bool] = ..., app_server: _Optional[str] = ..., policy: _Optional[str] = ..., needs_rbc: _Optional[bool] = ..., budget_bytes: _Optional[int] = ..., floor_bytes: _Optional[int] = ..., interval_s: _Optional[float] = ..., partitions: _Optional[_Iterable[_Union[PolicyPartition, _Mapping]]] = ..., budget_mb: _Optional[int] = ..., rbc_window_s: _Optional[float] = ...) -> None: ...
 
 class PolicyPartitionSample(_message.Message):
-    __slots__ = ("limit_bytes", "malloced_bytes", "item_bytes", "items", "evictions", "get_hits", "get_misses", "hit_ratio")
+    __slots__ = ("limit_bytes", "malloced_bytes", "item_bytes", "items", "evictions", "get_hits", "get_misses", "hit_ratio", "slab_classes")
     LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
     MALLOCED_BYTES_FIELD_NUMBER: _ClassVar[int]
     ITEM_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,7 @@ class PolicyPartitionSample(_message.Message):
     GET_HITS_FIELD_NUMBER: _ClassVar[int]
     GET_MISSES_FIELD_NUMBER: _ClassVar[int]
     HIT_RATIO_FIELD_NUMBER: _ClassVar[int]
+    SLAB_CLASSES_FIELD_NUMBER: _ClassVar[int]
     limit_bytes: int
     malloced_bytes: int
     item_bytes: int
@@ -70,7 +71,8 @@ class PolicyPartitionSample(_message.Message):
     get_hits: int
     get_misses: int
     hit_ratio: float
-    def __init__(self, limit_bytes: _Optional[int] = ..., malloced_bytes: _Optional[int] = ..., item_bytes: _Optional[int] = ..., items: _Optional[int] = ..., evictions: _Optional[int] = ..., get_hits: _Optional[int] = ..., get_misses: _Optional[int] = ..., hit_ratio: _Optional[float] = ...) -> None: ...
+    slab_classes: int
+    def __init__(self, limit_bytes: _Optional[int] = ..., malloced_bytes: _Optional[int] = ..., item_bytes: _Optional[int] = ..., items: _Optional[int] = ..., evictions: _Optional[int] = ..., get_hits: _Optional[int] = ..., get_misses: _Optional[int] = ..., hit_ratio: _Optional[float] = ..., slab_classes: _Optional[int] = ...) -> None: ...
 
 class PolicyRBCSnapshot(_message.Message):
     __slots__ = ("counts", "window_requests", "band_requests", "p99_latency_us", "low_pct", "high_pct")
