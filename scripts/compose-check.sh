@@ -18,7 +18,8 @@
 # cgroupfs cgroup manager and no default ulimits, which a container sandbox
 # needs; nothing in /etc is changed.
 #
-#   make compose-check                 # about 10 minutes the first time, 2 after
+#   make compose-check                 # about 10 minutes the first time; 2 with nothing
+#                                      # changed, up to 9 when the code changed (2 busy cores)
 #   RUN_SECONDS=60 STANDINS=never make compose-check
 set -euo pipefail
 cd "$(dirname "$0")/.."
