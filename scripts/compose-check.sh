@@ -8,8 +8,8 @@
 # memcached partitions, Prometheus scrapes every component up; then it tears
 # everything down, whether the check passed or not.
 #
-# Needs root (rootful podman) and Debian's podman, runc, debootstrap and
-# podman-compose, which it installs. The upstream base images the
+# Needs root (rootful podman) and Debian's podman, runc, debootstrap,
+# podman-compose and the DNS plugin of podman's network backend, which it installs. The upstream base images the
 # Dockerfiles name are stand-ins built from a Debian root filesystem
 # (deploy/docker/standins/) where no registry is reachable: STANDINS=auto
 # (the default) builds them when one is missing locally, always rebuilds
@@ -18,7 +18,8 @@
 # cgroupfs cgroup manager and no default ulimits, which a container sandbox
 # needs; nothing in /etc is changed.
 #
-#   make compose-check                 # about 5 minutes the first time, 2 after
+#   make compose-check                 # about 10 minutes the first time; 2 with nothing
+#                                      # changed, up to 9 when the code changed (2 busy cores)
 #   RUN_SECONDS=60 STANDINS=never make compose-check
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,14 +36,18 @@ fail() { say "FAILED: $*"; exit 1; }
 [[ $(id -u) -eq 0 ]] || fail "needs root (rootful podman, debootstrap); run it as root"
 case $STANDINS in auto|always|never) ;; *) fail "STANDINS=$STANDINS: want auto, always or never" ;; esac
 [[ $RUN_SECONDS =~ ^[0-9]+$ ]] || fail "RUN_SECONDS=$RUN_SECONDS is not a number of seconds"
-for tool in podman runc debootstrap podman-compose; do
-  command -v "$tool" >/dev/null || { say "installing $tool"; missing=1; }
-done
-if [[ ${missing:-0} == 1 ]]; then
+apt_install() { # apt_install PACKAGE...: Debian's packages, refreshing the lists once if needed
+  say "installing $*"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends podman runc debootstrap podman-compose uidmap >/dev/null ||
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends podman runc debootstrap podman-compose uidmap >/dev/null; }
-fi
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null ||
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null; } ||
+    fail "apt-get install $* failed"
+}
+missing=()
+for tool in podman runc debootstrap podman-compose; do
+  command -v "$tool" >/dev/null || missing+=("$tool")
+done
+[[ ${#missing[@]} -eq 0 ]] || apt_install podman runc debootstrap podman-compose uidmap
 for port in 7071 8080 9090; do
   if ss -ltnH "sport = :$port" | grep -q .; then
     fail "port $port on the host is taken; docker-compose.yml publishes 127.0.0.1:$port"
@@ -59,6 +64,19 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 EOF
+
+# The containers find each other by service name, so the network needs the engine's
+# DNS. Debian's podman 4 installed without its recommended packages uses CNI without
+# the dnsname plugin, and names do not resolve inside the containers; with netavark the
+# DNS server is aardvark-dns.
+backend=$(podman info --format '{{.Host.NetworkBackend}}' 2>/dev/null) || fail "podman info failed: is podman working?"
+case $backend in
+  cni) [[ -x /usr/lib/cni/dnsname || -x /usr/libexec/cni/dnsname ]] ||
+         apt_install golang-github-containernetworking-plugin-dnsname ;;
+  netavark) [[ -x /usr/libexec/podman/aardvark-dns || -x /usr/lib/podman/aardvark-dns ]] ||
+         apt_install aardvark-dns ;;
+  *) fail "podman's network backend is '$backend': want cni or netavark" ;;
+esac
 
 # --- stand-ins for the upstream base images -------------------------------
 # Every image the Dockerfiles and the compose file name must exist locally.
@@ -136,6 +154,8 @@ trap down EXIT
 down >/dev/null 2>&1
 say "up"
 compose up -d >"$CACHE/up.log" 2>&1 || { tail -20 "$CACHE/up.log" >&2; fail "podman-compose up"; }
+[[ $(podman network inspect --format '{{.DNSEnabled}}' "${PROJECT}_robinhood" 2>/dev/null) == true ]] ||
+  fail "the network ${PROJECT}_robinhood has no DNS (podman's $backend backend without its DNS plugin): service names would not resolve"
 start=$(date +%s)
 
 await() { # await DESCRIPTION COMMAND...: until COMMAND succeeds, or fail after DEADLINE s

@@ -26,6 +26,8 @@ def test_the_pipeline_sends_traces_to_the_rbc_server() -> None:
     exp = cfg["exporters"]["otlp_grpc/robinhood"]
     assert exp["headers"]["authorization"].startswith("Bearer ${env:") and "ca_file" in exp["tls"]
     assert "compression" not in exp  # the exporter's default, gzip: what the test exercises
+    # Mutual TLS (client_auth: true) needs the Collector's certificate; unset without it.
+    assert exp["tls"]["cert_file"] == "${env:ROBINHOOD_CERT:-}" and exp["tls"]["key_file"] == "${env:ROBINHOOD_KEY:-}"
 
 
 def test_the_documented_rbcserver_line_takes_the_collectors_caller() -> None:
@@ -34,4 +36,7 @@ def test_the_documented_rbcserver_line_takes_the_collectors_caller() -> None:
     page = (REPO / "docs" / "opentelemetry.md").read_text()
     line = next(ln for ln in page.splitlines() if ln.startswith("rbcserver --topology"))
     assert "--otlp-callers collector" in line
+    # The page's devcerts line makes the collector caller, whose collector.bearer it names.
     assert "collector.bearer" in page
+    devcerts = re.findall(r"`(bin/devcerts [^`]*)`", page.replace("\n", " "))
+    assert devcerts and all("collector" in c.split("--callers ", 1)[1].split()[0].split(",") for c in devcerts), devcerts

@@ -86,6 +86,16 @@ func (c *Client) DialOptions() []grpc.DialOption {
 	return out
 }
 
+// TLSConfig is a copy of the client's TLS configuration, nil when it dials
+// plain text: for a connection the caller makes itself (a memcached's TLS
+// port).
+func (c *Client) TLSConfig() *tls.Config {
+	if c == nil || c.tls == nil {
+		return nil
+	}
+	return c.tls.Clone()
+}
+
 // Scheme is "https" with TLS, else "http".
 func (c *Client) Scheme() string {
 	if c != nil && c.tls != nil {

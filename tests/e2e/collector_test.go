@@ -30,42 +30,60 @@ import (
 // configuration the docs show (deploy/otel/collector.yaml): the OpenTelemetry
 // Go SDK exports to it, and its otlp exporter (gzip by default, TLS, a
 // bearer token) sends to a real RBC server, whose counts must equal the
-// ones the traces describe. Building the Collector takes about a minute and
-// a half, so `make collector-check` builds it and runs this test with
-// ROBINHOOD_OTELCOL set; without it the test is skipped.
+// ones the traces describe. It runs twice: with TLS, the Collector's
+// certificate variables unset, and with mutual TLS (docs/security.md's
+// client_auth: true), the server requiring the certificate the Collector
+// presents from ROBINHOOD_CERT and ROBINHOOD_KEY. Building the Collector
+// takes about a minute and a half, so `make collector-check` builds it and
+// runs this test with ROBINHOOD_OTELCOL set; without it the test is skipped.
 func TestCollectorPipeline(t *testing.T) {
 	otelcol := os.Getenv("ROBINHOOD_OTELCOL")
 	if otelcol == "" {
 		t.Skip("ROBINHOOD_OTELCOL is not set: make collector-check builds the Collector and runs this test")
 	}
+	for _, mutual := range []bool{false, true} {
+		name := map[bool]string{false: "tls", true: "mutual-tls"}[mutual]
+		t.Run(name, func(t *testing.T) { collectorPipeline(t, otelcol, mutual) })
+	}
+}
+
+func collectorPipeline(t *testing.T, otelcol string, mutual bool) {
 	root := testutil.RepoRoot(t)
 	dir := t.TempDir()
 	secrets := filepath.Join(dir, "secrets")
 	if err := auth.WriteDev(secrets, nil, []string{"collector", "operator"}); err != nil {
 		t.Fatal(err)
 	}
+	file := func(name string) string { return filepath.Join(secrets, name) }
 	rbcGRPC, rbcHTTP := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	testutil.Start(t, testutil.Binary(t, "./rbcserver/cmd/rbcserver"), "--grpc-addr", rbcGRPC, "--http-addr", rbcHTTP,
-		"--window", "1h", "--auth-token-file", filepath.Join(secrets, auth.DevTokens),
-		"--tls-cert", filepath.Join(secrets, auth.DevCert), "--tls-key", filepath.Join(secrets, auth.DevKey))
+	args := []string{"--grpc-addr", rbcGRPC, "--http-addr", rbcHTTP, "--window", "1h",
+		"--auth-token-file", file(auth.DevTokens), "--tls-cert", file(auth.DevCert), "--tls-key", file(auth.DevKey)}
+	var env []string // ROBINHOOD_CERT and ROBINHOOD_KEY unset, as without client_auth
+	reader := auth.ClientOptions{CA: file(auth.DevCA), TokenFile: file("operator" + auth.DevTokenSuffix)}
+	if mutual {
+		args = append(args, "--tls-client-ca", file(auth.DevCA))
+		env = []string{"ROBINHOOD_CERT=" + file(auth.DevCert), "ROBINHOOD_KEY=" + file(auth.DevKey)}
+		reader.Cert, reader.Key = file(auth.DevCert), file(auth.DevKey)
+	}
+	testutil.Start(t, testutil.Binary(t, "./rbcserver/cmd/rbcserver"), args...)
 	testutil.WaitTCP(t, rbcGRPC)
-	token, err := os.ReadFile(filepath.Join(secrets, "collector"+auth.DevBearerSuffix))
+	token, err := os.ReadFile(file("collector" + auth.DevBearerSuffix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	otlpAddr := testutil.FreeAddr(t)
-	col := testutil.StartEnv(t, []string{"OTLP_GRPC_ENDPOINT=" + otlpAddr, "ROBINHOOD_RBC=" + rbcGRPC,
-		"ROBINHOOD_CA=" + filepath.Join(secrets, auth.DevCA), "ROBINHOOD_TOKEN=" + strings.TrimSpace(string(token))},
-		otelcol, "--config", filepath.Join(root, "deploy", "otel", "collector.yaml"))
+	env = append(env, "OTLP_GRPC_ENDPOINT="+otlpAddr, "ROBINHOOD_RBC="+rbcGRPC,
+		"ROBINHOOD_CA="+file(auth.DevCA), "ROBINHOOD_TOKEN="+strings.TrimSpace(string(token)))
+	col := testutil.StartEnv(t, env, otelcol, "--config", filepath.Join(root, "deploy", "otel", "collector.yaml"))
 	testutil.WaitTCP(t, otlpAddr)
 
 	const n = 2000
 	lat, be := collectorTraces(t, otlpAddr, n)
 	want := rbc.BruteForce(lat, be, rbctest.PaperBand())
 
-	// Read the RBC as the operator, over TLS with its token.
-	c, err := auth.NewClient(auth.ClientOptions{CA: filepath.Join(secrets, auth.DevCA),
-		TokenFile: filepath.Join(secrets, "operator"+auth.DevTokenSuffix)})
+	// Read the RBC as the operator, over TLS with its token (and its
+	// certificate under mutual TLS).
+	c, err := auth.NewClient(reader)
 	if err != nil {
 		t.Fatal(err)
 	}

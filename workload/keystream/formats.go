@@ -81,9 +81,9 @@ func parseFetchLine(b []byte) (fetch, bool, error) {
 	case line == "OK":
 		return fetch{}, false, nil
 	case line == "ERROR" || strings.HasPrefix(line, "CLIENT_ERROR") || strings.HasPrefix(line, "SERVER_ERROR"):
-		return fetch{}, false, fmt.Errorf("memcached refused the watch command (%q): capture the output of 'watch fetchers' from a memcached that has it", line)
+		return fetch{}, false, fmt.Errorf("memcached refused the watch command (%q): capture 'watch fetchers' (tracegen capture) from a memcached that has it", line)
 	case strings.HasPrefix(line, "skipped="):
-		return fetch{}, false, fmt.Errorf("%q: memcached dropped that many events because the watcher read too slowly, so the stream has a gap there; capture again with a faster reader (e.g. nc into a file on local disk), or delete this line to accept the gap", line)
+		return fetch{}, false, fmt.Errorf("%q: memcached dropped that many events because the watcher read too slowly, so the stream has a gap there; capture again (tracegen capture into a file on local disk), or delete this line to accept the gap", line)
 	case !strings.HasPrefix(line, "ts="):
 		return fetch{}, false, fmt.Errorf("not a 'watch fetchers' line: want \"ts=… gid=… type=item_get key=… status=…\", got %.80q", line)
 	}

@@ -220,9 +220,9 @@ func TestFetchersRecords(t *testing.T) {
 func TestFetchersErrors(t *testing.T) {
 	head := "OK\r\nts=1.2 gid=2 type=item_get key=a status=found clsid=1 cfd=5 size=3\n"
 	for _, tc := range []struct{ line, msg string }{
-		{"skipped=12", `"skipped=12": memcached dropped that many events because the watcher read too slowly, so the stream has a gap there; capture again with a faster reader (e.g. nc into a file on local disk), or delete this line to accept the gap`},
+		{"skipped=12", `"skipped=12": memcached dropped that many events because the watcher read too slowly, so the stream has a gap there; capture again (tracegen capture into a file on local disk), or delete this line to accept the gap`},
 		{"hello world", `not a 'watch fetchers' line: want "ts=… gid=… type=item_get key=… status=…", got "hello world"`},
-		{"ERROR", `memcached refused the watch command ("ERROR"): capture the output of 'watch fetchers' from a memcached that has it`},
+		{"ERROR", `memcached refused the watch command ("ERROR"): capture 'watch fetchers' (tracegen capture) from a memcached that has it`},
 		{"ts=1.3 gid=3 type=item_get key=a%2 status=found size=1", `key=a%2: '%' at byte 2 is not followed by two hex digits (memcached writes a byte as %XX)`},
 		{"ts=1.3 gid=3 type=item_get key=a%zz status=found size=1", `key=a%zz: '%' at byte 2 is not followed by two hex digits (memcached writes a byte as %XX)`},
 		{"ts=1.3 gid=3 type=item_get key=a status=gone size=1", `status=gone is not found, not_found, flushed or expired`},

@@ -2,11 +2,12 @@ package main
 
 import (
 	"bufio"
-	"net"
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,55 +16,68 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/testutil"
 )
 
-// A real `watch fetchers` log: a memcached on a free loopback port, a
-// watcher connection reading what it prints while a client does cache-aside
-// traffic (get, and set on a miss) over keys memcached must encode in the
-// log; the captured log is imported as a backend's stream, whose keys and
-// sizes come out as the client's.
-func TestImportRealWatchFetchersLog(t *testing.T) {
+// A real `watch fetchers` log: a memcached on a free loopback port, and
+// `tracegen capture` writing to stdout what memcached prints while a client
+// does cache-aside traffic (get, and set on a miss) over keys memcached must
+// encode in the log; each line comes out as memcached prints it, SIGINT ends
+// the capture keeping what it has, and the captured log imported as a
+// backend's stream gives the client's keys and sizes.
+func TestCaptureThenImportARealWatchFetchersLog(t *testing.T) {
 	if _, err := exec.LookPath("memcached"); err != nil {
 		t.Skip("memcached is not installed (make deps installs it)")
 	}
 	_, addr := testutil.Memcached(t, 64)
 
-	watch, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	cmd := exec.Command(testutil.Binary(t, "./experiment/cmd/tracegen"), "capture", "--memcached", addr, "--duration", "1h")
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer watch.Close()
-	if _, err := watch.Write([]byte("watch fetchers\r\n")); err != nil {
+	var stderr bytes.Buffer // read once the process has ended
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// The watcher's lines, read by a goroutine this test owns: it ends when
-	// the connection is closed (deferred above) and the test waits for it.
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // a no-op once it has ended
+	// The capture's lines, read by a goroutine this test owns: it ends when
+	// the process closes its stdout, and then waits for the process.
 	lines := make(chan string, 1<<16)
-	readerDone := make(chan error, 1)
+	exited := make(chan error, 1)
 	go func() {
-		sc := bufio.NewScanner(watch)
+		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}
 		close(lines)
-		readerDone <- sc.Err()
+		exited <- cmd.Wait()
 	}()
-	defer func() { watch.Close(); <-readerDone }()
+	// end signals the capture and waits for it; a test failure kills it.
+	end := func(sig os.Signal) error {
+		_ = cmd.Process.Signal(sig)
+		for range lines {
+		}
+		return <-exited
+	}
 	var log strings.Builder
-	// await reads lines until one satisfies ok, failing after 10 s.
+	// await reads lines until one satisfies ok, failing after 60 s.
 	await := func(what string, ok func(string) bool) {
 		t.Helper()
-		timeout := time.After(10 * time.Second)
+		timeout := time.After(60 * time.Second)
 		for {
 			select {
 			case l, open := <-lines:
 				if !open {
-					t.Fatalf("the watch connection closed before %s; log so far:\n%s", what, log.String())
+					err := <-exited
+					t.Fatalf("the capture ended (%v) before %s: %s; log so far:\n%s", err, what, stderr.String(), log.String())
 				}
 				log.WriteString(l + "\n")
 				if ok(l) {
 					return
 				}
 			case <-timeout:
-				t.Fatalf("no %s within 10 s; log so far:\n%s", what, log.String())
+				err := end(os.Kill)
+				t.Fatalf("no %s within 60 s (%v): %s; log so far:\n%s", what, err, stderr.String(), log.String())
 			}
 		}
 	}
@@ -92,6 +106,9 @@ func TestImportRealWatchFetchersLog(t *testing.T) {
 	}
 	gets = append(gets, "the-end")
 	await("the last lookup in the log", func(l string) bool { return strings.Contains(l, " key=the-end ") })
+	if err := end(os.Interrupt); err != nil || !strings.Contains(stderr.String(), "ended=signal") {
+		t.Fatalf("the capture after SIGINT: %v, %s; want exit 0 and ended=signal", err, stderr.String())
+	}
 
 	text := log.String()
 	for _, want := range []string{"type=item_get key=user%2F42 status=not_found", "key=k%251 ", "key=caf%C3%A9 ", "key=a.b-c_d~e ", "status=found"} {
@@ -104,13 +121,13 @@ func TestImportRealWatchFetchersLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "t.jsonl")
-	code, _, stderr := tg("import", "--out", out, "--stream", "b1="+path, "--requests", "20", "--backend-names", "b1,b2",
+	code, _, errText := tg("import", "--out", out, "--stream", "b1="+path, "--requests", "20", "--backend-names", "b1,b2",
 		"--queries-per-request", "4", "--seed", "3")
 	if code != 0 {
-		t.Fatalf("import: %s", stderr)
+		t.Fatalf("import: %s", errText)
 	}
-	if !strings.Contains(stderr, "format_b1=fetchers") {
-		t.Fatalf("the format was not detected as fetchers: %s", stderr)
+	if !strings.Contains(errText, "format_b1=fetchers") {
+		t.Fatalf("the format was not detected as fetchers: %s", errText)
 	}
 	n := 0
 	for _, r := range readTrace(t, out) {

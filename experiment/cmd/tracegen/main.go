@@ -5,6 +5,7 @@
 //
 //	tracegen synth   [--profile onerf] [--backends 20] (--requests N | --duration D) [--rate-schedule SPEC] [--out FILE] …
 //	tracegen import  --stream BACKEND=FILE[,format=arc|fetchers|keysize][,skip=N] … (--requests N | --duration D) [synth flags] [--out FILE]
+//	tracegen capture --memcached HOST:PORT --duration D [--out FILE] [--user USER --password-file FILE] [--tls-ca FILE …]
 //	tracegen stats   FILE [--json] [--skip-bad]
 //	tracegen replay  --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [--scenario FILE] …
 //	tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--app-server ID] [--json]]
@@ -48,6 +49,7 @@ const usage = `Usage: tracegen <command> [flags]
 Commands:
   synth           write a synthetic trace (OneRF-like structure, Zipf keys, heavy-tailed sizes)
   import          a synthesized trace whose backends' keys come from real key streams (--stream BACKEND=FILE)
+  capture         write a memcached's 'watch fetchers' log (every lookup, for import's --stream) for a while
   stats FILE      print a trace's structure: the columns of the paper's Table 1 and more
   replay          replay a trace open-loop against a topology's application servers
   scenario check  validate a capacity scenario against a topology (with --trace: phase by phase
@@ -78,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSynth(args[1:], stdout, stderr)
 	case "import":
 		err = cmdImport(args[1:], stdout, stderr)
+	case "capture":
+		err = cmdCapture(args[1:], stdout, stderr)
 	case "stats":
 		err = cmdStats(args[1:], stdout, stderr)
 	case "replay":

@@ -452,18 +452,18 @@ def cmd_versus(args: argparse.Namespace) -> int:
 
 
 def _print_endpoints(console: Console, dep: Deployment) -> None:
-    ep = dep.ep
+    ep, s = dep.ep, dep.scheme()  # with the topology's tls block every listener speaks HTTPS
     console.print(f"topology file: {dep.topology_path}")
     if ep.rbc_http:
-        console.print(f"RBC server:    grpc {ep.rbc_grpc}  http http://{ep.rbc_http}/v1/rbc")
+        console.print(f"RBC server:    grpc {ep.rbc_grpc}  http {s}://{ep.rbc_http}/v1/rbc")
     for app, http in ep.app_http.items():
-        console.print(f"app server {app}: POST http://{http}/v1/request   metrics http://{http}/metrics")
+        console.print(f"app server {app}: POST {s}://{http}/v1/request   metrics {s}://{http}/metrics")
         if app in ep.controller_metrics:
-            console.print(f"  controller metrics http://{ep.controller_metrics[app]}/metrics")
+            console.print(f"  controller metrics {s}://{ep.controller_metrics[app]}/metrics")
     for name, reps in ep.backends.items():
         for i, (g, h) in enumerate(reps):
-            console.print(f"backend {name}[{i}]: grpc {g}  admin http://{h}/admin/limits")
-    if ep.prometheus:
+            console.print(f"backend {name}[{i}]: grpc {g}  admin {s}://{h}/admin/limits")
+    if ep.prometheus:  # the testbed's own Prometheus, never started with a tls block
         console.print(f"Prometheus:    http://{ep.prometheus}/")
 
 

@@ -258,7 +258,8 @@ class Deployment:
 
     # -- starting -------------------------------------------------------------------
 
-    def _scheme(self) -> str:
+    def scheme(self) -> str:
+        """The scheme of every HTTP listener the deployment starts: https with a tls block."""
         return "https" if self.typed.tls is not None else "http"
 
     def _ssl_context(self) -> ssl.SSLContext | None:
@@ -274,7 +275,7 @@ class Deployment:
 
     def start(self) -> None:
         t, topo_file = self.typed, str(self.topology_path)
-        scheme = self._scheme()
+        scheme = self.scheme()
         waits: list[tuple[Proc, str]] = []
         for a in t.app_servers:
             if not self._wanted(a.id):

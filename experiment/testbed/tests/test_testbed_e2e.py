@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -215,7 +216,8 @@ def test_up_starts_a_topology_with_tokens_and_mutual_tls(tmp_path: Path, built: 
     """`up --topology FILE` with auth and tls blocks written as docs/security.md writes
     them (paths relative to the file): the copy in the run folder still finds the
     secrets, the readiness checks speak HTTPS with the topology's CA and certificate,
-    and the started stack serves a request over mutual TLS with a token."""
+    the endpoints it prints say https, and the started stack serves a request over
+    mutual TLS with a token at the address it printed."""
     import ssl
     import urllib.request
 
@@ -238,6 +240,13 @@ tls: {ca: secrets/ca.pem, cert: secrets/cert.pem, key: secrets/key.pem, client_a
         ctx = ssl.create_default_context(cafile=str(secrets / "ca.pem"))
         ctx.load_cert_chain(str(secrets / "cert.pem"), str(secrets / "key.pem"))
         token = (secrets / "operator.bearer").read_text().strip()
+        printed = log.read_text()
+        urls = re.findall(r"\b\w+://\S+", printed)
+        assert urls and all(u.startswith("https://") for u in urls), printed
+        assert f"app server app0: POST https://{a['app']}/v1/request" in printed, printed
+        for want in (f"https://{a['rbc_http']}/v1/rbc", f"https://{a['ctl']}/metrics",
+                     f"https://{a['be_http']}/admin/limits"):
+            assert want in urls, printed
         body = json.dumps({"t": 0, "d": [{"kv0": {"S": [100], "U": ["k1"], "C": [1]}}]}).encode()
         req = urllib.request.Request(f"https://{a['app']}/v1/request", data=body, method="POST",
                                      headers={"Authorization": f"Bearer {token}"})
@@ -268,6 +277,7 @@ def test_up_starts_a_given_topology(tmp_path: Path, built: None, free_address: C
                              preexec_fn=sigint_default)
     try:
         wait_ready_file(p, ready, "testbed up --topology", timeout=90, log=log)
+        assert f"app server app0: POST http://{a['app']}/v1/request" in log.read_text()  # no tls block: http
         body = json.dumps({"t": 0, "d": [{"kv0": {"S": [100], "U": ["k1"], "C": [1]}}]}).encode()
         deadline = time.monotonic() + 10  # the first request fills the cache asynchronously
         while True:
