@@ -25,6 +25,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
@@ -190,7 +191,7 @@ func Open(path string, o Options) (*Reader, error) {
 
 // open opens the file, undoes its compression and settles its format.
 func open(path string, o Options) (*Reader, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
