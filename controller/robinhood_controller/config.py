@@ -247,6 +247,11 @@ def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
                                          store=p.store, user=p.user, password=password))
         if cls.needs_rbc and not t.rbc_server.grpc:
             raise ConfigError(f"rbc_server.grpc: an address is required by the {pol.name} policy (it has none)")
+    if app.controller.run is not None:
+        try:  # a start file the testbed has not written yet is fine; one that is no such file is not
+            app.controller.run.start_time()
+        except ContractError as e:
+            raise ConfigError(f"{where}.controller.run.{e.path}: {e.message}") from None
     return ControllerConfig(
         app_server=app.id, where=where, cache_mode=app.cache_mode, budget_mb=app.cache_budget_mb,
         partitions=tuple(parts), shared_cache=app.shared_cache or "", rbc_addr=t.rbc_server.grpc or "",

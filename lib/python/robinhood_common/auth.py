@@ -17,11 +17,18 @@ import threading
 import time
 from typing import Generic, TypeVar
 from dataclasses import dataclass
-from pathlib import Path
+
+from .files import FileTooLarge, read_bounded
 
 log = logging.getLogger("robinhood_common.auth")
 
 MIN_TOKEN_LEN = 16
+#: The largest token file read (a line a caller: thousands of callers); the Go twin is
+#: lib/auth.MaxTokenFileBytes.
+MAX_TOKEN_FILE_BYTES = 1 << 20
+#: The largest certificate, key or CA bundle read (a system's CA bundle is about 200 KB);
+#: the Go twin is lib/auth.MaxPEMBytes.
+MAX_PEM_BYTES = 1 << 20
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
 
@@ -106,9 +113,14 @@ def _read(path: str) -> str:
     except AuthError as e:
         raise AuthError(f"token file: {e}") from None
     try:
-        return Path(path).read_text()
+        return read_bounded(path, MAX_TOKEN_FILE_BYTES).decode("utf-8", errors="replace")
     except OSError as e:
-        raise AuthError(f"token file: open {path}: {e.strerror}") from None
+        raise AuthError(f"token file: {_op(e)} {path}: {e.strerror}") from None
+
+
+def _op(e: OSError) -> str:
+    """The operation an OSError of a read names, as Go's errors do ("open", "read")."""
+    return "read" if isinstance(e, FileTooLarge) else "open"
 
 
 class Tokens:
@@ -251,18 +263,30 @@ def server_ssl_context(cert: str, key: str, client_ca: str | None, *, required: 
     certificate can read /healthz)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    load_server_files(ctx, cert, key, client_ca)
+    if client_ca:
+        ctx.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
+    return ctx
+
+
+def load_server_files(ctx: ssl.SSLContext, cert: str, key: str, client_ca: str | None) -> None:
+    """Load a server's certificate chain, key and (when given) client CA bundle into ctx,
+    at start and on SIGHUP; AuthError names the file. Each must be a regular file of at
+    most MAX_PEM_BYTES (read_pem's rule): OpenSSL reads the chain and key from their paths
+    itself, so they are checked first, and a named pipe or a device never reaches it."""
     try:
         check_secret_file(key)
     except AuthError as e:
         raise AuthError(f"TLS key: {e}") from None
+    read_pem(cert, "TLS certificate")
+    read_pem(key, "TLS key")
+    ca = read_pem(client_ca, "TLS client CA") if client_ca else None
     try:
         ctx.load_cert_chain(cert, key)
-        if client_ca:
-            ctx.load_verify_locations(client_ca)
-            ctx.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
-    except (OSError, ssl.SSLError) as e:
+        if ca is not None:
+            ctx.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
+    except (OSError, ssl.SSLError, ValueError) as e:
         raise AuthError(f"TLS certificate {cert} with key {key}: {e}") from None
-    return ctx
 
 
 def read_pem(path: str, what: str) -> bytes:
@@ -270,6 +294,6 @@ def read_pem(path: str, what: str) -> bytes:
     if what.endswith("key"):
         check_secret_file(path)
     try:
-        return Path(path).read_bytes()
+        return read_bounded(path, MAX_PEM_BYTES)
     except OSError as e:
-        raise AuthError(f"{what}: open {path}: {e.strerror}") from None
+        raise AuthError(f"{what}: {_op(e)} {path}: {e.strerror}") from None

@@ -41,6 +41,7 @@ import celpy
 import yaml
 from celpy import celtypes
 
+from .files import FileTooLarge, read_bounded
 from .units import DURATION_HINT, format_duration, format_number, format_value, parse_duration_ns
 
 #: Keywords the readers implement; a schema using any other is rejected at load time.
@@ -800,11 +801,12 @@ def count_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
 
 def read_config_file(path: str | Path) -> str:
     """A configuration file's text, reading at most MAX_CONFIG_BYTES + 1 bytes of it:
-    ConfigError at the document when it is larger; OSError when it cannot be read."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError("", TOO_LARGE)
+    ConfigError at the document when it is larger; OSError when it cannot be read or is
+    not a regular file (a named pipe, a device: refused without blocking)."""
+    try:
+        data = read_bounded(path, MAX_CONFIG_BYTES)
+    except FileTooLarge:
+        raise ConfigError("", TOO_LARGE) from None
     return data.decode("utf-8", errors="replace")
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 
@@ -72,8 +73,32 @@ def _trailer_counts(e: grpc.RpcError) -> tuple[int | None, int]:
         return None, 0
 
 
+#: The largest token, certificate or key file read (robinhood_common.auth's bounds).
+MAX_FILE_BYTES = 1 << 20
+
+
 def _read(path: str | None) -> bytes | None:
-    return Path(path).read_bytes() if path else None
+    """A token or PEM file's bytes: a regular file of at most MAX_FILE_BYTES (a named pipe
+    is refused without waiting for a writer, /dev/zero or a sparse 2 GB file by its kind or
+    size), as robinhood_common.files reads them; this distribution depends on nothing else
+    of the project, hence the few lines again. ValueError names the file."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file (a named pipe, a device or a folder)")
+        if st.st_size > MAX_FILE_BYTES:
+            raise ValueError(f"{path}: {st.st_size} bytes, more than the {MAX_FILE_BYTES} read here")
+        os.set_blocking(fd, True)
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"{path}: more than {MAX_FILE_BYTES} bytes, the most read here")
+    return data
 
 
 class Reporter:
@@ -118,7 +143,7 @@ class Reporter:
         self._ids = frozenset(self.backends.values())
         self.buffer, self.batch, self.flush_interval = buffer, batch, flush_interval
         if token_file:
-            fields = Path(token_file).read_text().split()
+            fields = (_read(token_file) or b"").decode("utf-8", errors="replace").split()
             if len(fields) != 2:
                 raise ValueError(f'{token_file}: a caller\'s token file holds one "name token" line')
             token = fields[1]
