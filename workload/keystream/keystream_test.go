@@ -338,27 +338,3 @@ func TestKeyIsMadeValid(t *testing.T) {
 		}
 	}
 }
-
-func TestDrainCountsAndChecksTheRest(t *testing.T) {
-	p := write(t, "k.txt", "a 1\nb 2\nc 3\n")
-	r, err := Open(p, Options{Skip: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec, err := r.Next(); err != nil || rec.Key != "b" {
-		t.Fatalf("%+v %v", rec, err)
-	}
-	if n, err := r.Drain(); n != 3 || err != nil {
-		t.Fatalf("drained to %d records, %v; want 3", n, err)
-	}
-	r.Close()
-	p = write(t, "k.txt", "a 1\nb 2\nc 3 4\n")
-	r, err = Open(p, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	r.Next()
-	_, err = r.Drain()
-	wantErr(t, err, p+`:3: 3 fields, want "key [size]" (a '#' starts a comment)`)
-}
