@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from robinhood_common import topology as topo
 from robinhood_common.contract import ConfigError as ContractError
-from robinhood_common.contract import read_config_file, read_yaml
+from robinhood_common.contract import load_yaml, read_config_file, read_yaml
 
 from . import policies
 from .plan import MIB
@@ -145,7 +145,7 @@ def parse_param(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"--policy-param: {text!r} is not KEY=VALUE")
     try:
-        return key, yaml.safe_load(value)
+        return key, load_yaml(value)
     except yaml.YAMLError:
         return key, value
 
