@@ -250,6 +250,7 @@ def make_probes(folder: Path) -> list[Probe]:
         elif make == "sparse":
             with open(path, "wb") as f:
                 f.truncate(p["bytes"])
+            path.chmod(0o600)
         elif make in ("text", "repeat"):
             data = p["text"].encode() * (p["count"] if make == "repeat" else 1)
             path.write_bytes(data)

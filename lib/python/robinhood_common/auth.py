@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import ssl
+import stat
 import threading
 import time
 from typing import Generic, TypeVar
@@ -89,13 +90,14 @@ _warned: set[str] = set()
 
 def check_secret_file(path: str) -> None:
     """AuthError when a secret file is readable by its group or others, unless
-    ALLOW_SHARED_ENV is "1" (then it is logged once). A file that cannot be stat'ed is
-    left to the reader, which names the problem."""
+    ALLOW_SHARED_ENV is "1" (then it is logged once). A path that cannot be stat'ed or is
+    not a regular file is left to the reader, which names the problem."""
     try:
-        mode = os.stat(path).st_mode & 0o777
+        st = os.stat(path)
     except OSError:
         return
-    if mode & 0o077 == 0:
+    mode = st.st_mode & 0o777
+    if mode & 0o077 == 0 or not stat.S_ISREG(st.st_mode):  # a device or a FIFO is the reader's to refuse
         return
     if os.environ.get(ALLOW_SHARED_ENV) == "1":
         if path not in _warned:
@@ -287,6 +289,30 @@ def load_server_files(ctx: ssl.SSLContext, cert: str, key: str, client_ca: str |
             ctx.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
     except (OSError, ssl.SSLError, ValueError) as e:
         raise AuthError(f"TLS certificate {cert} with key {key}: {e}") from None
+
+
+def client_tls_files(ca: str, cert: str | None, key: str | None) -> tuple[bytes, bytes | None, bytes | None]:
+    """The CA bundle a client verifies servers with and, for mutual TLS, the certificate
+    chain and key it presents: read (read_pem's rule) and parsed as OpenSSL will use them,
+    so that a file without a certificate fails at start, naming it, as the Go clients'
+    (lib/auth) and topocheck do, not at the first connection. (ca, cert, key) bytes."""
+    ca_pem = read_pem(ca, "tls.ca")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=ca_pem.decode("ascii", errors="replace"))
+    except (ssl.SSLError, ValueError):
+        raise AuthError(f"tls.ca: {ca} holds no PEM certificate") from None
+    if not cert or not key:
+        return ca_pem, None, None
+    try:
+        check_secret_file(key)
+    except AuthError as e:
+        raise AuthError(f"TLS key: {e}") from None
+    cert_pem, key_pem = read_pem(cert, "TLS certificate"), read_pem(key, "TLS key")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise AuthError(f"TLS certificate {cert} with key {key}: {e}") from None
+    return ca_pem, cert_pem, key_pem
 
 
 def read_pem(path: str, what: str) -> bytes:

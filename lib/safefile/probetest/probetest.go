@@ -62,7 +62,7 @@ func Make(t testing.TB) []Probe {
 		case "folder":
 			err = os.Mkdir(p.Path, 0o700)
 		case "sparse":
-			err = os.WriteFile(p.Path, nil, 0o600)
+			err = os.WriteFile(p.Path, nil, 0o600) // 0600: a secret's mode, so readers reach the size check
 			if err == nil {
 				err = os.Truncate(p.Path, p.Bytes)
 			}

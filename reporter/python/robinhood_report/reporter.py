@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import ssl
 import stat
 import threading
 import time
@@ -88,17 +89,34 @@ def _read(path: str | None) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise ValueError(f"{path}: {e.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+        os.close(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"{path}: not a regular file (a named pipe, a device or a folder)")
-        if st.st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{path}: {st.st_size} bytes, more than the {MAX_FILE_BYTES} read here")
-        os.set_blocking(fd, True)
+        raise ValueError(f"{path}: {st.st_size} bytes, more than the {MAX_FILE_BYTES} read here")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise ValueError(f"{path}: more than {MAX_FILE_BYTES} bytes, the most read here")
     return data
+
+
+def _check_tls(ca_path: str | None, ca: bytes | None, cert: str | None, key: str | None) -> None:
+    """ValueError naming the file when the CA bundle holds no certificate or the
+    certificate and key do not load, as OpenSSL will read them: at construction, not at
+    the first connection (gRPC would only log it, and the sender would fail)."""
+    if ca is not None:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
+        except (ssl.SSLError, ValueError):
+            raise ValueError(f"{ca_path}: holds no PEM certificate") from None
+    if cert and key:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"TLS certificate {cert} with key {key}: {e}") from None
 
 
 class Reporter:
@@ -158,8 +176,9 @@ class Reporter:
         opts = [("grpc.max_reconnect_backoff_ms", int(MAX_BACKOFF_S * 1000)),
                 ("grpc.initial_reconnect_backoff_ms", 100)]
         if tls_ca or tls_cert:
-            creds = grpc.ssl_channel_credentials(root_certificates=_read(tls_ca), private_key=_read(tls_key),
-                                                 certificate_chain=_read(tls_cert))
+            ca, key, cert = _read(tls_ca), _read(tls_key), _read(tls_cert)
+            _check_tls(tls_ca, ca, tls_cert, tls_key)
+            creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
             self._channel = grpc.secure_channel(target, creds, options=opts)
         else:
             self._channel = grpc.insecure_channel(target, options=opts)
