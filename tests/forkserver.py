@@ -1,10 +1,17 @@
-"""A fork server for tests that run the Python commands many times
-(tests/test_hostile_inputs.py): it imports the commands once, then runs each case it
-reads on standard input — a JSON line {"entry", "argv", "stderr", "timeout"} — in a
-child forked for it, as the console script would run (stdin and stdout /dev/null, stderr
-into the file named), and answers a JSON line {"code", "maxrss_kib", "killed"}: the exit
-status, the child's peak resident memory (the imports it shares included), and whether
-it was killed for running past its timeout. Forking saves the imports' seconds a case."""
+"""A fork server for tests that run commands many times and measure each
+(tests/test_hostile_inputs.py). It runs each case it reads on standard input — a JSON
+line {"entry", "argv", "stderr", "timeout"} — in a child forked for it (stdin and stdout
+/dev/null, stderr into the file named), and answers a JSON line {"code", "maxrss_kib",
+"killed"}: the exit status, the child's peak resident memory, and whether it was killed
+for running past its timeout.
+
+An "entry" is a Python console script's, run in the child as the script would run it:
+the commands are imported once, which saves their seconds of imports a case (the peak
+counts the imports the child shares). With --exec the server imports nothing and
+"entry" is "exec": the child executes argv. Linux counts a process's memory before it
+executes another program in the new program's peak, so a test's own process, grown
+large by the tests before it, would inflate every measurement of a command it started;
+this small process starts them instead."""
 from __future__ import annotations
 
 import json
@@ -14,10 +21,9 @@ import sys
 import time
 import traceback
 
-from robinhood_controller.cli import main as controller_main
-from robinhood_report.cli import main as report_main
+from typing import Any, Callable
 
-ENTRIES = {"robinhood-controller": controller_main, "robinhood-report": report_main}
+ENTRIES: dict[str, Callable[[Any], Any]] = {}
 
 
 def child(case: dict) -> None:
@@ -30,6 +36,10 @@ def child(case: dict) -> None:
         os.dup2(null, 1)
         os.dup2(err, 2)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if case["entry"] == "exec":
+            os.setsid()
+            os.execvpe(case["argv"][0], case["argv"], {**os.environ, **(case.get("env") or {})})
+        os.environ.update(case.get("env") or {})
         code = ENTRIES[case["entry"]](case["argv"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
@@ -42,6 +52,10 @@ def child(case: dict) -> None:
 
 
 def main() -> None:
+    if "--exec" not in sys.argv[1:]:
+        from robinhood_controller.cli import main as controller_main
+        from robinhood_report.cli import main as report_main
+        ENTRIES.update({"robinhood-controller": controller_main, "robinhood-report": report_main})
     for line in sys.stdin:
         case = json.loads(line)
         pid = os.fork()
@@ -53,7 +67,7 @@ def main() -> None:
             if wpid:
                 break
             if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL) if case["entry"] == "exec" else os.kill(pid, signal.SIGKILL)
                 killed = True
                 _, status, ru = os.wait4(pid, 0)
                 break

@@ -12,14 +12,14 @@ operator would run it, and
   non-zero with one line naming it; a "strict" reader, for which no probe is valid
   input, does so for every probe.
 
-The Go commands run as processes; the Python ones run in children forked from one
-process that imported them once (tests/forkserver.py), the same entry points the
-console scripts call."""
+The commands run from tests/forkserver.py: the Python ones in children forked from a
+process that imported them once (the entry points the console scripts call), the Go
+binaries started by a small one of their own, so that their peak memory is theirs (Linux
+counts a process's memory before it executes a program in the program's peak)."""
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -70,7 +70,7 @@ _secrets: list[Path] = []
 
 
 def secrets() -> Path:
-    """The folder of devcerts' files (made by the forkserver fixture)."""
+    """The folder of devcerts' files (made by the servers fixture)."""
     return _secrets[0]
 
 
@@ -139,51 +139,47 @@ class Outcome:
     killed: bool
 
 
-def run_go(argv: list[str], env: dict[str, str] | None, err_path: Path) -> Outcome:
-    with open(err_path, "wb") as err:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                             env={**os.environ, **(env or {})}, start_new_session=True)
-    deadline, killed = time.monotonic() + DEADLINE_S, False
-    while True:
-        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            os.killpg(p.pid, signal.SIGKILL)
-            killed = True
-            _, status, ru = os.wait4(p.pid, 0)
-            break
-        time.sleep(0.005)
-    p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
-    return Outcome(p.returncode, err_path.read_text(errors="replace"), ru.ru_maxrss, killed)
+Runner = Callable[[str, list[str], "dict[str, str] | None", Path], Outcome]
+
+
+class Server:
+    """A tests/forkserver.py process: run(entry, argv, env, stderr path) -> Outcome."""
+
+    def __init__(self, *args: str) -> None:
+        self.p = subprocess.Popen([sys.executable, str(REPO / "tests" / "forkserver.py"), *args],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def run(self, entry: str, argv: list[str], env: dict[str, str] | None, err_path: Path) -> Outcome:
+        assert self.p.stdin is not None and self.p.stdout is not None
+        self.p.stdin.write(json.dumps({"entry": entry, "argv": argv, "env": env, "stderr": str(err_path),
+                                       "timeout": DEADLINE_S}) + "\n")
+        self.p.stdin.flush()
+        res = json.loads(self.p.stdout.readline())
+        return Outcome(res["code"], err_path.read_text(errors="replace"), res["maxrss_kib"], res["killed"])
+
+    def close(self) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.close()
+        self.p.wait(60)
 
 
 @pytest.fixture(scope="module")
-def forkserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str, list[str], dict | None, Path],
-                                                                              Outcome]]:
-    """A tests/forkserver.py process, the environment of every Python case set in it."""
-    base = tmp_path_factory.mktemp("base")
-    sec = base / "secrets"
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
+    """The fork server of the Python commands and the small one that starts the Go
+    binaries; devcerts' files for the cases that need good ones."""
+    sec = tmp_path_factory.mktemp("base") / "secrets"
     subprocess.run([go("devcerts"), "--out", str(sec), "--callers", "app0,operator"], check=True, capture_output=True)
     _secrets[:] = [sec]
-    env = {**os.environ, **SHARED, "PYTHONUNBUFFERED": "1"}
-    p = subprocess.Popen([sys.executable, str(REPO / "tests" / "forkserver.py")], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True, env=env)
-    assert p.stdin is not None and p.stdout is not None
-
-    def run(entry: str, argv: list[str], _env: dict | None, err_path: Path) -> Outcome:
-        p.stdin.write(json.dumps({"entry": entry, "argv": argv, "stderr": str(err_path), "timeout": DEADLINE_S}) + "\n")
-        p.stdin.flush()
-        res = json.loads(p.stdout.readline())
-        return Outcome(res["code"], err_path.read_text(errors="replace"), res["maxrss_kib"], res["killed"])
-
-    yield run
-    p.stdin.close()
-    p.wait(60)
+    py, ex = Server(), Server("--exec")
+    yield py, ex
+    py.close()
+    ex.close()
 
 
-def test_every_reader_survives_every_probe(tmp_path: Path, forkserver, probes: list[Probe],
+def test_every_reader_survives_every_probe(tmp_path: Path, servers: tuple[Server, Server], probes: list[Probe],
                                           capsys: pytest.CaptureFixture[str]) -> None:
+    py_server, exec_server = servers
     cases = [(r, pr) for r in READERS for pr in probes]
 
     def one(i: int, reader: Reader, probe: Probe) -> tuple[Reader, Probe, Outcome, float]:
@@ -192,16 +188,16 @@ def test_every_reader_survives_every_probe(tmp_path: Path, forkserver, probes: l
         argv = reader.argv(probe.path, folder)
         t0 = time.monotonic()
         if reader.python:
-            out = forkserver(reader.python, argv, reader.env, folder / "stderr")
+            out = py_server.run(reader.python, argv, reader.env, folder / "stderr")
         else:
-            out = run_go(argv, reader.env, folder / "stderr")
+            out = exec_server.run("exec", argv, reader.env, folder / "stderr")
         return reader, probe, out, time.monotonic() - t0
 
     py = [(i, r, pr) for i, (r, pr) in enumerate(cases) if r.python]
     gocases = [(i, r, pr) for i, (r, pr) in enumerate(cases) if not r.python]
-    with ThreadPoolExecutor(2) as pool:  # the Go processes two at a time, the fork server's cases in turn
-        futures = [pool.submit(one, *c) for c in gocases]
-        results = [one(*c) for c in py] + [f.result() for f in futures]
+    with ThreadPoolExecutor(1) as pool:  # the Go commands' cases beside the Python ones'
+        go_results = pool.submit(lambda: [one(*c) for c in gocases])
+        results = [one(*c) for c in py] + go_results.result()
 
     faults, table = [], []
     for reader, probe, out, seconds in results:
