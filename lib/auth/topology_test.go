@@ -54,3 +54,23 @@ func TestCheckTopologyFiles(t *testing.T) {
 		t.Fatalf("absent token files: %v, absent %v", problems, absent)
 	}
 }
+
+// The mode check is for secret files: a named pipe or a device (/dev/zero
+// is 0666) is left to the reader, which refuses it for what it is, without
+// blocking and without a warning about its mode.
+func TestAFIFOIsRefusedForWhatItIs(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "tokens")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fifo, 0o644); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	if err := CheckSecretFile(fifo); err != nil {
+		t.Fatalf("CheckSecretFile: %v", err)
+	}
+	_, err := LoadTokens(fifo)
+	if err == nil || err.Error() != "token file: open "+fifo+": a named pipe (FIFO), not a regular file" {
+		t.Fatalf("LoadTokens: %v", err)
+	}
+}
