@@ -6,6 +6,7 @@ Every process is stopped when its test ends.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -217,3 +219,52 @@ def gobin() -> Callable[[str], Path]:
 def free_address() -> Callable[[], str]:
     """free_address() -> "127.0.0.1:<free port>"."""
     return free_addr
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One hostile input of tests/vectors/probes.json, made at ``path``."""
+
+    name: str
+    kind: str  # "file": the wrong kind of file, every reader refuses it; "content": hostile text
+    refused: str  # for a "file" probe: not_regular, too_large or missing
+    path: Path
+    size: int  # bytes of a "content" probe
+
+
+def make_probes(folder: Path) -> list[Probe]:
+    """The shared hostile-input probes (a FIFO, /dev/zero, a sparse 2 GB file, bombs),
+    each made in ``folder`` (nothing large is written: the sparse file is truncated)."""
+    doc = json.loads((REPO / "tests" / "vectors" / "probes.json").read_text())
+    assert doc["schema"] == "robinhood-probes/v1" and len(doc["probes"]) >= 8
+    out = []
+    for p in doc["probes"]:
+        path, size = folder / p["name"], 0
+        make = p["make"]
+        if make == "fifo":
+            os.mkfifo(path, 0o600)
+        elif make == "path":
+            path = Path(p["path"])
+        elif make == "folder":
+            path.mkdir()
+        elif make == "sparse":
+            with open(path, "wb") as f:
+                f.truncate(p["bytes"])
+            path.chmod(0o600)
+        elif make in ("text", "repeat"):
+            data = p["text"].encode() * (p["count"] if make == "repeat" else 1)
+            path.write_bytes(data)
+            path.chmod(0o600)
+            size = len(data)
+        else:
+            assert make == "missing", f"probe {p['name']}: unknown make {make!r}"
+        out.append(Probe(p["name"], p["kind"], p.get("refused", ""), path, size))
+    return out
+
+
+@pytest.fixture
+def probes(tmp_path: Path) -> list[Probe]:
+    """make_probes in a folder of the test's."""
+    folder = tmp_path / "probes"
+    folder.mkdir()
+    return make_probes(folder)

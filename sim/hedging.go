@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/dispatch"
 	"github.com/robinhoodcache/robinhood/lib/percentile"
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/schema"
 )
 
@@ -194,7 +194,7 @@ func (c *HedgingConfig) applyMeasured(path string) error {
 	if c.HiccupProb != 0 || c.HiccupMs != 0 {
 		return errors.New("give hiccup_prob and hiccup_ms, or a measurement, not both")
 	}
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, 1<<20)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/lib/hashing"
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
@@ -41,7 +42,7 @@ type source interface {
 }
 
 func openTrace(path string, sample float64) (*traceSource, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}

@@ -5,6 +5,7 @@ them, and a non-loopback /metrics address without auth is refused (exit 2)."""
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import subprocess
 import sys
@@ -69,6 +70,18 @@ def test_controller_with_tokens_and_mtls(procs, gobin, free_address, tmp_path: P
     assert b"controller_ticks_total" in urllib.request.urlopen(req, context=ctx, timeout=5).read()
     with urllib.request.urlopen(f"https://{metrics_addr}/healthz", context=ctx, timeout=5) as r:
         assert r.status == 200  # probes need no token
+    # Clients that connect and send nothing (not even a TLS hello) hold up no one else:
+    # the handshake runs on the connection's own thread, not in the accept loop. (The
+    # generous timeout fails only on a hang: before, /healthz waited for them to leave.)
+    host, port = metrics_addr.rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(3)]
+    try:
+        with urllib.request.urlopen(f"https://{metrics_addr}/healthz", context=ctx, timeout=30) as r:
+            assert r.status == 200
+        assert b"controller_ticks_total" in urllib.request.urlopen(req, context=ctx, timeout=30).read()
+    finally:
+        for s in idle:
+            s.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and len(_ticks(timeline) if timeline.exists() else []) < 2:
         time.sleep(0.2)

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from robinhood_common import topology as topo
 from robinhood_common.contract import ConfigError as ContractError
-from robinhood_common.contract import read_config_file, read_yaml
+from robinhood_common.contract import load_yaml, read_config_file, read_yaml
 
 from . import policies
 from .plan import MIB
@@ -156,7 +156,7 @@ def parse_param(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"--policy-param: {text!r} is not KEY=VALUE")
     try:
-        return key, yaml.safe_load(value)
+        return key, load_yaml(value)
     except yaml.YAMLError:
         return key, value
 
@@ -258,6 +258,11 @@ def resolve_document(doc: Any, app_id: str, ov: Overrides | None = None,
                                          store=p.store, user=p.user, password=password))
         if cls.needs_rbc and not t.rbc_server.grpc:
             raise ConfigError(f"rbc_server.grpc: an address is required by the {pol.name} policy (it has none)")
+    if app.controller.run is not None:
+        try:  # a start file the testbed has not written yet is fine; one that is no such file is not
+            app.controller.run.start_time()
+        except ContractError as e:
+            raise ConfigError(f"{where}.controller.run.{e.path}: {e.message}") from None
     return ControllerConfig(
         app_server=app.id, where=where, cache_mode=app.cache_mode, budget_mb=app.cache_budget_mb,
         partitions=tuple(parts), shared_cache=app.shared_cache or "", rbc_addr=t.rbc_server.grpc or "",

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import ssl
+import sys
 import threading
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
-from robinhood_common.auth import AuthError, TokensFile, is_loopback, server_ssl_context
+from robinhood_common.auth import AuthError, TokensFile, is_loopback, load_server_files, server_ssl_context
 from robinhood_common.topology import TLS
 
 log = logging.getLogger(__name__)
@@ -31,9 +32,17 @@ ERROR_KINDS = (
 """Every value of the `kind` label of controller_errors_total."""
 
 
+#: How long a client may take over its TLS handshake, and then be silent while a request
+#: is read or an answer written, before its connection is closed.
+CLIENT_TIMEOUT_S = 10.0
+
+
 class _QuietHandler(WSGIRequestHandler):
     """No access log line per scrape; the environ says whether the client presented a
-    verified certificate (mutual TLS)."""
+    verified certificate (mutual TLS). A client silent for CLIENT_TIMEOUT_S loses its
+    connection (its thread is freed)."""
+
+    timeout = CLIENT_TIMEOUT_S
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
@@ -43,6 +52,33 @@ class _QuietHandler(WSGIRequestHandler):
         getpeercert = getattr(self.connection, "getpeercert", None)
         env["robinhood.client_cert"] = bool(getpeercert()) if getpeercert is not None else False
         return env
+
+
+class _Server(ThreadingWSGIServer):
+    """A thread per connection; with TLS, the handshake runs on that thread, bounded by
+    CLIENT_TIMEOUT_S, never on the accepting one: a client that connects and sends
+    nothing holds up no one else's /metrics or /healthz (a listening socket wrapped
+    whole would shake hands inside accept)."""
+
+    tls: ssl.SSLContext | None = None
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        if self.tls is not None:
+            try:
+                request.settimeout(CLIENT_TIMEOUT_S)
+                request = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+                request.do_handshake()
+            except (OSError, ValueError):  # ssl.SSLError and a timeout are OSErrors
+                self.shutdown_request(request)
+                return
+        super().process_request_thread(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went silent (CLIENT_TIMEOUT_S) or away is no error of ours: no
+        traceback for it."""
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
 
 
 class Metrics:
@@ -133,10 +169,12 @@ class Metrics:
                 return [b"missing or invalid 'Authorization: Bearer TOKEN'\n"]
             return metrics_app(environ, start_response)
 
-        server = make_server(h or "0.0.0.0", int(port), app, ThreadingWSGIServer, handler_class=_QuietHandler)
-        if tls is not None:
+        ctx = None
+        if tls is not None:  # read before anything listens
             ctx = server_ssl_context(tls.cert, tls.key, tls.ca if tls.client_auth else None, required=False)
-            server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        server = make_server(h or "0.0.0.0", int(port), app, _Server, handler_class=_QuietHandler)
+        if ctx is not None:
+            server.tls = ctx
             self._tls, self._ctx = tls, ctx
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
@@ -152,11 +190,10 @@ class Metrics:
             done.append("tokens")
         if self._ctx is not None and self._tls is not None:
             try:
-                self._ctx.load_cert_chain(self._tls.cert, self._tls.key)
-                if self._tls.client_auth:
-                    self._ctx.load_verify_locations(self._tls.ca)
+                load_server_files(self._ctx, self._tls.cert, self._tls.key,
+                                  self._tls.ca if self._tls.client_auth else None)
                 done.append("tls")
-            except (OSError, ssl.SSLError) as e:
+            except AuthError as e:
                 log.warning("event=error kind=tls_files msg=%r (the previous certificate stays)", str(e))
         return done
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 from robinhood.v1 import rbc_pb2, rbc_pb2_grpc
-from robinhood_common.auth import AuthError, Credential, read_pem
+from robinhood_common.auth import AuthError, Credential, client_tls_files
 from robinhood_common.contract import Contract
 from robinhood_common.topology import TLS
 
@@ -158,10 +158,9 @@ class RBCClient:
         """A channel to the server with the TLS files as they are now."""
         tls = self._tls
         if tls is not None:
-            creds = grpc.ssl_channel_credentials(
-                root_certificates=read_pem(tls.ca, "tls.ca"),
-                private_key=read_pem(tls.key, "tls.key") if tls.client_auth else None,
-                certificate_chain=read_pem(tls.cert, "tls.cert") if tls.client_auth else None)
+            ca, cert, key = client_tls_files(tls.ca, tls.cert if tls.client_auth else None,
+                                             tls.key if tls.client_auth else None)
+            creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
             channel = grpc.secure_channel(self.addr, creds, options=_CHANNEL_OPTIONS)
         else:
             channel = grpc.insecure_channel(self.addr, options=_CHANNEL_OPTIONS)

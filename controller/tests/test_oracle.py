@@ -4,6 +4,8 @@ it says of a file it cannot use."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -75,7 +77,41 @@ def test_a_schedule_it_cannot_use_is_refused_at_start(tmp_path: Path) -> None:
         build("oracle", schedule_file(tmp_path), lookahead="sometimes")
 
 
-def test_a_step_that_does_not_fit_the_budget_keeps_the_targets(tmp_path: Path) -> None:
-    doc = {"app_server_schedules": {"app0": {"foresight": {"steps": [{"at_s": 0, "mb": {"a": 100, "b": 100}}]}}}}
-    pol = build("oracle", schedule_file(tmp_path, doc))
-    assert targets_at(pol, 1000.0) == [{"a": 64, "b": 64}]
+def one_step(mb: object, at: object = 0) -> str:
+    return '{"app_server_schedules": {"app0": {"foresight": {"steps": [{"at_s": %s, "mb": %s}]}}}}' % (at, mb)
+
+
+@pytest.mark.parametrize("text, fault", [
+    (one_step('{"a": 100, "b": 100}'), "steps[0].mb: the sizes sum to 200 MB, not the cache budget (128 MB)"),
+    (one_step('{"a": 60, "b": 60}'), "the sizes sum to 120 MB, not the cache budget (128 MB)"),
+    (one_step('{"a": 136, "b": -8}'), "steps[0].mb.b: -8 MB is below controller.min_partition_mb (8 MB)"),
+    (one_step('{"a": 124, "b": 4}'), "steps[0].mb.b: 4 MB is below controller.min_partition_mb (8 MB)"),
+    (one_step('{"a": 64, "b": 32, "zz": 32}'), "steps[0].mb: 'zz' is not a partition of app server app0 (it has a, b)"),
+    (one_step('{"a": 128}'), "steps[0].mb: no size for partition 'b'"),
+    (one_step('{"a": 127, "b": true}'), "True is not a whole number of MB"),
+    (one_step('{"a": 64.5, "b": 63.5}'), "64.5 is not a whole number of MB"),
+    (one_step('{"a": [64], "b": 64}'), "[64] is not a whole number of MB"),
+    (one_step('[64, 64]'), "has no foresight schedule for app server app0"),
+    (one_step('{"a": 64, "b": 64}', at="Infinity"), "not JSON: Infinity is not a JSON number"),
+    (one_step('{"a": 64, "b": 64}', at="NaN"), "not JSON: NaN is not a JSON number"),
+    (one_step('{"a": 64, "b": 64}', at="1e999"), "at_s inf is not a number of seconds"),
+    (one_step('{"a": 64, "b": 64}', at="-1"), "at_s -1 is not a number of seconds"),
+    ("[" * 1_000_000, "not JSON: nested too deep"),
+])
+def test_a_schedule_the_policy_cannot_apply_is_refused_at_start(tmp_path: Path, text: str, fault: str) -> None:
+    """Each of these was accepted at start and then never applied (or ended in a traceback)."""
+    with pytest.raises(PolicyError) as e:
+        build("oracle", schedule_file(tmp_path, text))
+    assert fault in str(e.value) and str(tmp_path) in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_schedule_that_is_no_regular_file_is_refused_without_reading_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    big = tmp_path / "sparse.json"
+    with open(big, "wb") as f:
+        f.truncate(2 << 30)
+    for path, fault in ((fifo, "a named pipe (FIFO), not a regular file"), (Path("/dev/zero"), "a character device"),
+                        (big, "2147483648 bytes, more than the 4194304 read here")):
+        with pytest.raises(PolicyError, match=re.escape(f"cannot read the schedule {path}: {fault}")):
+            build("oracle", path)

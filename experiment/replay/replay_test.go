@@ -341,7 +341,7 @@ func TestStartErrors(t *testing.T) {
 		{func(c *Config) { c.Loop = true }, "loop: needs --duration"},
 		{func(c *Config) { c.SLO.Window = 300 * time.Millisecond }, "slo-window 300ms must be a multiple of slo-step 200ms"},
 		{func(c *Config) { c.TracePath = filepath.Join(dir, "none") }, "no such file"},
-		{func(c *Config) { c.TracePath = dir }, "is not a regular file"},
+		{func(c *Config) { c.TracePath = dir }, "a folder, not a regular file (replay reads it more than once"},
 	}
 	for _, c := range cases {
 		cfg := baseConfig(t, tp, writeTrace(t, 3, time.Millisecond))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
@@ -28,13 +29,12 @@ type lineReader struct {
 }
 
 func openLines(path string) (*lineReader, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
+	if errors.Is(err, safefile.ErrNotRegular) {
+		return nil, fmt.Errorf("trace: %w (replay reads it more than once: a pre-flight check, then the run, and again with --loop)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
-	}
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("trace: %s is not a regular file (replay reads it more than once: a pre-flight check, then the run, and again with --loop)", path)
 	}
 	return &lineReader{path: path, f: f, lr: trace.NewLineReader(f)}, nil
 }

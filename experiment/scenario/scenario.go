@@ -45,7 +45,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -143,9 +142,13 @@ func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line,
 // topology knows; duration is the run's length (0 when unknown) and only
 // produces warnings for events beyond it.
 func Load(path string, backends []string, duration time.Duration) (*Scenario, []string, error) {
-	b, err := os.ReadFile(path)
+	b, err := config.ReadConfigFile(path)
+	var cerr *config.Error
+	if errors.As(err, &cerr) {
+		return nil, nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("scenario: %w", err)
+		return nil, nil, fmt.Errorf("scenario: %w", err) // it names the file
 	}
 	return Parse(path, b, backends, duration)
 }
@@ -173,9 +176,15 @@ func Parse(file string, data []byte, backends []string, duration time.Duration) 
 	for _, b := range backends {
 		p.backends[b] = true
 	}
+	if err := config.CheckSize(data); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", file, err)
+	}
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
 		return nil, nil, fmt.Errorf("%s: %v", file, err)
+	}
+	if err := config.CheckBounds(&doc); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", file, err)
 	}
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, nil, &Error{File: file, Line: max(doc.Line, 1), Reason: "a scenario is a mapping with an events list"}

@@ -18,11 +18,12 @@ const AllowSharedEnv = "ROBINHOOD_ALLOW_SHARED_SECRETS"
 var warned sync.Map // path -> true: one warning per file
 
 // CheckSecretFile refuses a secret file that its group or others may read,
-// unless AllowSharedEnv is "1" (then it is logged once). A file that cannot
-// be stat'ed is left to the reader, which names the problem.
+// unless AllowSharedEnv is "1" (then it is logged once). A path that cannot
+// be stat'ed or is not a regular file (a device, a named pipe) is left to
+// the reader, which names the problem.
 func CheckSecretFile(path string) error {
 	st, err := os.Stat(path)
-	if err != nil {
+	if err != nil || !st.Mode().IsRegular() {
 		return nil
 	}
 	mode := st.Mode().Perm()

@@ -4,14 +4,19 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"os"
 	"sync/atomic"
+
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 )
+
+// MaxPEMBytes bounds a certificate, key or CA bundle file (a system's whole
+// CA bundle is about 200 KB): a larger one is refused by its size, unread.
+const MaxPEMBytes = 1 << 20
 
 // certPool reads a PEM bundle of CA certificates; what names the setting
 // for the error.
 func certPool(what, path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxPEMBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", what, err)
 	}
@@ -28,7 +33,15 @@ func loadKeyPair(certFile, keyFile string) (*tls.Certificate, error) {
 	if err := CheckSecretFile(keyFile); err != nil {
 		return nil, fmt.Errorf("TLS key: %w", err)
 	}
-	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+	certPEM, err := safefile.ReadFile(certFile, MaxPEMBytes)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate: %v", err)
+	}
+	keyPEM, err := safefile.ReadFile(keyFile, MaxPEMBytes)
+	if err != nil {
+		return nil, fmt.Errorf("TLS key: %v", err)
+	}
+	c, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("TLS certificate %s with key %s: %v", certFile, keyFile, err)
 	}

@@ -15,10 +15,15 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
+
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 )
+
+// MaxTokenFileBytes bounds a token file (a line a caller, so thousands of
+// callers): a larger one is refused by its size, unread.
+const MaxTokenFileBytes = 1 << 20
 
 // MinTokenLen is the shortest token accepted: 16 characters of the bearer
 // token alphabet (about 96 bits when random).
@@ -94,7 +99,7 @@ func LoadTokens(path string) (*Tokens, error) {
 	if err := CheckSecretFile(path); err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxTokenFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %v", err)
 	}
@@ -130,7 +135,7 @@ func LoadCredential(path string) (Entry, error) {
 	if err := CheckSecretFile(path); err != nil {
 		return Entry{}, fmt.Errorf("token file: %w", err)
 	}
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxTokenFileBytes)
 	if err != nil {
 		return Entry{}, fmt.Errorf("token file: %v", err)
 	}

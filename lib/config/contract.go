@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"gopkg.in/yaml.v3"
 
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/schema"
 )
 
@@ -1083,29 +1082,45 @@ func countNodes(n *yaml.Node, memo map[*yaml.Node]int) int {
 }
 
 // ReadConfigFile reads a configuration file of at most MaxConfigBytes,
-// without reading more of a larger one.
+// without reading more of a larger one; a path that is not a regular file
+// (a named pipe, a device) is refused without blocking (lib/safefile).
 func ReadConfigFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxConfigBytes {
+	b, err := safefile.ReadFile(path, MaxConfigBytes)
+	if errors.Is(err, safefile.ErrTooLarge) {
 		return nil, &Error{Message: tooLarge}
 	}
-	return b, nil
+	return b, err
+}
+
+// CheckSize refuses a document of more than MaxConfigBytes: an *Error at
+// the document.
+func CheckSize(b []byte) error {
+	if len(b) > MaxConfigBytes {
+		return &Error{Message: tooLarge}
+	}
+	return nil
+}
+
+// CheckBounds applies the bounds of a configuration file to a document
+// another reader parsed (a scenario): at most MaxConfigDepth levels of
+// nesting and MaxConfigNodes nodes, counting what aliases repeat; an *Error
+// at the document otherwise.
+func CheckBounds(root *yaml.Node) error {
+	if nestingDepth(root) > MaxConfigDepth {
+		return &Error{Message: tooDeep}
+	}
+	if n := countNodes(root, map[*yaml.Node]int{}); n > MaxConfigNodes {
+		return &Error{Message: tooManyNodes}
+	}
+	return nil
 }
 
 // ParseYAML decodes a YAML document into the reader's representation; an
 // empty document, bad YAML or a document beyond the bounds is an *Error at
 // the document.
 func ParseYAML(b []byte, what string) (any, error) {
-	if len(b) > MaxConfigBytes {
-		return nil, &Error{Message: tooLarge}
+	if err := CheckSize(b); err != nil {
+		return nil, err
 	}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(b))
@@ -1118,11 +1133,8 @@ func ParseYAML(b []byte, what string) (any, error) {
 		}
 		return nil, &Error{Message: "not valid YAML: " + err.Error()}
 	}
-	if nestingDepth(&root) > MaxConfigDepth {
-		return nil, &Error{Message: tooDeep}
-	}
-	if n := countNodes(&root, map[*yaml.Node]int{}); n > MaxConfigNodes {
-		return nil, &Error{Message: tooManyNodes}
+	if err := CheckBounds(&root); err != nil {
+		return nil, err
 	}
 	var v any
 	if err := root.Decode(&v); err != nil {

@@ -12,12 +12,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/schema"
 )
 
@@ -126,6 +126,9 @@ type Partition struct {
 	InitialMB int `json:"initial_mb"`
 }
 
+// MaxPasswordFileBytes bounds a partition's password_file.
+const MaxPasswordFileBytes = 64 << 10
+
 // Password reads the partition's password: the first line of PasswordFile
 // without its line break; "" when the partition has none. An unreadable or
 // empty file is an error naming it (never the password).
@@ -133,7 +136,7 @@ func (p Partition) Password() (string, error) {
 	if p.PasswordFile == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(p.PasswordFile)
+	b, err := safefile.ReadFile(p.PasswordFile, MaxPasswordFileBytes)
 	if err != nil {
 		return "", fmt.Errorf("password_file: %w", err)
 	}

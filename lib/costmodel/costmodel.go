@@ -9,8 +9,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 )
 
 // Cost is a time that grows with the bytes involved: BaseUs + PerKBUs per
@@ -71,7 +72,7 @@ func DefaultCalibration() Calibration {
 // defaults, and an unknown field is an error naming it.
 func LoadCalibration(path string) (Calibration, error) {
 	c := DefaultCalibration()
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, 1<<20)
 	if err != nil {
 		return c, fmt.Errorf("calibration: %w", err)
 	}

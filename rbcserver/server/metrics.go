@@ -23,8 +23,10 @@ type metrics struct {
 	batchesRejected *prometheus.CounterVec
 	lateBatches     prometheus.Counter
 	appRefused      *prometheus.CounterVec
+	appThinned      *prometheus.CounterVec
 	appsMu          sync.Mutex
 	appsSeen        map[string]bool
+	appsThinned     map[string]bool // app servers whose thinning was logged
 	streams         prometheus.Gauge
 	compute         prometheus.Histogram
 	blocking        *prometheus.GaugeVec
@@ -59,9 +61,14 @@ func newMetrics(r *ring.Ring) *metrics {
 		}, []string{"reason"}),
 		appRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rbcserver_app_records_refused_total",
-			Help: "Records refused because their app server would exceed its share of the window or the ring, by app server (the first 256 ids; the rest as \"other\").",
+			Help: "Records refused because a batch of their app server's was over its fraction of the ring (--max-batch-fraction), by app server (the first 256 ids; the rest as \"other\").",
 		}, []string{"app_server"}),
-		appsSeen: map[string]bool{},
+		appThinned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rbcserver_app_records_thinned_total",
+			Help: "Records accepted but not stored because their app server held its share of the window (--max-app-share): its stored records stand for them, by app server (the first 256 ids; the rest as \"other\").",
+		}, []string{"app_server"}),
+		appsSeen:    map[string]bool{},
+		appsThinned: map[string]bool{},
 		lateBatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rbcserver_late_batches_total",
 			Help: "Batches that arrived a second or more after their client cut them (sent_unix_nano); their records are filed at the time they were cut.",
@@ -126,7 +133,7 @@ func newMetrics(r *ring.Ring) *metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ingested, m.recordsRejected, m.batches, m.batchesRejected, m.lateBatches, m.appRefused, m.streams,
+		m.ingested, m.recordsRejected, m.batches, m.batchesRejected, m.lateBatches, m.appRefused, m.appThinned, m.streams,
 		m.compute, m.blocking, m.share, m.windowRequests, ringRecords, ringCapacity,
 		m.cacheHits, m.cacheMisses, m.shadowHits, m.queryP50, m.queryP99,
 	)
@@ -195,16 +202,35 @@ func (m *metrics) publishStats(total []stats.Summary) {
 // maxAppLabels bounds the app_server label's values: ids come from clients.
 const maxAppLabels = 256
 
-// appRejected counts n records of app refused for its share.
-func (m *metrics) appRejected(app string, n int) {
+// appLabel is app's label value: app itself among the first maxAppLabels
+// ids, "other" after them.
+func (m *metrics) appLabel(app string) string {
 	m.appsMu.Lock()
+	defer m.appsMu.Unlock()
 	if !m.appsSeen[app] {
 		if len(m.appsSeen) >= maxAppLabels {
-			app = "other"
-		} else {
-			m.appsSeen[app] = true
+			return "other"
 		}
+		m.appsSeen[app] = true
 	}
-	m.appsMu.Unlock()
-	m.appRefused.WithLabelValues(app).Add(float64(n))
+	return app
+}
+
+// appRejected counts n records of app refused for the ring's share.
+func (m *metrics) appRejected(app string, n int) {
+	m.appRefused.WithLabelValues(m.appLabel(app)).Add(float64(n))
+}
+
+// appThinnedAdd counts n records of app thinned to its share of the window;
+// true the first time for app (among the labelled ones), to log it once.
+func (m *metrics) appThinnedAdd(app string, n int) bool {
+	label := m.appLabel(app)
+	m.appThinned.WithLabelValues(label).Add(float64(n))
+	m.appsMu.Lock()
+	defer m.appsMu.Unlock()
+	if label == "other" || m.appsThinned[label] {
+		return false
+	}
+	m.appsThinned[label] = true
+	return true
 }

@@ -169,15 +169,13 @@ func (t *traceService) Export(ctx context.Context, req *collectortrace.ExportTra
 	if lim := int(t.s.cfg.MaxBatchFraction * float64(t.s.cfg.RingSize)); len(recs) > lim {
 		return nil, t.s.refuse(app, len(recs), ReasonShare, fmt.Errorf("an export of %d requests is more than %g of the ring (%d records; --max-batch-fraction)", len(recs), t.s.cfg.MaxBatchFraction, lim))
 	}
-	if err := t.s.shares.admit(app, len(recs), at, t.s.cfg.MaxAppShare, t.s.shareFloor()); err != nil {
-		return nil, t.s.refuse(app, len(recs), ReasonShare, err)
-	}
 	lat := make([]uint32, len(recs))
 	be := make([]uint32, len(recs))
 	for i, r := range recs {
 		lat[i], be[i] = r.LatencyUs, r.Backend
 	}
+	lat, be = t.s.admit(app, lat, be, at)
 	t.s.ring.Append(at, lat, be)
-	t.s.m.addIngested(len(recs))
+	t.s.m.addIngested(len(lat))
 	return &collectortrace.ExportTraceServiceResponse{}, nil
 }

@@ -24,7 +24,7 @@ const (
 	ReasonBackendRange   = "backend_out_of_range" // a blocking_backend ≥ --max-backends
 	ReasonTooLarge       = "too_large"            // message over MaxMessageBytes (batches only)
 	ReasonBadStats       = "bad_stats"            // a backend_stats entry is invalid
-	ReasonShare          = "share"                // one reporter's records beyond its share of the window or the ring
+	ReasonShare          = "share"                // one batch beyond its fraction of the ring (--max-batch-fraction)
 	ReasonCaller         = "caller_mismatch"      // app_server_id is not the authenticated caller's name
 	ReasonReporter       = "unknown_reporter"     // app_server_id is no app server of the topology (or OTLP's caller not allowed)
 )
@@ -217,9 +217,7 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 				return s.refuse(r.req.GetAppServerId(), n, ReasonShare, fmt.Errorf("a batch of %d records is more than %g of the ring (%d records; --max-batch-fraction)",
 					n, s.cfg.MaxBatchFraction, lim))
 			}
-			if err := s.shares.admit(r.req.GetAppServerId(), n, at, s.cfg.MaxAppShare, s.shareFloor()); err != nil {
-				return s.refuse(r.req.GetAppServerId(), n, ReasonShare, err)
-			}
+			lat, be = s.admit(r.req.GetAppServerId(), lat, be, at)
 		}
 		if late := s.lateness(now, r.req.GetSentUnixNano()); late > 0 {
 			at -= int64(late)
@@ -227,10 +225,11 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 				s.m.lateBatches.Inc()
 			}
 		}
+		offered := len(r.req.GetLatencyUs()) - bad // thinned records count as accepted: the kept ones stand for them
 		s.ring.Append(at, lat, be)
 		s.stats.Add(now, r.req.GetAppServerId(), reports)
 		s.m.addStats(reports)
-		records += uint64(len(lat))
+		records += uint64(offered)
 		batches++
 		s.m.addIngested(len(lat))
 	}
@@ -240,8 +239,22 @@ func (s *Server) Report(stream robinhoodv1.RBCService_ReportServer) error {
 // window, whatever the others hold: 1% of the ring.
 func (s *Server) shareFloor() int { return s.cfg.RingSize / 100 }
 
+// admit thins an app server's valid records to its share of the window
+// (shares.admit), counting and, the first time, logging what it leaves out.
+func (s *Server) admit(app string, lat, be []uint32, at int64) ([]uint32, []uint32) {
+	keep, limit := s.shares.admit(app, len(lat), at, s.cfg.MaxAppShare, s.shareFloor())
+	if keep < len(lat) {
+		if s.m.appThinnedAdd(app, len(lat)-keep) {
+			s.log.Warn("app server's records thinned to its share of the window (an app server with more traffic than "+
+				"the others; weighed, not refused: docs/rbcserver.md, \"One reporter's share\")",
+				"app_server_id", app, "kept", keep, "of", len(lat), "share_limit_records", int(limit), "max_app_share", s.cfg.MaxAppShare)
+		}
+	}
+	return thin(lat, be, keep)
+}
+
 // refuse ends a stream whose batch would give one reporter too much of the
-// window: ResourceExhausted, counted per app server.
+// ring: ResourceExhausted, counted per app server.
 func (s *Server) refuse(app string, n int, reason string, err error) error {
 	s.m.batchesRejected.WithLabelValues(reason).Inc()
 	s.m.recordsRejected.WithLabelValues(reason).Add(float64(n))

@@ -62,8 +62,9 @@ type Config struct {
 	MaxBackends int
 	// MaxAppShare bounds one app server's records in the window to this
 	// many times the mean of the other app servers reporting in it (with two
-	// reporters and the default 4, 80% of the window at most); 0 turns the
-	// bound off (--max-app-share).
+	// reporters and the default 4, 80% of the window at most); beyond it
+	// its records are thinned to the bound, never refused (shares.admit). 0
+	// turns the bound off (--max-app-share).
 	MaxAppShare float64
 	// Reporters, when set, are the only names records are taken from: a
 	// Report's app_server_id (the topology's app servers, with --topology)

@@ -724,10 +724,10 @@ func grep(text, prefix string) string {
 	return strings.Join(out, "\n")
 }
 
-// One reporter cannot take over the window: beyond MaxAppShare × its fair
-// share, or with a batch over MaxBatchFraction of the ring, its stream ends
-// with ResourceExhausted, nothing of the batch is stored, and the refusal is
-// counted per app server; the others go on.
+// One reporter cannot take over the window: beyond MaxAppShare × the mean of
+// the others its records are thinned (its stream goes on, nothing refused),
+// so what it holds stays within the bound; a batch over MaxBatchFraction of
+// the ring is still refused whole.
 // With two reporters the bound still bounds: one may hold 2 × the other's
 // records, two thirds of the window (a share of a "fair share" that counts
 // the reporter itself would allow 100%).
@@ -742,8 +742,9 @@ func TestTwoReportersAreBoundedToo(t *testing.T) {
 	if _, err := h.report(t, batch("evil", lat, be)); err != nil {
 		t.Fatalf("2 × the other's records: %v", err)
 	}
-	if _, err := h.report(t, batch("evil", lat[:1], be[:1])); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("one more record: %v", err)
+	more := make([]uint32, 60)
+	if resp, err := h.report(t, batch("evil", more[:1], more[:1]), batch("evil", more, more)); err != nil || resp.GetAcceptedRecords() != 61 {
+		t.Fatalf("more records: %v, %v (thinned, not refused: accepted)", resp, err)
 	}
 	if got := h.getRBC(t, &robinhoodv1.GetRBCRequest{}).GetWindowRequests(); got != 60 {
 		t.Fatalf("window %d, want 60: evil holds at most two thirds", got)
@@ -767,19 +768,24 @@ func TestOneReporterCannotFillTheWindow(t *testing.T) {
 		}
 	}
 	// 60 records from 3 app servers. "evil", a fourth, may hold at most 2 ×
-	// the mean of the others' (2 × 60/3 = 40): its first 30 pass, 31 more
-	// (61) do not.
+	// the mean of the others' (2 × 60/3 = 40): its first 30 are stored, of 31
+	// more only 10 (the bound), the rest thinned; its streams go on.
 	lat, be := ones(30, 7)
 	if _, err := h.report(t, batch("evil", lat, be)); err != nil {
 		t.Fatalf("30 records within the share: %v", err)
 	}
 	lat, be = ones(31, 7)
-	_, err := h.report(t, batch("evil", lat, be))
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `app server "evil" would hold 61 of the window's records, more than 2 × the mean of the 3 other app servers' (60 records): 40 at most`) {
-		t.Fatalf("beyond the share: %v", err)
+	if _, err := h.report(t, batch("evil", lat, be)); err != nil {
+		t.Fatalf("beyond the share: %v (thinned, not refused)", err)
 	}
-	if got := h.getRBC(t, &robinhoodv1.GetRBCRequest{}).GetWindowRequests(); got != 90 {
-		t.Fatalf("the window holds %d records, want 90 (the refused batch is not stored)", got)
+	rbc := h.getRBC(t, &robinhoodv1.GetRBCRequest{})
+	if got := rbc.GetWindowRequests(); got != 100 {
+		t.Fatalf("the window holds %d records, want 100 (evil's 40 and the others' 60)", got)
+	}
+	for _, b := range rbc.GetBackends() {
+		if b.GetBackend() == 7 && b.GetWindowBlocking() != 40 {
+			t.Fatalf("evil's backend blocks %d records of the window, want its bound 40", b.GetWindowBlocking())
+		}
 	}
 	// A batch over 1/16 of the ring (62 records) is refused whatever the share.
 	lat, be = ones(63, 0)
@@ -787,20 +793,90 @@ func TestOneReporterCannotFillTheWindow(t *testing.T) {
 		t.Fatalf("a 63-record batch: %v", err)
 	}
 	body := get(t, h.http+"/metrics", http.StatusOK)
-	for _, line := range []string{`rbcserver_app_records_refused_total{app_server="evil"} 31`, `rbcserver_app_records_refused_total{app_server="a"} 63`,
-		`rbcserver_batches_rejected_total{reason="share"} 2`} {
+	for _, line := range []string{`rbcserver_app_records_thinned_total{app_server="evil"} 21`, `rbcserver_app_records_refused_total{app_server="a"} 63`,
+		`rbcserver_batches_rejected_total{reason="share"} 1`} {
 		if !strings.Contains(body, line+"\n") {
 			t.Errorf("/metrics lacks %q", line)
 		}
 	}
 	// Once the window moves on, the share is free again.
 	h.clock.Advance(6 * time.Second)
-	lat, be = ones(30, 7)
+	for _, app := range []string{"a", "b", "c"} {
+		lat, be := ones(20, 0)
+		if _, err := h.report(t, batch(app, lat, be)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lat, be = ones(40, 7)
 	if _, err := h.report(t, batch("evil", lat, be)); err != nil {
 		t.Fatalf("after the window: %v", err)
+	}
+	if got := h.getRBC(t, &robinhoodv1.GetRBCRequest{}).GetWindowRequests(); got != 100 {
+		t.Fatalf("after the window: %d records, want 100 (evil's 40 kept whole)", got)
 	}
 	if _, err := New(Config{RingSize: 10, Window: time.Second, StatsRetention: time.Second, LowPct: 98.5, HighPct: 99.5, MaxBackends: 8, MaxAppShare: 0.5, MaxBatchFraction: 0.1}); err == nil ||
 		!strings.Contains(err.Error(), "max_app_share") {
 		t.Fatalf("max_app_share 0.5: %v", err)
+	}
+}
+
+// An uneven fleet with the default bound (4): two app servers split 85/15,
+// batch after batch, as a canary or a larger instance does. Nothing is
+// refused; the larger one's records weigh 4 × the other's (60 of every 75
+// stored, thinned evenly over each batch: its fastest and slowest requests
+// both stay), the smaller one's are all kept.
+func TestAnUnevenFleetIsWeighedNotRefused(t *testing.T) {
+	h := start(t, nil)
+	h.clock.Advance(10 * time.Second)
+	const rounds = 20
+	for round := range rounds {
+		for _, app := range []struct {
+			name string
+			n    int
+			be   uint32
+		}{{"big", 850, 1}, {"small", 150, 2}} {
+			lat, be := make([]uint32, app.n), make([]uint32, app.n)
+			for i := range lat {
+				lat[i], be[i] = uint32(1+i), app.be
+			}
+			if _, err := h.report(t, batch(app.name, lat, be)); err != nil {
+				t.Fatalf("round %d, %s: %v", round, app.name, err)
+			}
+		}
+		h.clock.Advance(100 * time.Millisecond)
+	}
+	rbc := h.getRBC(t, &robinhoodv1.GetRBCRequest{})
+	var big, small uint64
+	for _, b := range rbc.GetBackends() {
+		switch b.GetBackend() {
+		case 1:
+			big = b.GetWindowBlocking()
+		case 2:
+			small = b.GetWindowBlocking()
+		}
+	}
+	if small != rounds*150 || big < 4*small-850 || big > 4*small {
+		t.Fatalf("stored: big %d, small %d; want small whole (%d) and big at 4 × it", big, small, rounds*150)
+	}
+	body := get(t, h.http+"/metrics", http.StatusOK)
+	if !strings.Contains(body, `rbcserver_app_records_thinned_total{app_server="big"} `) || strings.Contains(body, `rbcserver_app_records_thinned_total{app_server="small"}`) ||
+		strings.Contains(body, `rbcserver_app_records_refused_total{app_server=`) {
+		t.Fatalf("/metrics: %s", grep(body, "rbcserver_app_records"))
+	}
+}
+
+// thin keeps records evenly spread over a batch, the slowest and fastest
+// ends included when enough are kept.
+func TestThinKeepsAnEvenSpread(t *testing.T) {
+	lat := make([]uint32, 10)
+	for i := range lat {
+		lat[i] = uint32(i)
+	}
+	for keep, want := range map[int][]uint32{10: {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 5: {1, 3, 5, 7, 9}, 2: {2, 7}, 1: {5}, 0: {}} {
+		l := append([]uint32(nil), lat...)
+		got, be := thin(l, append([]uint32(nil), lat...), keep)
+		if !slices.Equal(got, want) || !slices.Equal(be, want) {
+			t.Errorf("keep %d: %v %v, want %v", keep, got, be, want)
+		}
 	}
 }

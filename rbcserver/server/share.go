@@ -1,21 +1,23 @@
 package server
 
 import (
-	"fmt"
 	"sync"
 )
 
 // Bounded influence of one reporter (docs/rbcserver.md, "One reporter's
 // share"): the RBC is a vote of the app servers' slowest requests, so no app
 // server may fill the window alone. shares tracks, per app server, the
-// records it added to the window; a batch that would take an app server
-// beyond MaxShare times the mean of the other app servers reporting in the
-// window is refused whole, as is a batch larger than MaxBatchFraction of the
-// ring. Measured against the others (not a fair share that includes the
-// reporter itself), the bound holds with two reporters too: with MaxShare 4
-// one of two holds 80% of the window at most. Below floor records (1% of
-// the ring) an app server is never refused: a window of a few requests,
-// unevenly spread, says nothing about forging.
+// records it offered and the records stored in the window. An app server
+// may hold at most MaxShare times the mean of what the other app servers
+// reporting in the window hold (or floor records, 1% of the ring, if that is
+// more). Beyond it its records are thinned, not refused: each batch keeps
+// the fraction limit/offered of its records, evenly spread over the batch,
+// so the stored ones are a uniform sample of the app server's traffic that
+// weighs as much as its bound allows, and an honest app server with more
+// traffic than the others (a larger instance, a canary) never has a stream
+// ended nor its statistics dropped. Measured against the others (not a fair
+// share that includes the reporter itself), the bound holds with two
+// reporters too: with MaxShare 4 one of two holds 80% of the window at most.
 type shares struct {
 	mu     sync.Mutex
 	window int64 // ns, the RBC window
@@ -23,61 +25,79 @@ type shares struct {
 }
 
 type appShare struct {
-	// batches in arrival order: (at, records); those older than the window
-	// are pruned.
-	at    []int64
-	n     []int
-	total int
+	// batches in arrival order: (at, records offered, records kept); those
+	// older than the window are pruned.
+	at             []int64
+	offered, kept  []int
+	offeredN, keep int // the window's totals
+	// credit is the fraction of a record owed to the next batch, so that
+	// small batches are thinned by the same fraction as large ones.
+	credit float64
 }
 
 func newShares(window int64) *shares { return &shares{window: window, apps: map[string]*appShare{}} }
 
-// prune drops what left the window before now.
+// prune drops what left the window before now; records is what the app
+// servers hold in the window, active how many of them offered any.
 func (s *shares) prune(now int64) (records, active int) {
 	for id, a := range s.apps {
 		k := 0
 		for k < len(a.at) && a.at[k] < now-s.window {
-			a.total -= a.n[k]
+			a.offeredN -= a.offered[k]
+			a.keep -= a.kept[k]
 			k++
 		}
-		a.at, a.n = a.at[k:], a.n[k:]
-		if a.total == 0 {
+		a.at, a.offered, a.kept = a.at[k:], a.offered[k:], a.kept[k:]
+		if a.offeredN == 0 {
 			delete(s.apps, id)
 			continue
 		}
-		records += a.total
+		records += a.keep
 		active++
 	}
 	return records, active
 }
 
-// admit decides whether app may add n records at now, and records them when
-// it may. maxShare ≤ 0 admits everything.
-func (s *shares) admit(app string, n int, now int64, maxShare float64, floor int) error {
+// admit decides how many of the n records app offers at now the window
+// takes, and records that: all of them within the app server's bound (or
+// when maxShare ≤ 0), else the fraction of them its bound allows. limit is
+// the bound it was held to (0 without one).
+func (s *shares) admit(app string, n int, now int64, maxShare float64, floor int) (keep int, limit float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	records, active := s.prune(now)
 	a := s.apps[app]
-	mine := 0
-	if a != nil {
-		mine = a.total
-	} else {
-		active++ // a newcomer counts among the app servers it shares with
-	}
-	if maxShare > 0 && active > 1 {
-		others := records - mine
-		limit := max(maxShare*float64(others)/float64(active-1), float64(floor))
-		if after := float64(mine + n); after > limit {
-			return fmt.Errorf("app server %q would hold %d of the window's records, more than %g × the mean of the "+
-				"%d other app servers' (%d records): %d at most (--max-app-share)",
-				app, mine+n, maxShare, active-1, others, int(limit))
-		}
-	}
 	if a == nil {
 		a = &appShare{}
 		s.apps[app] = a
+		active++ // a newcomer counts among the app servers it shares with
 	}
-	a.at, a.n = append(a.at, now), append(a.n, n)
-	a.total += n
-	return nil
+	keep = n
+	if maxShare > 0 && active > 1 {
+		others := records - a.keep
+		limit = max(maxShare*float64(others)/float64(active-1), float64(floor))
+		if offered := float64(a.offeredN + n); offered > limit {
+			a.credit += float64(n) * limit / offered
+			keep = min(int(a.credit), n, max(int(limit)-a.keep, 0))
+			a.credit = min(max(a.credit-float64(keep), 0), 1)
+		}
+	}
+	a.at, a.offered, a.kept = append(a.at, now), append(a.offered, n), append(a.kept, keep)
+	a.offeredN += n
+	a.keep += keep
+	return keep, limit
+}
+
+// thin keeps keep of the records (lat[i], be[i]), evenly spread over them
+// (the middle of each of keep equal runs), in place.
+func thin(lat, be []uint32, keep int) ([]uint32, []uint32) {
+	n := len(lat)
+	if keep >= n {
+		return lat, be
+	}
+	for i := range keep {
+		j := (2*i + 1) * n / (2 * keep)
+		lat[i], be[i] = lat[j], be[j]
+	}
+	return lat[:keep], be[:keep]
 }

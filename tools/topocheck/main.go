@@ -1,7 +1,11 @@
 // Command topocheck validates topology and experiment files the way every
 // component reads them (lib/config, against schema/), and prints a
 // one-line summary of each; --normalized prints the document with every
-// default filled in, as JSON.
+// default filled in, as JSON. The files a topology names (token files,
+// certificates, keys, password files) are read as the components read them
+// where they exist on this machine (lib/auth.CheckTopologyFiles): a named
+// pipe, /dev/zero or a key others may read there fails as it would fail the
+// component.
 //
 //	topocheck [--experiment] [--normalized] FILE...
 //
@@ -17,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/schema"
 )
@@ -60,6 +65,16 @@ func run(args []string) int {
 				_, err = config.TopologyFrom(doc)
 			}
 		}
+		var absent []string
+		if err == nil && !*experiment {
+			var t *config.Topology
+			if t, err = config.LoadTopology(path); err == nil { // its file paths made relative to its folder
+				var problems []error
+				if problems, absent = auth.CheckTopologyFiles(t); len(problems) > 0 {
+					err = problems[0]
+				}
+			}
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s %s: %v\n", kind, path, err)
 			status = 2
@@ -74,8 +89,20 @@ func run(args []string) int {
 		if *experiment {
 			fmt.Printf("%s: experiment %s, %d backends\n", path, m["name"], len(m["backends"].([]any)))
 		} else {
-			fmt.Printf("%s: %d backends, %d app servers\n", path, len(m["backends"].([]any)), len(m["app_servers"].([]any)))
+			fmt.Printf("%s: %d backends, %d app servers%s\n", path, len(m["backends"].([]any)), len(m["app_servers"].([]any)), absentNote(absent))
 		}
 	}
 	return status
+}
+
+// absentNote says which files the topology names that are not on this
+// machine (and so were not checked); "" when there are none.
+func absentNote(absent []string) string {
+	switch len(absent) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf(" (%s is not here: not checked)", absent[0])
+	}
+	return fmt.Sprintf(" (%d files it names are not here, not checked: %s, …)", len(absent), absent[0])
 }

@@ -155,28 +155,28 @@ func (r *Reader) parseFetch(b []byte) (Record, bool, error) {
 	rec := Record{Key: Key(ft.key)}
 	if ft.hasSize {
 		rec.Size, rec.HasSize = r.clamp(ft.size), true
-		r.sizes[rec.Key] = rec.Size
-	} else if s, known := r.sizes[rec.Key]; known {
+		r.sizes.put(rec.Key, rec.Size, true)
+	} else if s, known := r.sizes.get(rec.Key); known {
 		rec.Size, rec.HasSize = s, true
 	}
 	return rec, true, nil
 }
 
 // firstHitSizes is the first pass over a fetchers log: the size of every
-// key's first hit (keys as Key makes them, sizes clamped). It validates the
-// whole file.
-func firstHitSizes(path string, o Options) (map[string]int64, error) {
+// key's first hit (keys as Key makes them, sizes clamped), in the first
+// limit records (all of them when limit < 0), which it validates.
+func firstHitSizes(path string, o Options, limit int64) (*sizeTable, error) {
 	o.Format = Fetchers
 	r, err := open(path, o)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	sizes := map[string]int64{}
-	for {
+	sizes := newSizeTable(o.SizeSlots)
+	for records := int64(0); limit < 0 || records < limit; {
 		b, err := r.readLine()
 		if err == io.EOF {
-			return sizes, nil
+			break
 		}
 		if err != nil {
 			return nil, err
@@ -185,14 +185,15 @@ func firstHitSizes(path string, o Options) (map[string]int64, error) {
 		if err != nil {
 			return nil, &Error{File: path, Line: r.line, Err: err}
 		}
-		if !ok || !ft.hasSize {
+		if !ok {
 			continue
 		}
-		k := Key(ft.key)
-		if _, seen := sizes[k]; !seen {
-			sizes[k] = r.clamp(ft.size)
+		records++
+		if ft.hasSize {
+			sizes.put(Key(ft.key), r.clamp(ft.size), false)
 		}
 	}
+	return sizes, nil
 }
 
 // uriDecode undoes memcached's uriencode (the logger's key encoding): every

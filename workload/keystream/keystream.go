@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
@@ -101,8 +103,16 @@ type Options struct {
 	// MinSize and MaxSize bound the sizes (0: synth.DefaultMinSize and
 	// synth.DefaultMaxSize, 1 B and 512 KiB, the synthesizer's --min-size
 	// and --max-size; memcached's item limit is 1 MB). Sizes outside are
-	// raised or capped to them.
+	// raised or capped to them. MaxSize is at most 2^32 - 1.
 	MinSize, MaxSize int64
+	// Needed, when set, is how many records after Skip the caller reads at
+	// most: the fetchers format's first pass (each key's first hit) reads
+	// no further than them. It is called once, by Open, only for that
+	// format. nil: the first pass reads the whole stream.
+	Needed func() (int64, error)
+	// SizeSlots bounds the keys whose sizes a fetchers stream remembers
+	// (0: DefaultSizeSlots; sizeTable says what a full table costs).
+	SizeSlots int
 }
 
 // Error is an error in a stream file: at a line (Line ≥ 1) or in the file
@@ -142,9 +152,10 @@ type Reader struct {
 	line    int64
 	count   int64  // records read, the skipped ones included
 	pending []byte // a line read for detection, not yet parsed
-	// sizes (fetchers) is every key's known size: its first hit's from the
-	// first pass, then its latest hit's as the stream goes.
-	sizes map[string]int64
+	// sizes (fetchers) is the keys' known sizes: the first hit's from the
+	// first pass, then the latest hit's as the stream goes; bounded
+	// (sizeTable).
+	sizes *sizeTable
 }
 
 // Open opens a stream file, detects its format unless given, and skips
@@ -159,6 +170,12 @@ func Open(path string, o Options) (*Reader, error) {
 	if o.MaxSize < o.MinSize {
 		return nil, &Error{File: path, Err: fmt.Errorf("max size %d is below min size %d", o.MaxSize, o.MinSize)}
 	}
+	if o.MaxSize > math.MaxUint32 {
+		return nil, &Error{File: path, Err: fmt.Errorf("max size %d is above %d", o.MaxSize, uint32(math.MaxUint32))}
+	}
+	if o.SizeSlots <= 0 {
+		o.SizeSlots = DefaultSizeSlots
+	}
 	if o.Skip < 0 {
 		return nil, &Error{File: path, Err: fmt.Errorf("skip=%d is negative", o.Skip)}
 	}
@@ -170,7 +187,16 @@ func Open(path string, o Options) (*Reader, error) {
 		return nil, err
 	}
 	if r.format == Fetchers {
-		if r.sizes, err = firstHitSizes(path, o); err != nil {
+		limit := int64(-1)
+		if o.Needed != nil {
+			n, err := o.Needed()
+			if err != nil {
+				r.Close()
+				return nil, err
+			}
+			limit = o.Skip + n
+		}
+		if r.sizes, err = firstHitSizes(path, o, limit); err != nil {
 			r.Close()
 			return nil, err
 		}
@@ -190,7 +216,7 @@ func Open(path string, o Options) (*Reader, error) {
 
 // open opens the file, undoes its compression and settles its format.
 func open(path string, o Options) (*Reader, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +303,16 @@ func (r *Reader) Format() Format { return r.format }
 // Count is the number of records read so far, the skipped ones included.
 func (r *Reader) Count() int64 { return r.count }
 
+// SizeTable is, for a fetchers stream, how many keys' sizes it remembers
+// and whether some key was not remembered (the table is bounded: sizeTable);
+// the misses of such a key have no size.
+func (r *Reader) SizeTable() (keys int, full bool) {
+	if r.sizes == nil {
+		return 0, false
+	}
+	return r.sizes.n, r.sizes.full
+}
+
 // Close releases the file and the decompressor.
 func (r *Reader) Close() error {
 	if r.zr != nil {
@@ -289,19 +325,6 @@ func (r *Reader) Close() error {
 // Next returns the next record, io.EOF after the last. Any other error is
 // an *Error naming the file and line.
 func (r *Reader) Next() (Record, error) { return r.next() }
-
-// Drain reads the rest of the stream, checking every line (and a
-// compressed stream's integrity to its end), and returns how many records
-// the stream has in all, the skipped ones included.
-func (r *Reader) Drain() (int64, error) {
-	for {
-		if _, err := r.next(); err == io.EOF {
-			return r.count, nil
-		} else if err != nil {
-			return r.count, err
-		}
-	}
-}
 
 func (r *Reader) next() (Record, error) {
 	for {

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
@@ -15,7 +15,7 @@ import (
 // trace.MaxLineBytes (a file that is not a trace, such as /dev/zero, is
 // refused after reading at most that much of it).
 func EachRequest(path string, f func(*trace.Request)) error {
-	file, err := os.Open(path)
+	file, err := safefile.Open(path)
 	if err != nil {
 		return err
 	}

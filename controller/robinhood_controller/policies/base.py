@@ -1,14 +1,14 @@
 """The interface every allocation policy implements, and what it is given."""
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict
+from robinhood_common.contract import ConfigError
 from robinhood_common.topology import SLO, Limits, Run
 
 from ..rbc import QueryStats
@@ -19,6 +19,15 @@ MOVE_REASONS = ("saturated", "rising", "headroom", "hold", "robinhood")
 controller_partition_move_reason): its backend was saturated; its utilization was rising
 towards its capacity; space moved to lower the worst predicted utilization (headroom for a
 drop); nothing moved it (hold); or RobinHood's step moved it (the blocking counts)."""
+
+_logged: set[str] = set()
+
+
+def _log_once(msg: str) -> None:
+    if msg not in _logged:
+        _logged.add(msg)
+        logging.getLogger(__name__).warning("event=error kind=run_start_file msg=%r (the run start stays unknown)",
+                                            msg)
 
 
 class PolicyError(ValueError):
@@ -68,12 +77,12 @@ class PolicyContext:
 
     def run_start(self) -> float | None:
         """The run's start (Unix seconds) from its start file, once the testbed
-        wrote it; None before or without one."""
-        if self.run is None or not self.run.start_file:
-            return None
+        wrote it; None before or without one, or when it does not read (logged once
+        per fault: the controller checked it at start, Run.start_time)."""
         try:
-            return float(Path(self.run.start_file).read_text().strip())
-        except (OSError, ValueError):
+            return self.run.start_time() if self.run is not None else None
+        except ConfigError as e:
+            _log_once(f"controller.run.{e}")
             return None
 
 

@@ -22,13 +22,13 @@ still frees memory at memcached's pace.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, StrictBool
+from robinhood_common.files import read_bounded
 
 from ..plan import MIB
-from .base import AllocationPolicy, Decision, Params, PlanInput, PolicyError
+from .base import AllocationPolicy, Decision, Params, PlanInput, PolicyContext, PolicyError
 from .registry import register
 
 
@@ -38,17 +38,34 @@ class OracleParams(Params):
                                               "scenario when it starts and nothing after it")
 
 
-def read_schedule(path: str, app_server: str, variant: str) -> list[tuple[float, dict[str, int]]]:
+#: The largest schedule file read (a long run's, with every candidate, is about 1 MB).
+MAX_SCHEDULE_BYTES = 4 << 20
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_schedule(path: str, app_server: str, variant: str,
+                  ctx: PolicyContext | None = None) -> list[tuple[float, dict[str, int]]]:
     """An app server's schedule from ``tracegen oracle``'s JSON: (start s, MB per partition)
-    in time order. PolicyError names what is wrong with the file."""
+    in time order. PolicyError names what is wrong with the file: one that is not a
+    regular file of at most MAX_SCHEDULE_BYTES, is not JSON (NaN and Infinity are not),
+    or whose steps are not what ctx (when given) can apply — every partition of the app
+    server and no other, whole MB (not booleans) of at least the floor, summing to the
+    budget."""
     try:
-        doc: Any = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise PolicyError(f"oracle: cannot read the schedule {path}: {e}") from None
+        doc: Any = json.loads(read_bounded(path, MAX_SCHEDULE_BYTES), parse_constant=_not_json)
+    except OSError as e:
+        raise PolicyError(f"oracle: cannot read the schedule {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise PolicyError(f"oracle: cannot read the schedule {path}: not JSON: {e}") from None
+    except RecursionError:
+        raise PolicyError(f"oracle: cannot read the schedule {path}: not JSON: nested too deep") from None
     try:
         steps = doc["app_server_schedules"][app_server][variant]["steps"]
-        out = [(float(s["at_s"]), {str(k): int(v) for k, v in s["mb"].items()}) for s in steps]
-    except (KeyError, TypeError, ValueError) as e:
+        out = [(_at(s["at_s"]), {str(k): _mb(v) for k, v in s["mb"].items()}) for s in steps]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         if isinstance(doc, dict) and doc.get("schedules_skipped"):
             raise PolicyError(f"oracle: {path} has no schedule for app server {app_server}: "
                               f"{doc['schedules_skipped']}") from None
@@ -56,7 +73,43 @@ def read_schedule(path: str, app_server: str, variant: str) -> list[tuple[float,
                           f"(tracegen oracle writes app_server_schedules.<id>.<variant>.steps): {e!r}") from None
     if not out or any(b[0] < a[0] for a, b in zip(out, out[1:])):
         raise PolicyError(f"oracle: {path}: the {variant} schedule of {app_server} is empty or not in time order")
+    if ctx is not None:
+        for i, (_, mb) in enumerate(out):
+            _fits(mb, ctx, f"oracle: {path}: app_server_schedules.{app_server}.{variant}.steps[{i}].mb")
     return out
+
+
+def _at(v: Any) -> float:
+    """A step's start: a finite number of seconds ≥ 0 (not a boolean)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+        raise ValueError(f"at_s {v!r} is not a number of seconds ≥ 0")
+    return float(v)
+
+
+def _mb(v: Any) -> int:
+    """A partition's size in a step: a whole number of MB (not a boolean)."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{v!r} is not a whole number of MB")
+    return v
+
+
+def _fits(mb: dict[str, int], ctx: PolicyContext, where: str) -> None:
+    """PolicyError unless a step gives every partition of ctx, and no other, at least the
+    floor, summing to the budget: what the policy can apply (anything else would never
+    be)."""
+    names = set(ctx.configured)
+    if unknown := sorted(set(mb) - names):
+        raise PolicyError(f"{where}: {unknown[0]!r} is not a partition of app server {ctx.app_server} "
+                          f"(it has {', '.join(sorted(names))})")
+    if missing := sorted(names - set(mb)):
+        raise PolicyError(f"{where}: no size for partition {missing[0]!r}")
+    floor_mb, budget_mb = ctx.floor_bytes / MIB, ctx.budget_bytes / MIB
+    for n in sorted(mb):
+        if mb[n] < floor_mb:
+            raise PolicyError(f"{where}.{n}: {mb[n]} MB is below controller.min_partition_mb ({floor_mb:g} MB)")
+    if sum(mb.values()) != budget_mb:
+        raise PolicyError(f"{where}: the sizes sum to {sum(mb.values())} MB, not the cache budget "
+                          f"({budget_mb:g} MB)")
 
 
 @register
@@ -81,7 +134,7 @@ class Oracle(AllocationPolicy):
         if run is None or not run.oracle:
             raise PolicyError("oracle: controller.run.oracle must name the run's schedule file (tracegen oracle; "
                               "the testbed writes it)")
-        return read_schedule(run.oracle, self.ctx.app_server, self.variant())
+        return read_schedule(run.oracle, self.ctx.app_server, self.variant(), self.ctx)
 
     def variant(self) -> str:
         """Which of the run's schedules it applies."""

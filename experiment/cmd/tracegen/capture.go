@@ -151,7 +151,7 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 				return st.lines, err
 			}
 			return st.lines, bw.Flush()
-		})
+		}, nil)
 	}
 	if err != nil {
 		return err

@@ -6,10 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/lib/trace"
@@ -108,15 +112,18 @@ func optionName(s string) bool {
 
 // feed is one backend's stream during an import.
 type feed struct {
-	spec  streamSpec
-	r     *keystream.Reader
-	used  int64 // records put into the trace
-	total int64 // records in the stream, once drained
+	spec streamSpec
+	r    *keystream.Reader
+	used int64 // records put into the trace
 }
 
 func (f *feed) name() string {
 	return fmt.Sprintf("stream %s (backend %s)", f.spec.file, f.spec.backend)
 }
+
+// importMemoryLimit is the soft memory limit of an import (GOMEMLIMIT
+// overrides it); the collector works harder near it, never fails.
+const importMemoryLimit = 64 << 20
 
 // errShort stops the generation when a stream runs out.
 type errShort struct{ f *feed }
@@ -173,19 +180,41 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	if *describe {
 		return writeDescription(stdout, g)
 	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// What an import holds is bounded (the streams' size tables, the
+		// decompressors, the generator): a soft limit keeps the collector's
+		// slack from doubling the peak (docs/benchmarks.md).
+		debug.SetMemoryLimit(importMemoryLimit)
+	}
 	defer func() {
 		for _, f := range feeds {
 			f.r.Close()
 		}
 	}()
+	lim := synth.Limit{Requests: *requests, Duration: *duration}
+	// What the run takes from each backend's stream, counted once on a fresh
+	// generator when a fetchers stream's first pass needs to know where to
+	// stop; the streams of every format are read no further either.
+	var need map[string]int64
+	needed := func(backend string) func() (int64, error) {
+		return func() (int64, error) {
+			if need == nil {
+				var err error
+				if need, err = queriesPerBackend(o, lim); err != nil {
+					return 0, err
+				}
+			}
+			return need[backend], nil
+		}
+	}
 	for _, sp := range streams {
-		r, err := keystream.Open(sp.file, keystream.Options{Format: sp.format, Skip: sp.skip, MinSize: o.MinSize, MaxSize: o.MaxSize})
+		r, err := keystream.Open(sp.file, keystream.Options{Format: sp.format, Skip: sp.skip, MinSize: o.MinSize,
+			MaxSize: o.MaxSize, Needed: needed(sp.backend), SizeSlots: keystream.DefaultSizeSlots / len(streams)})
 		if err != nil {
 			return fmt.Errorf("--stream %s: %w", sp.text, err)
 		}
 		feeds[sp.backend] = &feed{spec: sp, r: r}
 	}
-	lim := synth.Limit{Requests: *requests, Duration: *duration}
 	each := func(req *trace.Request) error {
 		for _, layer := range req.Layers {
 			for i := range layer {
@@ -216,28 +245,15 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
-	// The trace, then the rest of every stream: a stream is checked to its
-	// end (a malformed line or a truncated zstd stream past the records the
-	// run used is an error too), before anything appears at --out.
-	write := func(w io.Writer) (int64, error) {
-		n, err := g.WriteEach(w, lim, each)
-		if err != nil {
-			return n, err
-		}
-		for _, sp := range streams {
-			f := feeds[sp.backend]
-			if f.total, err = f.r.Drain(); err != nil {
-				return n, fmt.Errorf("--stream %s: %w", sp.text, err)
-			}
-		}
-		return n, nil
-	}
+	// Each stream is read as far as the run needs and no further (a
+	// malformed line or a damaged zstd stream beyond is not met).
+	write := func(w io.Writer) (int64, error) { return g.WriteEach(w, lim, each) }
 	start := time.Now()
 	var n int64
 	if *out == "-" {
 		n, err = write(stdout)
 	} else {
-		n, err = writeAtomically(*out, write)
+		n, err = writeAtomically(*out, write, stderr)
 	}
 	var short *errShort
 	if errors.As(err, &short) {
@@ -247,49 +263,87 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	el := time.Since(start)
+	log := slog.New(slog.NewTextHandler(stderr, nil))
 	attrs := []any{"requests", n, "out", *out, "seconds", el.Round(time.Millisecond).Seconds()}
 	for _, sp := range streams {
 		f := feeds[sp.backend]
-		attrs = append(attrs, "records_"+sp.backend, f.used, "of_"+sp.backend, f.total, "format_"+sp.backend, string(f.r.Format()))
+		attrs = append(attrs, "records_"+sp.backend, f.used, "format_"+sp.backend, string(f.r.Format()))
+		if keys, full := f.r.SizeTable(); full {
+			log.Warn("the stream's size table is full: keys met after it filled take the synthesized size on a miss (docs/workloads.md, \"Formats\")",
+				"stream", sp.text, "keys_remembered", keys)
+		}
 	}
-	slog.New(slog.NewTextHandler(stderr, nil)).Info("trace written", attrs...)
+	log.Info("trace written", attrs...)
 	return nil
 }
 
-// shortStream is the error of a stream that ran out: it counts, on a fresh
-// generator, how many queries the whole run sends the backend.
-func shortStream(o synth.Options, lim synth.Limit, f *feed) error {
+// queriesPerBackend counts, on a fresh generator, the queries the whole
+// run sends each backend: the records it takes from the backend's stream.
+func queriesPerBackend(o synth.Options, lim synth.Limit) (map[string]int64, error) {
 	g, err := synth.New(o)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var need int64
+	need := map[string]int64{}
 	if _, err := g.Each(lim, func(r *trace.Request) error {
 		for _, l := range r.Layers {
 			for i := range l {
-				if l[i].Backend == f.spec.backend {
-					need += int64(l[i].Len())
-				}
+				need[l[i].Backend] += int64(l[i].Len())
 			}
 		}
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	return need, nil
+}
+
+// shortStream is the error of a stream that ran out: how many records it
+// has, how many the whole run takes from it.
+func shortStream(o synth.Options, lim synth.Limit, f *feed) error {
+	need, err := queriesPerBackend(o, lim)
+	if err != nil {
 		return err
 	}
 	had := f.r.Count()
 	return fmt.Errorf("%s ran out: it has %d records (%d after skip=%d), the run needs %d (its queries to %s); give a shorter --duration or --requests, a smaller skip, or a longer stream",
-		f.name(), had, had-f.spec.skip, f.spec.skip, need, f.spec.backend)
+		f.name(), had, had-f.spec.skip, f.spec.skip, need[f.spec.backend], f.spec.backend)
 }
 
 // writeAtomically writes a file through a temporary file in its folder,
 // renamed over it at the end; on any error the temporary file is removed and
-// nothing appears at path.
-func writeAtomically(path string, write func(io.Writer) (int64, error)) (n int64, err error) {
+// nothing appears at path. SIGINT or SIGTERM while it writes removes the
+// temporary file too, then ends the process (status 128 + the signal's
+// number, as a shell reports a process the signal ended), saying so on
+// stderr. A nil stderr leaves the signals to the caller (capture ends its
+// log on one and writes what it has).
+func writeAtomically(path string, write func(io.Writer) (int64, error), stderr io.Writer) (n int64, err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, err
 	}
+	var mu sync.Mutex // held by the rename, and by a signal's clean-up to the end
+	renamed := false
+	sigs := make(chan os.Signal, 1)
+	if stderr != nil {
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			mu.Lock()
+			if !renamed {
+				os.Remove(tmp.Name())
+				fmt.Fprintf(stderr, "tracegen: %v while writing %s: stopped, nothing written there\n", s, path)
+			}
+			os.Exit(128 + int(s.(syscall.Signal)))
+		case <-done:
+		}
+	}()
 	defer func() {
+		signal.Stop(sigs)
+		close(done)
 		if err != nil {
 			tmp.Close()
 			os.Remove(tmp.Name())
@@ -304,5 +358,9 @@ func writeAtomically(path string, write func(io.Writer) (int64, error)) (n int64
 	if err = tmp.Close(); err != nil {
 		return n, err
 	}
-	return n, os.Rename(tmp.Name(), path)
+	mu.Lock()
+	defer mu.Unlock()
+	err = os.Rename(tmp.Name(), path)
+	renamed = err == nil
+	return n, err
 }

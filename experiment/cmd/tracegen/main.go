@@ -39,6 +39,7 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/auth"
 	"github.com/robinhoodcache/robinhood/lib/bytesize"
 	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/workload/mrc"
 	"github.com/robinhoodcache/robinhood/workload/stats"
 	"github.com/robinhoodcache/robinhood/workload/synth"
@@ -260,7 +261,7 @@ func cmdStats(args []string, stdout, stderr io.Writer) error {
 	}
 	var r io.Reader = os.Stdin
 	if pos[0] != "-" {
-		f, err := os.Open(pos[0])
+		f, err := safefile.Open(pos[0])
 		if err != nil {
 			return err
 		}

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from robinhood_common import topology as topo
-from robinhood_common.contract import ConfigError
+from robinhood_common.contract import ConfigError, dump_yaml
 
 from .experiment import Arm, Experiment, ExperimentError
 from .procs import PortAllocator, Proc, StartError, Supervisor, wait_http, wait_tcp
@@ -236,7 +235,7 @@ class Deployment:
             self.ep.replay_metrics = self.ports.addr()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.topology_path = self.run_dir / "topology.yaml"
-        self.topology_path.write_text(yaml.safe_dump(self.topology, sort_keys=False))
+        self.topology_path.write_text(dump_yaml(self.topology, sort_keys=False))
 
     @property
     def backend_names(self) -> dict[int, str]:

@@ -445,7 +445,7 @@ def run_arm_task(task: dict[str, Any], shared: dict[str, bytes]) -> dict[str, An
     import subprocess
     import tempfile
 
-    import yaml
+    from robinhood_common.contract import dump_yaml, load_yaml
 
     t0 = time.monotonic()
     try:
@@ -469,14 +469,14 @@ def run_arm_task(task: dict[str, Any], shared: dict[str, bytes]) -> dict[str, An
                 f.write(data)
         for path in task["topology"]:
             with open(root + path) as f:
-                doc = yaml.safe_load(f)
+                doc = load_yaml(f.read())
             for app in doc.get("app_servers") or []:
                 run = (app.get("controller") or {}).get("run") or {}
                 for k in RUN_PATHS:
                     if isinstance(run.get(k), str):
                         run[k] = here(run[k])
             with open(root + path, "w") as f:
-                yaml.safe_dump(doc, f, sort_keys=False)
+                f.write(dump_yaml(doc, sort_keys=False))
         args = [sim, *task["args"][1:]]
         for i in range(1, len(args) - 1):
             if args[i] in PATH_FLAGS:

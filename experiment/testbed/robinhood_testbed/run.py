@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from . import metrics
 from .analysis import PolicyRun
+from robinhood_common.contract import dump_yaml
 from robinhood_common.units import format_duration, parse_duration
 
 from .deploy import Deployment, build_topology, check_appserver, controller_cmd, go_bin
@@ -125,7 +124,7 @@ def prepare_inputs(exp: Experiment, out_dir: Path, engine: str = "testbed") -> t
     data = exp.scenario_data()
     if data is not None:
         scenario = out_dir / "scenario.yaml"
-        scenario.write_text(yaml.safe_dump(data, sort_keys=False))
+        scenario.write_text(dump_yaml(data, sort_keys=False))
     return trace, scenario
 
 
@@ -292,7 +291,7 @@ def oracle_schedule(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scena
         if path.exists():
             return path.resolve()
         topo = out_dir / "oracle-topology.yaml"
-        topo.write_text(yaml.safe_dump(build_topology(exp, arm, FixedPorts()), sort_keys=False))
+        topo.write_text(dump_yaml(build_topology(exp, arm, FixedPorts()), sort_keys=False))
         model = out_dir / MODEL_FILE
         args = [str(go_bin("tracegen")), "oracle", "--topology", str(topo), "--trace", str(trace),
                 "--duration", format_duration(exp.duration), "--seed", str(exp.seed), "--out", str(model)]
@@ -666,7 +665,7 @@ def prepare_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Gene
                                   "(set sim.generate: false, or leave the oracle out)")
         run["oracle"] = str(oracle_schedule(exp, arm, out_dir, Path(trace), scenario))
     doc = build_topology(exp, arm, FixedPorts(), run=run)
-    topo_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    topo_path.write_text(dump_yaml(doc, sort_keys=False))
     (run_dir / RUN_START).write_text(f"{SIM_EPOCH:.6f}\n")
     if scenario is not None:
         check_scenario(scenario, topo_path, exp.duration)

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-from robinhood_common.contract import ConfigError
+from robinhood_common.contract import ConfigError, dump_yaml, load_yaml
 from robinhood_common.experiment import from_document
 from robinhood_common.units import format_duration
 from robinhood_controller import policies as allocation
@@ -177,7 +176,7 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
     base_trace, _ = prepare_inputs(base, point / "calibration", "testbed")
     topology = point / "topology.yaml"
     arm = Arm("static", "partitioned", {"name": "static"}, {"policy": "random"})
-    topology.write_text(yaml.safe_dump(build_topology(base, arm, FixedPorts()), sort_keys=False))
+    topology.write_text(dump_yaml(build_topology(base, arm, FixedPorts()), sort_keys=False))
     generated = point / "generated.yaml"
     gen = ["scenario", "generate", "--topology", str(topology), "--trace", str(base_trace),
            "--duration", format_duration(exp.duration), "--seed", str(seed),
@@ -186,7 +185,7 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
         gen += ["--family", family]
     _tracegen(gen, f"seed {seed}: drawing the scenario")
     text = generated.read_text()
-    doc["scenario"] = yaml.safe_load(text)
+    doc["scenario"] = load_yaml(text)
     try:
         variant = from_document(doc, exp.base_dir)
     except ConfigError as e:

@@ -13,15 +13,23 @@ import logging
 import os
 import re
 import ssl
+import stat
 import threading
 import time
 from typing import Generic, TypeVar
 from dataclasses import dataclass
-from pathlib import Path
+
+from .files import FileTooLarge, read_bounded
 
 log = logging.getLogger("robinhood_common.auth")
 
 MIN_TOKEN_LEN = 16
+#: The largest token file read (a line a caller: thousands of callers); the Go twin is
+#: lib/auth.MaxTokenFileBytes.
+MAX_TOKEN_FILE_BYTES = 1 << 20
+#: The largest certificate, key or CA bundle read (a system's CA bundle is about 200 KB);
+#: the Go twin is lib/auth.MaxPEMBytes.
+MAX_PEM_BYTES = 1 << 20
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
 
@@ -82,13 +90,14 @@ _warned: set[str] = set()
 
 def check_secret_file(path: str) -> None:
     """AuthError when a secret file is readable by its group or others, unless
-    ALLOW_SHARED_ENV is "1" (then it is logged once). A file that cannot be stat'ed is
-    left to the reader, which names the problem."""
+    ALLOW_SHARED_ENV is "1" (then it is logged once). A path that cannot be stat'ed or is
+    not a regular file is left to the reader, which names the problem."""
     try:
-        mode = os.stat(path).st_mode & 0o777
+        st = os.stat(path)
     except OSError:
         return
-    if mode & 0o077 == 0:
+    mode = st.st_mode & 0o777
+    if mode & 0o077 == 0 or not stat.S_ISREG(st.st_mode):  # a device or a FIFO is the reader's to refuse
         return
     if os.environ.get(ALLOW_SHARED_ENV) == "1":
         if path not in _warned:
@@ -106,9 +115,14 @@ def _read(path: str) -> str:
     except AuthError as e:
         raise AuthError(f"token file: {e}") from None
     try:
-        return Path(path).read_text()
+        return read_bounded(path, MAX_TOKEN_FILE_BYTES).decode("utf-8", errors="replace")
     except OSError as e:
-        raise AuthError(f"token file: open {path}: {e.strerror}") from None
+        raise AuthError(f"token file: {_op(e)} {path}: {e.strerror}") from None
+
+
+def _op(e: OSError) -> str:
+    """The operation an OSError of a read names, as Go's errors do ("open", "read")."""
+    return "read" if isinstance(e, FileTooLarge) else "open"
 
 
 class Tokens:
@@ -251,18 +265,54 @@ def server_ssl_context(cert: str, key: str, client_ca: str | None, *, required: 
     certificate can read /healthz)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    load_server_files(ctx, cert, key, client_ca)
+    if client_ca:
+        ctx.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
+    return ctx
+
+
+def load_server_files(ctx: ssl.SSLContext, cert: str, key: str, client_ca: str | None) -> None:
+    """Load a server's certificate chain, key and (when given) client CA bundle into ctx,
+    at start and on SIGHUP; AuthError names the file. Each must be a regular file of at
+    most MAX_PEM_BYTES (read_pem's rule): OpenSSL reads the chain and key from their paths
+    itself, so they are checked first, and a named pipe or a device never reaches it."""
     try:
         check_secret_file(key)
     except AuthError as e:
         raise AuthError(f"TLS key: {e}") from None
+    read_pem(cert, "TLS certificate")
+    read_pem(key, "TLS key")
+    ca = read_pem(client_ca, "TLS client CA") if client_ca else None
     try:
         ctx.load_cert_chain(cert, key)
-        if client_ca:
-            ctx.load_verify_locations(client_ca)
-            ctx.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
+        if ca is not None:
+            ctx.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
+    except (OSError, ssl.SSLError, ValueError) as e:
+        raise AuthError(f"TLS certificate {cert} with key {key}: {e}") from None
+
+
+def client_tls_files(ca: str, cert: str | None, key: str | None) -> tuple[bytes, bytes | None, bytes | None]:
+    """The CA bundle a client verifies servers with and, for mutual TLS, the certificate
+    chain and key it presents: read (read_pem's rule) and parsed as OpenSSL will use them,
+    so that a file without a certificate fails at start, naming it, as the Go clients'
+    (lib/auth) and topocheck do, not at the first connection. (ca, cert, key) bytes."""
+    ca_pem = read_pem(ca, "tls.ca")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=ca_pem.decode("ascii", errors="replace"))
+    except (ssl.SSLError, ValueError):
+        raise AuthError(f"tls.ca: {ca} holds no PEM certificate") from None
+    if not cert or not key:
+        return ca_pem, None, None
+    try:
+        check_secret_file(key)
+    except AuthError as e:
+        raise AuthError(f"TLS key: {e}") from None
+    cert_pem, key_pem = read_pem(cert, "TLS certificate"), read_pem(key, "TLS key")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as e:
         raise AuthError(f"TLS certificate {cert} with key {key}: {e}") from None
-    return ctx
+    return ca_pem, cert_pem, key_pem
 
 
 def read_pem(path: str, what: str) -> bytes:
@@ -270,6 +320,6 @@ def read_pem(path: str, what: str) -> bytes:
     if what.endswith("key"):
         check_secret_file(path)
     try:
-        return Path(path).read_bytes()
+        return read_bounded(path, MAX_PEM_BYTES)
     except OSError as e:
-        raise AuthError(f"{what}: open {path}: {e.strerror}") from None
+        raise AuthError(f"{what}: {_op(e)} {path}: {e.strerror}") from None

@@ -30,6 +30,7 @@ The first error ends the read; :class:`ConfigError` carries its path and message
 from __future__ import annotations
 
 import copy
+import datetime
 import math
 import re
 from functools import lru_cache
@@ -41,6 +42,7 @@ import celpy
 import yaml
 from celpy import celtypes
 
+from .files import FileTooLarge, read_bounded
 from .units import DURATION_HINT, format_duration, format_number, format_value, parse_duration_ns
 
 #: Keywords the readers implement; a schema using any other is rejected at load time.
@@ -761,6 +763,174 @@ TOO_DEEP = (f"more than {MAX_CONFIG_DEPTH} levels of nesting: a configuration fi
             f"mappings at most {MAX_CONFIG_DEPTH} deep")
 _EVENT_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+# -- Plain scalars as the Go reader reads them -------------------------------------------
+# PyYAML resolves plain scalars by YAML 1.1 (yes/no/on/off are booleans, 5e-2 and 0o17
+# strings, 1:30 the integer 90), gopkg.in/yaml.v3 by YAML 1.2 with its own additions.
+# One file must mean one thing to every component, so the Python readers resolve plain
+# scalars exactly as yaml.v3 does when it decodes into an interface (its resolve.go):
+# booleans only true/True/TRUE and false/False/FALSE; integers in Go's literal syntax
+# (0x, 0o, 0b, a leading 0 is octal; underscores dropped; beyond int64, a float, as
+# lib/config makes an unsigned one), floats as yaml.v3's pattern (5e-2, 1e2, .5) and
+# .inf/.nan, no sexagesimal numbers, and a timestamp as the RFC 3339 string lib/config
+# makes of it. tests/vectors/yaml_scalars.json holds the cases both readers run.
+
+_TRUE, _FALSE = ("true", "True", "TRUE"), ("false", "False", "FALSE")
+_NULL = ("", "~", "null", "Null", "NULL")
+_SPECIAL_FLOATS = {**dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
+                   **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
+                   **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf)}
+_GO_YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z")
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _go_uint(s: str, base: int) -> int | None:
+    """strconv.ParseUint(s, base, 64) of text without underscores; None on an error."""
+    if not s:
+        return None
+    if base == 0:
+        base = 10
+        if s[0] == "0":
+            if len(s) >= 3 and s[1] in "bBoOxX":
+                base, s = {"b": 2, "o": 8, "x": 16}[s[1].lower()], s[2:]
+            else:
+                base, s = 8, s[1:]
+    n = 0
+    for c in s:
+        d = _DIGITS.find(c.lower()) if c.isascii() else -1
+        if not 0 <= d < base:
+            return None
+        n = n * base + d
+    return n if n < 1 << 64 else None
+
+
+def _go_int(s: str, base: int) -> int | None:
+    """strconv.ParseInt(s, base, 64): an optional sign, then ParseUint, within int64."""
+    neg = s[:1] == "-"
+    u = _go_uint(s[1:] if s[:1] in "+-" else s, base)
+    if u is None or u > (1 << 63) - (0 if neg else 1):
+        return None
+    return -u if neg else u
+
+
+def _go_float(s: str) -> float | None:
+    """strconv.ParseFloat(s, 64) of a decimal literal: None when it overflows."""
+    try:
+        v = float(s) if s.isascii() else math.nan
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+_TIMESTAMP = re.compile(r"([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})"
+                        r"(?:[Tt]([0-9]{1,2}):([0-9]{1,2}):([0-9]{1,2})(?:\.[0-9]+)?(Z|[-+][0-9]{2}:[0-9]{2})"
+                        r"| ([0-9]{1,2}):([0-9]{1,2}):([0-9]{1,2})(?:\.[0-9]+)?)?\Z")
+
+
+def _timestamp(s: str) -> str | None:
+    """A timestamp yaml.v3 recognizes (2001-12-14, 2001-12-14T21:59:43.1-05:00,
+    2001-12-14 21:59:43.1), as lib/config writes it (RFC 3339 to the second); None for
+    anything else, a date that does not exist included."""
+    m = _TIMESTAMP.match(s)
+    if m is None:
+        return None
+    year, month, day = (int(g) for g in m.group(1, 2, 3))
+    clock = m.group(4, 5, 6) if m.group(4) else m.group(8, 9, 10) if m.group(8) else ("0", "0", "0")
+    hour, minute, second = (int(g) for g in clock)
+    zone = m.group(7) or "Z"
+    try:
+        datetime.datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        return None
+    if zone in ("+00:00", "-00:00"):
+        zone = "Z"
+    return f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}{zone}"
+
+
+def resolve_plain(s: str) -> tuple[str, Any]:
+    """The kind ("null", "bool", "int", "float", "timestamp" (the value a string) or
+    "str") and value of a plain (unquoted, untagged) scalar, as yaml.v3 resolves it and
+    lib/config keeps it."""
+    if s in _NULL:
+        return "null", None
+    if s in _TRUE or s in _FALSE:
+        return "bool", s in _TRUE
+    if s in _SPECIAL_FLOATS:
+        return "float", _SPECIAL_FLOATS[s]
+    c = s[0]
+    if c == ".":
+        v = _go_float(s)
+        return ("float", v) if v is not None else ("str", s)
+    if not (c in "+-" or "0" <= c <= "9"):
+        return "str", s
+    if (t := _timestamp(s)) is not None:
+        return "timestamp", t
+    plain = s.replace("_", "")
+    if (v := _go_int(plain, 0)) is not None:
+        return "int", v
+    if (v := _go_uint(plain, 0)) is not None:
+        return "float", float(v)  # above int64: lib/config keeps an unsigned one as a float
+    if _GO_YAML_FLOAT.match(plain) and (f := _go_float(plain)) is not None:
+        return "float", f
+    for prefix, base in (("0b", 2), ("0o", 8)):
+        if plain.startswith(prefix):
+            if (v := _go_int(plain[2:], base)) is not None:
+                return "int", v
+            if (v := _go_uint(plain[2:], base)) is not None:
+                return "float", float(v)
+        elif plain.startswith("-" + prefix) and (v := _go_int("-" + plain[3:], base)) is not None:
+            return "int", v
+    return "str", s
+
+
+_TAGS = {k: f"tag:yaml.org,2002:{k}" for k in ("null", "bool", "int", "float", "str", "timestamp")}
+
+
+class Loader(_EVENT_LOADER):  # type: ignore[misc,valid-type]
+    """PyYAML's safe loader (libyaml when present) with yaml.v3's plain scalars
+    (resolve_plain), for every configuration file and flag value a Python component
+    reads."""
+
+    def resolve(self, kind: Any, value: str, implicit: tuple[bool, bool]) -> str:
+        if kind is yaml.ScalarNode and implicit[0] and value != "<<":
+            return _TAGS[resolve_plain(value)[0]]
+        return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
+
+    def _scalar_as(self, node: yaml.ScalarNode, kind: str) -> Any:
+        got, v = resolve_plain(node.value) if node.value else ("null", None)
+        if got == kind or kind == "float" and got == "int":
+            return float(v) if kind == "float" else v
+        raise yaml.constructor.ConstructorError(None, None, f"cannot decode {node.value!r} as {node.tag}",
+                                                node.start_mark)
+
+
+for _kind in ("null", "bool", "int", "float", "timestamp"):
+    Loader.add_constructor(_TAGS[_kind], lambda self, node, k=_kind: self._scalar_as(node, k))
+# "<<" is a merge where it is a key (flatten_mapping merges it first), a string elsewhere.
+Loader.add_constructor("tag:yaml.org,2002:merge", lambda self, node: node.value)
+
+
+class Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper resolving plain scalars as Loader does: a string that would
+    read back as something else (5e-2, 0o17, 2001-12-14) is quoted, one that reads back
+    as itself (yes, on) is not, so what a Python component writes every reader reads as
+    it was written."""
+
+    def resolve(self, kind: Any, value: str, implicit: tuple[bool, bool]) -> str:
+        if kind is yaml.ScalarNode and implicit[0] and value != "<<":
+            return _TAGS[resolve_plain(value)[0]]
+        return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
+
+
+def dump_yaml(doc: Any, **kw: Any) -> str:
+    """doc as YAML text every reader reads back as doc (Dumper); keywords as yaml.dump's."""
+    return yaml.dump(doc, Dumper=Dumper, **kw)  # type: ignore[no-any-return]
+
+
+def load_yaml(text: str) -> Any:
+    """The first document of YAML text with yaml.v3's plain scalars (Loader); without
+    the bounds of read_yaml (its caller's input is small: a flag's value)."""
+    return yaml.load(text, Loader=Loader)
+
 
 def count_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
     """The YAML nodes of text's first document, aliases expanded (a scalar 1, a
@@ -800,11 +970,12 @@ def count_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
 
 def read_config_file(path: str | Path) -> str:
     """A configuration file's text, reading at most MAX_CONFIG_BYTES + 1 bytes of it:
-    ConfigError at the document when it is larger; OSError when it cannot be read."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError("", TOO_LARGE)
+    ConfigError at the document when it is larger; OSError when it cannot be read or is
+    not a regular file (a named pipe, a device: refused without blocking)."""
+    try:
+        data = read_bounded(path, MAX_CONFIG_BYTES)
+    except FileTooLarge:
+        raise ConfigError("", TOO_LARGE) from None
     return data.decode("utf-8", errors="replace")
 
 
@@ -815,9 +986,9 @@ def read_yaml(text: str, what: str = "document") -> Any:
     if count_nodes(text) > MAX_CONFIG_NODES:
         raise ConfigError("", TOO_MANY_NODES)
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=Loader)
     except yaml.YAMLError as e:
-        raise ConfigError("", f"not valid YAML: {e}") from None
+        raise ConfigError("", "not valid YAML: " + " ".join(str(e).split())) from None
     if doc is None:
         raise ConfigError("", f"empty {what}")
     return doc

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from .contract import ConfigError, Contract, read_config_file, read_yaml
@@ -145,12 +144,11 @@ class Experiment(_Model):
             return out
         p = self.path(self.scenario.file)
         try:
-            data = yaml.safe_load(p.read_text())
+            return read_yaml(read_config_file(p), "scenario")  # type: ignore[no-any-return]
         except OSError as e:
             raise ConfigError("scenario.file", f"cannot read {p}: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError("scenario.file", f"{p} is not valid YAML: {e}") from None
-        return data
+        except ConfigError as e:
+            raise ConfigError("scenario.file", f"{p}: {e.message}") from None
 
 
 def from_document(doc: Any, base_dir: str = ".") -> Experiment:

@@ -8,15 +8,21 @@ test checks that their fields are exactly the schema's properties.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from .contract import ConfigError, Contract, read_config_file, read_yaml
+from .files import read_text_bounded
 from .split import fill_rest
 
 SCHEMA = "topology.schema.yaml"
+#: The largest password_file read (the Go twin: lib/config.MaxPasswordFileBytes).
+MAX_PASSWORD_FILE_BYTES = 64 << 10
+#: The largest run start file read: it holds one number.
+MAX_START_FILE_BYTES = 4096
 
 
 class _Model(BaseModel):
@@ -105,7 +111,7 @@ class Partition(_Model):
         if not self.password_file:
             return None
         try:
-            text = Path(self.password_file).read_text()
+            text = read_text_bounded(self.password_file, MAX_PASSWORD_FILE_BYTES)
         except OSError as e:
             raise ConfigError("password_file", f"{self.password_file}: {e.strerror or e}") from None
         line = text.split("\n", 1)[0].removesuffix("\r")
@@ -151,6 +157,31 @@ class Run(_Model):
     scenario: str | None = None
     topology: str | None = None
     oracle: str | None = None
+
+    def start_time(self) -> float | None:
+        """The run's start (Unix seconds) from start_file: None without one, before the
+        testbed wrote it (no file yet, or an empty one). ConfigError naming the file when
+        it is not a regular file of at most MAX_START_FILE_BYTES (a named pipe is refused
+        without waiting for a writer) or does not start with a finite, non-negative
+        number."""
+        if not self.start_file:
+            return None
+        try:
+            text = read_text_bounded(self.start_file, MAX_START_FILE_BYTES)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise ConfigError("start_file", f"{self.start_file}: {e.strerror or e}") from None
+        fields = text.split()
+        if not fields:
+            return None
+        try:
+            t = float(fields[0])
+        except ValueError:
+            t = math.nan
+        if not (math.isfinite(t) and t >= 0):
+            raise ConfigError("start_file", f"{self.start_file}: {fields[0][:40]!r} is not a Unix time (seconds)")
+        return t
 
 
 class Controller(_Model):

@@ -4,6 +4,7 @@ same errors and the same normalized documents), plus properties of the schema it
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import jsonschema
@@ -167,3 +168,23 @@ def test_the_parse_caches_change_no_verdict(tmp_path: Path) -> None:
     for p in folder.iterdir():
         p.write_bytes(b"not a pickle")
     assert verdicts() == cold
+
+
+def _scalar_cases() -> list[dict]:
+    doc = json.loads((REPO / "tests" / "vectors" / "yaml_scalars.json").read_text())
+    assert doc["schema"] == "robinhood-yaml-scalars/v1" and len(doc["cases"]) >= 50
+    return doc["cases"]
+
+
+@pytest.mark.parametrize("case", _scalar_cases(), ids=lambda c: c["yaml"])
+def test_yaml_scalars_read_as_every_reader_reads_them(case: dict) -> None:
+    """Each plain scalar of tests/vectors/yaml_scalars.json (the Go reader runs them too)
+    reads as written there: yes/on/off are strings, 5e-2 and 1e2 floats, 0o17 the
+    integer 15, 1:30 a string, a date the RFC 3339 string, beyond int64 a float."""
+    got = read_yaml(f"v: {case['yaml']}\n")["v"]
+    kind, want = case["kind"], case["value"]
+    if kind == "float" and isinstance(want, str):
+        assert isinstance(got, float) and (math.isnan(got) if want == "NaN" else got == float(want.replace("Inf", "inf")))
+        return
+    assert type(got) is {"null": type(None), "bool": bool, "int": int, "float": float, "str": str}[kind], got
+    assert got == want

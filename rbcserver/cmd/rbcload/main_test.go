@@ -144,3 +144,26 @@ func TestLoadReportsServerRejection(t *testing.T) {
 		t.Fatalf("rbcload did not report the server's error:\n%s", out)
 	}
 }
+
+// rbcload's default load, 16 even streams at full speed, against a server
+// with the default --max-app-share: no stream is refused (it used to trip
+// the share bound now and then, the streams starting a little apart), and
+// every record is accepted; a stream that got ahead at the start is
+// thinned, not refused.
+func TestFullSpeedEvenStreamsAreNotRefused(t *testing.T) {
+	g, h := startServer(t)
+	load := testutil.Binary(t, "./rbcserver/cmd/rbcload")
+	out, err := exec.Command(load, "--addr", g, "--streams", "16", "--duration", "2s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("rbcload: %v\n%s", err, out)
+	}
+	resp, err := http.Get(h + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), "rbcserver_app_records_refused_total{") {
+		t.Fatalf("records refused:\n%s\n%s", out, body)
+	}
+}

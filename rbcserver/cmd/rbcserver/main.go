@@ -72,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	highPct := fs.Float64("high-pct", def.HighPct, "default upper percentile of the RBC band, in (0, 100] (rbc_server.high_pct)")
 	statsRetention := fs.String("stats-retention", def.StatsRetention.String(), "how long per-backend statistics are kept: the longest GetStats window (rbc_server.stats_retention)")
 	fs.IntVar(&o.cfg.MaxBackends, "max-backends", o.cfg.MaxBackends, "backend ids must be below this")
-	fs.Float64Var(&o.cfg.MaxAppShare, "max-app-share", o.cfg.MaxAppShare, "no app server may hold more than this many times the mean of the other app servers' records in the window (0: no bound)")
+	fs.Float64Var(&o.cfg.MaxAppShare, "max-app-share", o.cfg.MaxAppShare, "no app server's records weigh more in the window than this many times the mean of the other app servers' records: beyond it they are thinned to that, evenly, never refused (0: no bound; docs/rbcserver.md)")
 	fs.Float64Var(&o.cfg.MaxBatchFraction, "max-batch-fraction", o.cfg.MaxBatchFraction, "no batch may hold more than this fraction of the ring")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take before connections are closed")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
+import ssl
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 
@@ -72,8 +74,49 @@ def _trailer_counts(e: grpc.RpcError) -> tuple[int | None, int]:
         return None, 0
 
 
+#: The largest token, certificate or key file read (robinhood_common.auth's bounds).
+MAX_FILE_BYTES = 1 << 20
+
+
 def _read(path: str | None) -> bytes | None:
-    return Path(path).read_bytes() if path else None
+    """A token or PEM file's bytes: a regular file of at most MAX_FILE_BYTES (a named pipe
+    is refused without waiting for a writer, /dev/zero or a sparse 2 GB file by its kind or
+    size), as robinhood_common.files reads them; this distribution depends on nothing else
+    of the project, hence the few lines again. ValueError names the file."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+        os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file (a named pipe, a device or a folder)")
+        raise ValueError(f"{path}: {st.st_size} bytes, more than the {MAX_FILE_BYTES} read here")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"{path}: more than {MAX_FILE_BYTES} bytes, the most read here")
+    return data
+
+
+def _check_tls(ca_path: str | None, ca: bytes | None, cert: str | None, key: str | None) -> None:
+    """ValueError naming the file when the CA bundle holds no certificate or the
+    certificate and key do not load, as OpenSSL will read them: at construction, not at
+    the first connection (gRPC would only log it, and the sender would fail)."""
+    if ca is not None:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
+        except (ssl.SSLError, ValueError):
+            raise ValueError(f"{ca_path}: holds no PEM certificate") from None
+    if cert and key:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"TLS certificate {cert} with key {key}: {e}") from None
 
 
 class Reporter:
@@ -118,7 +161,7 @@ class Reporter:
         self._ids = frozenset(self.backends.values())
         self.buffer, self.batch, self.flush_interval = buffer, batch, flush_interval
         if token_file:
-            fields = Path(token_file).read_text().split()
+            fields = (_read(token_file) or b"").decode("utf-8", errors="replace").split()
             if len(fields) != 2:
                 raise ValueError(f'{token_file}: a caller\'s token file holds one "name token" line')
             token = fields[1]
@@ -133,8 +176,9 @@ class Reporter:
         opts = [("grpc.max_reconnect_backoff_ms", int(MAX_BACKOFF_S * 1000)),
                 ("grpc.initial_reconnect_backoff_ms", 100)]
         if tls_ca or tls_cert:
-            creds = grpc.ssl_channel_credentials(root_certificates=_read(tls_ca), private_key=_read(tls_key),
-                                                 certificate_chain=_read(tls_cert))
+            ca, key, cert = _read(tls_ca), _read(tls_key), _read(tls_cert)
+            _check_tls(tls_ca, ca, tls_cert, tls_key)
+            creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
             self._channel = grpc.secure_channel(target, creds, options=opts)
         else:
             self._channel = grpc.insecure_channel(target, options=opts)

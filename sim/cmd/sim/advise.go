@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/sim"
 )
 
@@ -52,7 +53,7 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if *measured != "" {
-		b, err := os.ReadFile(*measured)
+		b, err := safefile.ReadFile(*measured, 1<<20)
 		if err != nil {
 			return fmt.Errorf("--measured: %w", err)
 		}

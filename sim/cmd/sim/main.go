@@ -29,6 +29,7 @@ import (
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
 	"github.com/robinhoodcache/robinhood/lib/cpuprofile"
+	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/sim"
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
@@ -299,7 +300,7 @@ func runEpoch(flagValue string, topo *config.Topology) (time.Time, error) {
 	}
 	for _, a := range topo.AppServers {
 		if r := a.Controller.Run; r != nil && r.StartFile != "" {
-			if b, err := os.ReadFile(r.StartFile); err == nil {
+			if b, err := safefile.ReadFile(r.StartFile, 4096); err == nil {
 				return parse(string(b), r.StartFile)
 			}
 		}
