@@ -51,6 +51,8 @@ from .registry import register
 from .robinhood import TAX, RobinHoodParams, plan_robinhood
 
 MIB = 1 << 20
+US_PER_S = 1_000_000
+"""Microseconds in a second (the statistics are in µs, the SLO in seconds)."""
 UNUSED_GAP = 0.30
 """RobinHood's unused-space rule, as the paper has it (§3.2), for the fallback step."""
 BACKLOG = 0.03
@@ -70,10 +72,6 @@ SLAB_OVERHEAD_MB = 0.5
 last page on average. A partition's curve is read at other sizes with this taken off every
 size (lib/model.WithOverhead): a small partition is worth less than its share of a large
 one."""
-DONOR_STEP = 0.25
-"""The most of its partition a backend gives in a tick: its capacity is known only as well
-as its latency shows it, and its curve below its size only as well as the shadow model's
-distances scale with memcached's slab classes; the next tick sees what the last move did."""
 REGRANT = 0.25
 """A backend whose grant is still filling is given more when its capacity estimate fell by
 this share since the grant."""
@@ -107,6 +105,10 @@ class PlannerParams(Params):
         "experiments only: every query-rate estimate multiplied by this"))
     bias_curve: float = Field(1.0, gt=0, le=100, description=(
         "experiments only: every stack distance multiplied by this (the miss-ratio curve stretched)"))
+    headroom: bool = Field(False, description=(
+        "with every backend calm, step towards the allocation with the least worst predicted utilization "
+        "(false: RobinHood's step, as when loaded)"))
+    donor_step: float = Field(0.25, gt=0, le=1, description="most of a donor's partition taken in a tick")
     calm: float = Field(0.5, gt=0, le=1, description=(
         "below this utilization everywhere, nothing the model sees is at stake: only bounded steps towards the "
         "min-max allocation; above it, when no move projects better, RobinHood's step"))
@@ -389,11 +391,13 @@ class Planner(AllocationPolicy):
 
     @staticmethod
     def _estimates(names: list[str], caps: Mapping[str, Capacity], cap: Mapping[str, float],
-                   est: Mapping[str, Estimate], measured: Mapping[str, float],
-                   answer: pb.PlanAnswer) -> dict[str, dict[str, float | str]]:
+                   est: Mapping[str, Estimate], measured: Mapping[str, float], answer: pb.PlanAnswer,
+                   declared: Mapping[str, float]) -> dict[str, dict[str, float | str]]:
         """What the timeline records of the tick's estimates, per partition."""
         planned = {b.name: b for b in answer.backends}
         return {n: {"capacity": round(caps[n].estimate, 3), "safe_capacity": round(caps[n].safe, 3),
+                    "declared_capacity": declared.get(n, math.inf) if math.isfinite(declared.get(n, math.inf))
+                    else "inf",
                     "capacity_source": caps[n].source, "planned_capacity": round(cap[n], 3),
                     "sent": round(est[n].sent, 3), "answered": round(est[n].answered, 3),
                     "cacheable_rate": round(est[n].cacheable, 3), "uncacheable_rate": round(est[n].uncacheable, 3),
@@ -421,7 +425,7 @@ class Planner(AllocationPolicy):
         base = dict(st.baseline)
         for n in names:  # a first spread is its own baseline
             base.setdefault(n, max(est[n].spread_us, MIN_BASELINE_US))
-        slo_us = self.ctx.slo.latency * 1e6 if self.ctx.slo is not None else None
+        slo_us = self.ctx.slo.latency * US_PER_S if self.ctx.slo is not None else None
         alarm = slo_us is None or (inp.p99_latency_us is not None and inp.p99_latency_us >= p.alarm * slo_us)
         blocking = sum(inp.rbc.get(n, 0) for n in names)
         caps: dict[str, Capacity] = {}
@@ -501,13 +505,13 @@ class Planner(AllocationPolicy):
             cands = [Candidate("keep", dict(inp.targets))]
             if short:
                 given = relieve(inp.targets, {n: need[n] if n in short else safe[n] for n in names}, short,
-                                self.ctx.floor_bytes, DONOR_STEP)
+                                self.ctx.floor_bytes, p.donor_step)
                 if not any(caps[n].source == "backlog" for n in short):
                     # Only the latency says so: its capacity is the least certain
                     # estimate; a bounded step, and the next tick sees what it did.
                     given = toward(inp.targets, given, int(p.step * budget))
                 cands.append(Candidate("relieve", given))
-            if calm:
+            if calm and p.headroom:
                 cands.append(Candidate("step", toward(inp.targets, minmax, int(p.step * budget))))
             del req.evaluate[:]
             for c in cands:
@@ -517,14 +521,14 @@ class Planner(AllocationPolicy):
             return self.fallback(inp, str(e))
         cands = [replace(c, overload=ev.overload, pressure=ev.pressure, final=ev.final, util=tuple(ev.util))
                  for c, ev in zip(cands, answer.evaluated)]
-        estimates = self._estimates(names, caps, cap, est, measured, answer)
+        estimates = self._estimates(names, caps, cap, est, measured, answer, declared)
         hot = [n for n in short if backlogged(est[n]) or measured[n] >= 1]
         relief_ = [c for c in cands if c.name == "relieve"]
         # A backend at or beyond its capacity is given its need at once: that it is
         # saturated is no estimate, and the projection cannot say by how much a deeper
         # backlog hurts; the others' surplus is the projection's to weigh.
         best = relief_[0] if hot and relief_ else choose(cands, p)
-        if best.name == "keep" and not calm:
+        if best.name == "keep" and (not calm or not p.headroom):
             return self.fallback(inp, "no move projects better; the blocking counts say where", estimates=estimates)
         if best.name == "keep":
             reason, why = "hold", ""
@@ -543,6 +547,11 @@ class Planner(AllocationPolicy):
                 del grants[n]
         self.state = replace(st, moved=moved, grants=grants)
         predicted = dict(zip(names, best.util))
+        for n in names:  # the miss ratio the model predicts at the new size (what the checks compare)
+            e = est[n]
+            if e.cacheable > 0:
+                estimates[n]["planned_miss_ratio"] = round(
+                    min(max((predicted[n] * cap[n] - e.uncacheable) / e.cacheable, 0.0), 1.0), 4)
         note = ""
         if reason != "hold":
             keep = cands[0]
