@@ -116,3 +116,36 @@ func TestCapacities(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// The projection: keeping a saturated backend's allocation leaves a
+// backlog; the min-max grant less of it. Overhead reads a limit's curve at
+// what it is worth.
+func TestPlanProjectsAndReadsWithOverhead(t *testing.T) {
+	req := twoBackends()
+	req.HorizonS = 30
+	req.Backends[0].HeldMb, req.Backends[1].HeldMb = 80, 80
+	req.Backends[0].TimeoutS, req.Backends[1].TimeoutS = 4, 4
+	req.Evaluate = []*pb.PlannerAllocation{{Mb: []float64{80, 80}}, {Mb: []float64{136, 24}}}
+	ans, err := Plan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, grant := ans.Evaluated[0], ans.Evaluated[1]
+	if keep.Overload <= 0 || grant.Overload >= keep.Overload || keep.Final != ans.Worst {
+		t.Fatalf("keep %v, grant %v (worst now %v)", keep, grant, ans.Worst)
+	}
+	// b's hits lie at about 20 MiB of its 80 MiB limit; with 10 MiB of
+	// overhead a 24 MiB limit is worth 16 MiB measured: it misses them.
+	plain := ans.Backends[1].MinmaxUtil
+	req.Backends[1].LimitMb, req.Backends[1].OverheadMb = 80, 10
+	ans2, err := Plan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := ans2.Backends[1].MissRatio; math.Abs(m-0.5) > 1e-9 {
+		t.Fatalf("at its measured limit the curve is as measured: %v", m)
+	}
+	if u := ans2.Evaluated[1].Util[1]; u <= ans.Evaluated[1].Util[1] {
+		t.Fatalf("b at 24 MiB with overhead: %v, without %v (min-max %v)", u, ans.Evaluated[1].Util[1], plain)
+	}
+}

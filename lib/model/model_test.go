@@ -222,3 +222,20 @@ func TestProjectFillsAndDrains(t *testing.T) {
 		t.Fatalf("falling capacity: %v", o)
 	}
 }
+
+// A curve measured at a 40 MiB limit, read where 4 MiB of any limit hold
+// nothing: exact at 40, a 22 MiB limit worth what 20 measured, nothing
+// below the overhead.
+func TestWithOverhead(t *testing.T) {
+	c := curve(100, 80, 0)
+	got := WithOverhead(c, 40, 4)
+	if got[40] != c[40] {
+		t.Fatalf("at the measured limit: %v, want %v", got[40], c[40])
+	}
+	if want := MissAt(c, 40*(22.0-4)/(40-4)); math.Abs(got[22]-want) > 1e-12 || math.Abs(want-c[20]) > 1e-12 {
+		t.Fatalf("at 22 MiB: %v, want %v (the curve at 20)", got[22], want)
+	}
+	if got[3] != 1 || got[60] >= c[60] {
+		t.Fatalf("below the overhead %v; at 60 MiB %v against %v measured (a larger limit is worth more)", got[3], got[60], c[60])
+	}
+}
