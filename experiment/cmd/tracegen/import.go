@@ -318,16 +318,24 @@ func shortStream(o synth.Options, lim synth.Limit, f *feed) error {
 // stderr. A nil stderr leaves the signals to the caller (capture ends its
 // log on one and writes what it has).
 func writeAtomically(path string, write func(io.Writer) (int64, error), stderr io.Writer) (n int64, err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return 0, err
-	}
-	var mu sync.Mutex // held by the rename, and by a signal's clean-up to the end
-	renamed := false
+	// The signals are caught before the temporary file exists, so no signal
+	// can find it there with the default action (which would leave it).
 	sigs := make(chan os.Signal, 1)
 	if stderr != nil {
 		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		signal.Stop(sigs)
+		if len(sigs) > 0 {
+			s := <-sigs
+			fmt.Fprintf(stderr, "tracegen: %v while writing %s: stopped, nothing written there\n", s, path)
+			os.Exit(128 + int(s.(syscall.Signal)))
+		}
+		return 0, err
+	}
+	var mu sync.Mutex // held by the rename, and by a signal's clean-up to the end
+	renamed := false
 	done := make(chan struct{})
 	go func() {
 		select {
