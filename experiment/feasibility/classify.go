@@ -33,14 +33,14 @@ const (
 )
 
 // Classify returns the scenario's class and its worst utilization: the
-// highest oracle worst load/capacity over every phase (+Inf when some
+// highest min-max worst load/capacity over every phase (+Inf when some
 // capacity is zero). Every phase counts, including those before the SLO's
 // warm-up: a warm-up that hides an infeasible phase does not make it
 // feasible.
 func Classify(results []Result) (Class, float64) {
 	worst := 0.0
 	for _, r := range results {
-		worst = math.Max(worst, r.OracleWorst)
+		worst = math.Max(worst, r.MinMaxWorst)
 	}
 	switch {
 	case worst <= MarginUtilization:

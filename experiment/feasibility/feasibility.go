@@ -1,7 +1,7 @@
 // Package feasibility is the oracle's home (docs/algorithms.md,
 // "Feasibility and the oracle"): for a topology, a trace and a capacity
 // scenario, whether any allocation of the cache budget can keep every
-// backend under its capacity in every phase (the load model: Analyze,
+// backend under its capacity in every phase (the load model: Result,
 // Classify), and the allocation schedule that the latency model predicts
 // best (Oracle, oracle.go) — with foresight (the future's phases known in
 // advance) or reacting at each phase's start.
@@ -150,19 +150,20 @@ type Result struct {
 	NeedTotal int `json:"need_total_mb"`
 	// Feasible: some allocation keeps every backend at or under capacity.
 	Feasible bool `json:"feasible"`
-	// Oracle is the allocation (MiB) minimizing the worst load/capacity, and
-	// OracleWorst that worst ratio (≤ 1 when feasible).
-	Oracle      map[string]int `json:"oracle_mb"`
-	OracleWorst float64        `json:"oracle_worst_utilization"`
+	// MinMax is the allocation (MiB) minimizing the worst load/capacity
+	// (model.MinMax; the latency model's search starts from it: Refine),
+	// and MinMaxWorst that worst ratio (≤ 1 when feasible).
+	MinMax      map[string]int `json:"oracle_mb"`
+	MinMaxWorst float64        `json:"oracle_worst_utilization"`
 	// Even is the worst load/capacity with the configured allocation.
 	Even float64 `json:"configured_worst_utilization"`
 }
 
-// Analyze evaluates every phase for a budget (MiB) with a floor per
+// analysePhases evaluates every phase for a budget (MiB) with a floor per
 // partition, against the configured allocation. Each phase is analysed at
 // its own query rates and miss-ratio curves when it has them (Phase.Rates,
 // Phase.Curves), else at the backends'.
-func Analyze(all []model.Backend, phases []Phase, budget, floor int, configured map[string]int) ([]Result, error) {
+func analysePhases(all []model.Backend, phases []Phase, budget, floor int, configured map[string]int) ([]Result, error) {
 	if floor*len(all) > budget {
 		return nil, fmt.Errorf("budget %d MB is below %d partitions × floor %d MB", budget, len(all), floor)
 	}
@@ -185,7 +186,7 @@ func Analyze(all []model.Backend, phases []Phase, budget, floor int, configured 
 			}
 		}
 		r.Feasible = r.NeedTotal >= 0 && r.NeedTotal <= budget
-		r.Oracle, r.OracleWorst = model.MinMax(backends, ph.Capacity, budget, floor)
+		r.MinMax, r.MinMaxWorst = model.MinMax(backends, ph.Capacity, budget, floor)
 		for _, b := range backends {
 			r.Even = math.Max(r.Even, model.Util(b, configured[b.Name], ph.Capacity[b.Name]))
 		}

@@ -37,7 +37,7 @@ func curve(budget, full int, floor float64) []float64 {
 
 // Property: each phase's allocation is the load model's min-max one, and a
 // phase is feasible exactly when its worst utilization is at most 1.
-func TestAnalyzeIsTheMinMax(t *testing.T) {
+func TestAnalysePhasesIsTheMinMax(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for trial := range 200 {
 		budget, floor := 12+r.IntN(20), 1+r.IntN(3)
@@ -49,13 +49,13 @@ func TestAnalyzeIsTheMinMax(t *testing.T) {
 				MissRatio: curve(budget, 2+r.IntN(budget), r.Float64()*0.3)})
 			caps[name] = 10 + r.Float64()*150
 		}
-		res, err := Analyze(bs, []Phase{{Capacity: caps}}, budget, floor, map[string]int{"a": floor, "b": floor, "c": budget - 2*floor})
+		res, err := analysePhases(bs, []Phase{{Capacity: caps}}, budget, floor, map[string]int{"a": floor, "b": floor, "c": budget - 2*floor})
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := res[0]
 		_, worst := model.MinMax(bs, caps, budget, floor)
-		if got.OracleWorst != worst || got.Feasible != (worst <= 1) {
+		if got.MinMaxWorst != worst || got.Feasible != (worst <= 1) {
 			t.Fatalf("trial %d: %+v, min-max worst %v", trial, got, worst)
 		}
 	}
@@ -64,13 +64,13 @@ func TestAnalyzeIsTheMinMax(t *testing.T) {
 func TestNeedAndInfeasible(t *testing.T) {
 	b := model.Backend{Name: "a", CacheableRate: 100, MissRatio: curve(100, 50, 0.1)}
 	// load = 100·mr(m); capacity 40 → mr ≤ 0.4 → m ≥ 30.
-	res, _ := Analyze([]model.Backend{b}, []Phase{{Capacity: map[string]float64{"a": 40}}}, 100, 8, map[string]int{"a": 100})
+	res, _ := analysePhases([]model.Backend{b}, []Phase{{Capacity: map[string]float64{"a": 40}}}, 100, 8, map[string]int{"a": 100})
 	if res[0].Need["a"] != 30 || !res[0].Feasible {
 		t.Fatalf("%+v", res[0])
 	}
 	// capacity 5 < 100 · 0.1: no cache is enough.
-	res, _ = Analyze([]model.Backend{b}, []Phase{{Capacity: map[string]float64{"a": 5}}}, 100, 8, map[string]int{"a": 100})
-	if res[0].Need["a"] != -1 || res[0].Feasible || res[0].OracleWorst != 2 {
+	res, _ = analysePhases([]model.Backend{b}, []Phase{{Capacity: map[string]float64{"a": 5}}}, 100, 8, map[string]int{"a": 100})
+	if res[0].Need["a"] != -1 || res[0].Feasible || res[0].MinMaxWorst != 2 {
 		t.Fatalf("%+v", res[0])
 	}
 }

@@ -934,11 +934,10 @@ func (lm *LatencyModel) Best(in PhaseInput, start map[string]int, floor int) (ma
 // PhaseLatency is the latency model's verdict on one phase.
 type PhaseLatency struct {
 	// Best is the allocation with the lowest predicted P99 in the phase's
-	// steady state.
+	// steady state: the oracle's.
 	Best map[string]int
-	// MinMax is the allocation minimizing the worst load/capacity (the
-	// search's start), and MinMaxP99Ms its predicted P99.
-	MinMax      map[string]int
+	// MinMaxP99Ms is the predicted P99 of the phase's Result.MinMax (the
+	// search's start).
 	MinMaxP99Ms float64
 	// OracleP99Ms and ConfiguredP99Ms are the predicted request P99 of the
 	// oracle's and the configured allocation (+Inf: overloaded).
@@ -947,19 +946,18 @@ type PhaseLatency struct {
 	OracleRho, ConfiguredRho float64
 }
 
-// Refine replaces every result's oracle — Analyze's allocation minimizing
-// the worst load/capacity — by the allocation minimizing the predicted
-// request P99 (Best, started from it; the configured allocation when that
-// is predicted better still), and recomputes its worst utilization. inputs are the phases' limits and request rates (one per
-// result); configured is the configured allocation.
+// Refine finds, for every result, the allocation minimizing the predicted
+// request P99 (Best, started from the load model's Result.MinMax; the
+// configured allocation when that is predicted better still). inputs are
+// the phases' limits and request rates (one per result); configured is the
+// configured allocation.
 func (lm *LatencyModel) Refine(results []Result, inputs []PhaseInput, floor int, configured map[string]int) []PhaseLatency {
 	out := make([]PhaseLatency, len(results))
-	for i := range results {
-		r := &results[i]
+	for i, r := range results {
 		in := inputs[i]
-		pl := PhaseLatency{MinMax: r.Oracle}
-		alloc, pred := lm.Best(in, r.Oracle, floor)
-		pl.MinMaxP99Ms = lm.Predict(in, r.Oracle).P99Ms
+		var pl PhaseLatency
+		alloc, pred := lm.Best(in, r.MinMax, floor)
+		pl.MinMaxP99Ms = lm.Predict(in, r.MinMax).P99Ms
 		conf := lm.Predict(in, configured)
 		pl.ConfiguredP99Ms, pl.ConfiguredRho = conf.P99Ms, conf.WorstRho
 		if !math.IsInf(conf.P99Ms, 1) && better(conf, pred) && validAlloc(configured, alloc, floor) {
@@ -967,15 +965,7 @@ func (lm *LatencyModel) Refine(results []Result, inputs []PhaseInput, floor int,
 			alloc, pred = copyAlloc(configured), conf
 		}
 		pl.OracleP99Ms, pl.OracleRho = pred.P99Ms, pred.WorstRho
-		r.Oracle = alloc
 		pl.Best = alloc
-		worst := 0.0
-		for _, b := range lm.curves {
-			if len(b.MissRatio) > 1 {
-				worst = math.Max(worst, model.Util(b, alloc[b.Name], r.Capacity[b.Name]))
-			}
-		}
-		r.OracleWorst = worst
 		out[i] = pl
 	}
 	return out
@@ -1000,81 +990,6 @@ func copyAlloc(a map[string]int) map[string]int {
 	out := make(map[string]int, len(a))
 	for n, m := range a {
 		out[n] = m
-	}
-	return out
-}
-
-// LookaheadSlack is how much a phase's predicted P99 may exceed its best
-// for it to take the next phase's allocation (Lookahead).
-const LookaheadSlack = 0.10
-
-// Lookahead moves each phase's oracle towards the next phase's, walking
-// back from the last phase: a phase takes the next one's allocation (or
-// the part of the way to it, in quarters, that it can) when its own
-// predicted P99 stays within LookaheadSlack of its best and within the SLO
-// (sloMs > 0). A cache that must grow fills only at its backend's miss
-// rate (a throttled backend's slowly), so space given at the start of the
-// phase that needs it arrives late; given in the calm phase before, it
-// is full when the phase begins. results and pl are Refine's, updated in
-// place.
-func (lm *LatencyModel) Lookahead(results []Result, pl []PhaseLatency, inputs []PhaseInput, sloMs float64) {
-	for i := len(results) - 2; i >= 0; i-- {
-		best := pl[i].OracleP99Ms
-		if math.IsInf(best, 1) {
-			continue
-		}
-		limit := best * (1 + LookaheadSlack)
-		if sloMs > 0 {
-			limit = math.Min(limit, sloMs)
-		}
-		cur, next := results[i].Oracle, results[i+1].Oracle
-		for _, f := range []float64{1, 0.75, 0.5, 0.25} {
-			alloc := blend(cur, next, f)
-			p := lm.Predict(inputs[i], alloc)
-			if p.P99Ms <= limit {
-				results[i].Oracle = alloc
-				pl[i].OracleP99Ms, pl[i].OracleRho = p.P99Ms, p.WorstRho
-				worst := 0.0
-				for _, b := range lm.curves {
-					if len(b.MissRatio) > 1 {
-						worst = math.Max(worst, model.Util(b, alloc[b.Name], results[i].Capacity[b.Name]))
-					}
-				}
-				results[i].OracleWorst = worst
-				break
-			}
-		}
-	}
-}
-
-// blend is a + f·(b − a), rounded to whole MiB with the sum of a kept (both
-// have the same partitions and sum; every partition stays between its two
-// values, so at or above their floor).
-func blend(a, b map[string]int, f float64) map[string]int {
-	names := make([]string, 0, len(a))
-	for n := range a {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	out := map[string]int{}
-	sum, want := 0, 0
-	for _, n := range names {
-		v := float64(a[n]) + f*float64(b[n]-a[n])
-		out[n] = int(math.Floor(v))
-		sum += out[n]
-		want += a[n]
-	}
-	// hand the MiB the floors lost to the partitions that lost most
-	for sum < want {
-		pick, frac := "", -1.0
-		for _, n := range names {
-			v := float64(a[n]) + f*float64(b[n]-a[n])
-			if fr := v - float64(out[n]); fr > frac && out[n] < max(a[n], b[n]) {
-				pick, frac = n, fr
-			}
-		}
-		out[pick]++
-		sum++
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package feasibility
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -216,7 +217,8 @@ func TestBestAllocation(t *testing.T) {
 }
 
 // Refine starts from the min-max allocation and ends no worse than it or
-// the configured one; an overloaded phase keeps the min-max allocation.
+// the configured one; an overloaded phase keeps the min-max allocation;
+// the load model's results are left as they were.
 func TestRefine(t *testing.T) {
 	const budget, floor = 64, 4
 	lm, curves := twoBackends(budget)
@@ -224,11 +226,11 @@ func TestRefine(t *testing.T) {
 		{Start: 0, End: time.Minute, Capacity: map[string]float64{"a": 120, "b": 80}},
 		{Start: time.Minute, End: 2 * time.Minute, Capacity: map[string]float64{"a": 120, "b": 1}},
 	}
-	res, err := Analyze(curves, phases, budget, floor, map[string]int{"a": 32, "b": 32})
+	res, err := analysePhases(curves, phases, budget, floor, map[string]int{"a": 32, "b": 32})
 	if err != nil {
 		t.Fatal(err)
 	}
-	minmax := []map[string]int{res[0].Oracle, res[1].Oracle}
+	minmax := []map[string]int{copyAlloc(res[0].MinMax), copyAlloc(res[1].MinMax)}
 	initial := map[string]config.Limits{
 		"a": {Workers: 8, Rate: 120, ExtraLatencyMs: 3, HiccupProb: 0.01, HiccupMs: 25},
 		"b": {Workers: 8, Rate: 80, ExtraLatencyMs: 3, HiccupProb: 0.01, HiccupMs: 25},
@@ -243,10 +245,15 @@ func TestRefine(t *testing.T) {
 	if pl[0].OracleP99Ms > pl[0].MinMaxP99Ms || pl[0].OracleP99Ms > pl[0].ConfiguredP99Ms || math.IsInf(pl[0].OracleP99Ms, 1) {
 		t.Fatalf("phase 0: %+v", pl[0])
 	}
-	if !math.IsInf(pl[1].OracleP99Ms, 1) || res[1].Oracle["a"] != minmax[1]["a"] {
-		t.Fatalf("phase 1 is overloaded whatever the allocation: %+v, oracle %v, min-max %v", pl[1], res[1].Oracle, minmax[1])
+	if !math.IsInf(pl[1].OracleP99Ms, 1) || pl[1].Best["a"] != minmax[1]["a"] {
+		t.Fatalf("phase 1 is overloaded whatever the allocation: %+v, oracle %v, min-max %v", pl[1], pl[1].Best, minmax[1])
 	}
-	if s := res[0].Oracle["a"] + res[0].Oracle["b"]; s != budget {
-		t.Fatalf("oracle %v", res[0].Oracle)
+	if s := pl[0].Best["a"] + pl[0].Best["b"]; s != budget {
+		t.Fatalf("oracle %v", pl[0].Best)
+	}
+	for i := range res {
+		if fmt.Sprint(res[i].MinMax) != fmt.Sprint(minmax[i]) {
+			t.Fatalf("Refine changed phase %d's min-max allocation: %v, was %v", i, res[i].MinMax, minmax[i])
+		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
@@ -130,13 +131,18 @@ type Report struct {
 	// Candidates are the whole schedules the oracle with foresight may
 	// take (candidates), the model's pick first; none without Foresight
 	// and Options.Candidates.
-	Candidates             []Candidate
-	ConfiguredPredicted    Violations
-	workload               *Workload
-	dyn                    *dynamics
-	parts                  []string // the partitions, sorted
-	steadyVec, configVec   [][]int
-	partIndex              []int // by fan.Backends: the partition's index or -1
+	Candidates           []Candidate
+	ConfiguredPredicted  Violations
+	workload             *Workload
+	dyn                  *dynamics
+	parts                []string // the partitions, sorted
+	steadyVec, configVec [][]int
+	partIndex            []int // by fan.Backends: the partition's index or -1
+	// midOrder is the order in which a midpoint between two allocations
+	// (mid) rounds equal halves up: the trace backends' indices as decimal
+	// text (0, 1, 10, 11, 2, …), the order the search has always used, so
+	// that the oracle's schedules stay as they were.
+	midOrder               []int
 	phaseStart, phaseEndAt []int // per phase: its first bucket and the bucket after its last
 }
 
@@ -202,7 +208,7 @@ func Analyse(in Input, opt Options) (*Report, error) {
 			}
 		}
 	}
-	if r.Results, err = Analyze(r.Backends, phases, r.Budget, r.Floor, r.Configured); err != nil {
+	if r.Results, err = analysePhases(r.Backends, phases, r.Budget, r.Floor, r.Configured); err != nil {
 		return nil, err
 	}
 	r.Class, r.Worst = Classify(r.Results)
@@ -217,10 +223,8 @@ func Analyse(in Input, opt Options) (*Report, error) {
 		}
 		inputs[i] = PhaseInput{Limits: ph.Limits, Rate: r.dyn.rate[w.BucketOf(ph.Start)], Miss: miss}
 	}
-	refined := make([]Result, len(r.Results))
-	copy(refined, r.Results)
-	r.Steady = lm.Refine(refined, inputs, r.Floor, r.Configured)
-	r.index(refined)
+	r.Steady = lm.Refine(r.Results, inputs, r.Floor, r.Configured)
+	r.index()
 	confVec := r.vec(r.Configured)
 	_, r.ConfiguredPredicted = r.dyn.predict(func(int) []int { return confVec })
 	if opt.FeasibleOnly && r.Class == ClassInfeasible {
@@ -349,7 +353,7 @@ func (r *Report) spread(s *Schedule) *Schedule {
 		last := a
 		n := int((to.At - from.At) / w.Bucket)
 		for k := 1; k < n; k++ {
-			if v := lerp(a, b, float64(k)/float64(n)); !sameAlloc(v, last, 0) {
+			if v := lerp(a, b, float64(k)/float64(n), nil); !sameAlloc(v, last, 0) {
 				out.Steps = append(out.Steps, Step{At: from.At + time.Duration(k)*w.Bucket, MB: r.named(v, from.MB)})
 				last = v
 			}
@@ -374,7 +378,7 @@ func (r *Report) ramp(s *Schedule) *Schedule {
 	w := r.workload
 	hard := 0
 	for i, res := range r.Results {
-		if res.OracleWorst > r.Results[hard].OracleWorst {
+		if res.MinMaxWorst > r.Results[hard].MinMaxWorst {
 			hard = i
 		}
 	}
@@ -386,7 +390,7 @@ func (r *Report) ramp(s *Schedule) *Schedule {
 	out := &Schedule{Variant: s.Variant, Steps: []Step{{At: 0, MB: r.Configured}}}
 	last := a
 	for k := 1; k <= end; k++ {
-		if v := lerp(a, b, float64(k)/float64(end)); !sameAlloc(v, last, 0) {
+		if v := lerp(a, b, float64(k)/float64(end), nil); !sameAlloc(v, last, 0) {
 			out.Steps = append(out.Steps, Step{At: time.Duration(k) * w.Bucket, MB: r.named(v, r.Configured)})
 			last = v
 		}
@@ -402,9 +406,15 @@ func (r *Report) ramp(s *Schedule) *Schedule {
 }
 
 // lerp is the allocation f of the way from a to b in whole MiB with a's
-// total (b's: the same), the larger remainders rounded up; -1 (no
-// partition) stays.
-func lerp(a, b []int, f float64) []int {
+// total (b's: the same), the larger remainders rounded up, equal ones in
+// the order given (nil: index order); -1 (no partition) stays.
+func lerp(a, b []int, f float64, order []int) []int {
+	if order == nil {
+		order = make([]int, len(a))
+		for i := range order {
+			order[i] = i
+		}
+	}
 	out := make([]int, len(a))
 	type rest struct {
 		i    int
@@ -415,6 +425,10 @@ func lerp(a, b []int, f float64) []int {
 	for i := range a {
 		if a[i] < 0 || b[i] < 0 {
 			out[i] = a[i]
+		}
+	}
+	for _, i := range order {
+		if a[i] < 0 || b[i] < 0 {
 			continue
 		}
 		x := float64(a[i]) + f*float64(b[i]-a[i])
@@ -431,8 +445,9 @@ func lerp(a, b []int, f float64) []int {
 	return out
 }
 
-// index sets the partitions, their vectors and the phases' buckets.
-func (r *Report) index(refined []Result) {
+// index sets the partitions, their vectors, the midpoints' order and the
+// phases' buckets.
+func (r *Report) index() {
 	w := r.workload
 	for n := range r.Configured {
 		r.parts = append(r.parts, n)
@@ -445,12 +460,17 @@ func (r *Report) index(refined []Result) {
 			r.partIndex[b] = -1
 		}
 	}
-	for i, res := range refined {
-		r.steadyVec = append(r.steadyVec, r.vec(res.Oracle))
+	r.midOrder = make([]int, len(w.Backends))
+	for b := range r.midOrder {
+		r.midOrder[b] = b
+	}
+	sort.Slice(r.midOrder, func(i, j int) bool { return strconv.Itoa(r.midOrder[i]) < strconv.Itoa(r.midOrder[j]) })
+	for i, res := range r.Results {
+		r.steadyVec = append(r.steadyVec, r.vec(r.Steady[i].Best))
 		r.phaseStart = append(r.phaseStart, w.BucketOf(res.Start))
 		end := w.Buckets()
-		if i+1 < len(refined) {
-			end = w.BucketOf(refined[i+1].Start)
+		if i+1 < len(r.Results) {
+			end = w.BucketOf(r.Results[i+1].Start)
 		}
 		r.phaseEndAt = append(r.phaseEndAt, end)
 	}
@@ -597,13 +617,13 @@ func (r *Report) optimize(foresight, fromConfigured bool, horizon time.Duration)
 			sc.tail = tail
 			return sc
 		}
-		cands := [][]int{cur, r.steadyVec[p], blendVec(cur, r.steadyVec[p])}
+		cands := [][]int{cur, r.steadyVec[p], r.mid(cur, r.steadyVec[p])}
 		if si == 0 {
 			cands = append(cands, conf)
 		}
 		if foresight {
 			for q := p + 1; q < len(r.phaseStart) && r.phaseStart[q] < from+hBuckets; q++ {
-				cands = append(cands, r.steadyVec[q], blendVec(cur, r.steadyVec[q]), blendVec(r.steadyVec[p], r.steadyVec[q]))
+				cands = append(cands, r.steadyVec[q], r.mid(cur, r.steadyVec[q]), r.mid(r.steadyVec[p], r.steadyVec[q]))
 			}
 		}
 		best, bestScore := cands[0], eval(cands[0])
@@ -687,24 +707,9 @@ func (r *Report) descend(start []int, sc score, eval func([]int) score) ([]int, 
 	return cur, sc
 }
 
-// blendVec is halfway between two allocations (blend, on vectors).
-func blendVec(a, b []int) []int {
-	ma, mb := map[string]int{}, map[string]int{}
-	for i := range a {
-		if a[i] >= 0 {
-			k := fmt.Sprint(i)
-			ma[k], mb[k] = a[i], b[i]
-		}
-	}
-	m := blend(ma, mb, 0.5)
-	out := append([]int(nil), a...)
-	for i := range a {
-		if a[i] >= 0 {
-			out[i] = m[fmt.Sprint(i)]
-		}
-	}
-	return out
-}
+// mid is halfway between two allocations (lerp, equal halves rounded up
+// in midOrder).
+func (r *Report) mid(a, b []int) []int { return lerp(a, b, 0.5, r.midOrder) }
 
 func key(v []int) string { return fmt.Sprint(v) }
 

@@ -353,7 +353,7 @@ func TestRampReachesThePickByTheHardestPhase(t *testing.T) {
 		at    time.Duration
 		worst float64
 	}{{0, 0.3}, {20 * time.Second, 0.9}, {40 * time.Second, 0.9}} {
-		rep.Results[i].Start, rep.Results[i].OracleWorst = p.at, p.worst
+		rep.Results[i].Start, rep.Results[i].MinMaxWorst = p.at, p.worst
 	}
 	got := rep.ramp(s)
 	conf := rep.Configured["a"]
@@ -379,7 +379,7 @@ func TestRampReachesThePickByTheHardestPhase(t *testing.T) {
 func TestLerpKeepsTheTotal(t *testing.T) {
 	a, b := []int{10, 20, 34, -1}, []int{30, 17, 17, -1}
 	for _, f := range []float64{0, 0.1, 1.0 / 3, 0.5, 0.77, 1} {
-		got := lerp(a, b, f)
+		got := lerp(a, b, f, nil)
 		sum := 0
 		for i := range got {
 			if a[i] < 0 {
@@ -397,8 +397,36 @@ func TestLerpKeepsTheTotal(t *testing.T) {
 			t.Fatalf("f=%v: %v sums to %d", f, got, sum)
 		}
 	}
-	if got := lerp(a, b, 1); fmt.Sprint(got) != fmt.Sprint(b) {
+	if got := lerp(a, b, 1, nil); fmt.Sprint(got) != fmt.Sprint(b) {
 		t.Fatalf("lerp(1) = %v, want %v", got, b)
+	}
+}
+
+// lerp rounds equal remainders up in the order given (index order
+// without one), and the oracle's midpoints in the trace backends' indices
+// as decimal text (the order the search has always used).
+func TestLerpTieOrder(t *testing.T) {
+	a := make([]int, 12)
+	b := make([]int, 12)
+	for i := range a {
+		a[i], b[i] = 10, 10
+	}
+	a[2], b[2] = 11, 10 // 10.5
+	a[10], b[10] = 10, 11
+	if got := lerp(a, b, 0.5, nil); got[2] != 11 || got[10] != 10 {
+		t.Fatalf("index order: %v", got)
+	}
+	if got := lerp(a, b, 0.5, []int{0, 1, 10, 11, 2, 3, 4, 5, 6, 7, 8, 9}); got[2] != 10 || got[10] != 11 {
+		t.Fatalf("decimal-text order: %v", got)
+	}
+	w := &Workload{Fanout: Fanout{Backends: make([]string, 12)}}
+	for i := range w.Backends {
+		w.Backends[i] = fmt.Sprintf("p%02d", i)
+	}
+	rep := &Report{workload: w}
+	rep.index()
+	if got := rep.mid(a, b); got[2] != 10 || got[10] != 11 {
+		t.Fatalf("the oracle's midpoint: %v (order %v)", got, rep.midOrder)
 	}
 }
 

@@ -70,7 +70,7 @@ func writeTrace(t *testing.T, secs int, rate func(s int) int, per int) string {
 
 // SetRates gives each phase the query rates within it (every app server)
 // and its own miss-ratio curve; the whole trace's stay as LoadModel's; and
-// Analyze judges each phase at its own rates: a phase at triple the request
+// analysePhases judges each phase at its own rates: a phase at triple the request
 // rate can be infeasible where the whole trace's average is not.
 func TestPerPhaseRates(t *testing.T) {
 	rate := func(s int) int {
@@ -118,7 +118,7 @@ func TestPerPhaseRates(t *testing.T) {
 	}
 	// Capacity 24 queries/s of a: phase 1 has 30 uncacheable queries/s
 	// alone, beyond it; the whole trace's average (16.7) is not.
-	res, err := Analyze(all, phases, 4, 1, map[string]int{"a": 2, "b": 2})
+	res, err := analysePhases(all, phases, 4, 1, map[string]int{"a": 2, "b": 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestClassify(t *testing.T) {
 	res := func(worst ...float64) []Result {
 		var out []Result
 		for _, w := range worst {
-			out = append(out, Result{OracleWorst: w})
+			out = append(out, Result{MinMaxWorst: w})
 		}
 		return out
 	}

@@ -577,7 +577,7 @@ func (w *Workload) MissCurveAt(b, t int) []float64 {
 }
 
 // LoadModel is the backends' demand over [from, to) for the load model
-// (Analyze): their query rates and miss-ratio curves then. ok is false when
+// (analysePhases): their query rates and miss-ratio curves then. ok is false when
 // the trace covers none of the interval.
 func (w *Workload) LoadModel(from, to time.Duration) ([]model.Backend, bool) {
 	_, c, u, ok := w.Rates(from, to)

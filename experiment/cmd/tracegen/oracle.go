@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,7 +122,7 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 			rate = "×" + strconv.FormatFloat(r.RateFactor, 'g', -1, 64) + "\t"
 		}
 		fmt.Fprintf(tw, "%s–%s\t%s%s\t%s/%d\t%s\t%.2f\t%.2f\t%s\t%s / %s\t\n", r.Start, r.End, rate, strings.Join(parts, " "), total, rep.Budget, ok,
-			r.OracleWorst, r.Even, fmtAlloc(sched.At(r.Start)), fmtMs(rep.Steady[i].OracleP99Ms), fmtMs(rep.Steady[i].ConfiguredP99Ms))
+			r.MinMaxWorst, r.Even, fmtAlloc(sched.At(r.Start)), fmtMs(rep.Steady[i].OracleP99Ms), fmtMs(rep.Steady[i].ConfiguredP99Ms))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -228,8 +226,8 @@ func reportJSON(rep *feasibility.Report, sched *feasibility.Schedule) map[string
 		if sched != nil {
 			alloc = sched.At(r.Start)
 		}
-		rows = append(rows, row{r.Start.Seconds(), r.End.Seconds(), caps, loads, r.Need, r.NeedTotal, r.Feasible, r.Oracle,
-			finite(r.OracleWorst), finite(r.Even), r.RateFactor, rates, st.Best, alloc,
+		rows = append(rows, row{r.Start.Seconds(), r.End.Seconds(), caps, loads, r.Need, r.NeedTotal, r.Feasible, r.MinMax,
+			finite(r.MinMaxWorst), finite(r.Even), r.RateFactor, rates, st.Best, alloc,
 			finite(st.OracleP99Ms), finite(st.ConfiguredP99Ms), finite(st.MinMaxP99Ms), finite(st.OracleRho), finite(st.ConfiguredRho),
 			st.OracleP99Ms <= sloMs})
 	}
@@ -388,7 +386,11 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 		_, err = stdout.Write(b)
 		return err
 	}
-	return writeAtomic(*out, b)
+	_, err = writeAtomically(*out, func(w io.Writer) (int64, error) {
+		n, err := w.Write(b)
+		return int64(n), err
+	}, stderr)
+	return err
 }
 
 // seriesJSON is a predicted SLO series for JSON (infinite P99s as null).
@@ -398,27 +400,4 @@ func seriesJSON(pts []feasibility.SeriesPoint) []map[string]any {
 		out[i] = map[string]any{"t_s": p.T.Seconds(), "p99_ms": finite(p.P99Ms), "slow": p.Slow, "violation_prob": p.ViolationProb, "rho": p.Rho}
 	}
 	return out
-}
-
-// writeAtomic writes a file whole or not at all: a temporary file in the
-// same folder, renamed over it.
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return nil
 }
