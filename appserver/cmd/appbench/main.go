@@ -135,59 +135,13 @@ func run(c config) error {
 		return cmd, nil
 	}
 
-	mc := make([]string, len(backends))
-	var mcPIDs []int
-	for i := range backends {
-		mc[i] = freeAddr()
-		_, port, _ := net.SplitHostPort(mc[i])
-		name, args := c.memcached, []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "256", "-t", "2", "-u", "root"}
-		if c.store == "redis" {
-			name, args = c.redis, []string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
-				"--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"}
-		}
-		if cmd, err := start(name, args...); err != nil {
-			return err
-		} else {
-			mcPIDs = append(mcPIDs, cmd.Process.Pid)
-		}
+	mc, mcPIDs, err := startStores(c, start)
+	if err != nil {
+		return err
 	}
-	for _, a := range mc {
-		if err := waitTCP(a); err != nil {
-			return err
-		}
-	}
-	// Preload every key so that all queries hit.
-	for i, b := range backends {
-		cl := newStore(c.store, mc[i], 4)
-		for k := range c.keys {
-			key := strconv.Itoa(k)
-			if err := cl.Set(context.Background(), cache.Key(b, key), value.Bytes(b, key, sizeOf(k))); err != nil {
-				return fmt.Errorf("preload %s: %w", mc[i], err)
-			}
-		}
-		cl.Close()
-	}
-
 	httpAddr := freeAddr()
-	topo := fmt.Sprintf("rbc_server: {grpc: %q}\nbackends:\n", freeAddr())
-	for i, b := range backends {
-		// Nothing listens on the replicas: every query must hit.
-		topo += fmt.Sprintf("  - {id: %d, name: %s, type: kv, replicas: [{grpc: %q}]}\n", i, b, freeAddr())
-	}
-	topo += fmt.Sprintf("app_servers:\n  - id: bench\n    http: %q\n    cache_mode: partitioned\n    cache_budget_mb: 768\n    partitions: {", httpAddr)
-	for i, b := range backends {
-		if i > 0 {
-			topo += ", "
-		}
-		if c.store == "redis" {
-			topo += fmt.Sprintf("%s: {redis: %q}", b, mc[i])
-		} else {
-			topo += fmt.Sprintf("%s: %q", b, mc[i])
-		}
-	}
-	topo += "}\n"
 	topoPath := filepath.Join(dir, "topology.yaml")
-	if err := os.WriteFile(topoPath, []byte(topo), 0o644); err != nil {
+	if err := os.WriteFile(topoPath, []byte(benchTopology(c, httpAddr, mc)), 0o644); err != nil {
 		return err
 	}
 	appArgs := append([]string{"--topology", topoPath, "--id", "bench", "--log-level", "error",
@@ -222,28 +176,8 @@ func run(c config) error {
 	// The independent client's loop first, then ours, the app server and
 	// /healthz: the ratios below compare the app server (index 2) with the
 	// first two.
-	var independent loop
-	if c.store == "redis" {
-		rd := make([]*redis.Client, len(backends))
-		for i := range backends {
-			rd[i] = redis.NewClient(&redis.Options{Addr: mc[i], Protocol: 2, DisableIdentity: true, PoolSize: c.concurrency + 4,
-				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
-			defer rd[i].Close()
-		}
-		independent = loop{"baseline: Go MGET loop (go-redis)", func(r *request) error {
-			return fanout(r, func(b int, keys []string) error { return goredisGet(rd[b], keys) })
-		}}
-	} else {
-		gm := make([]*memcache.Client, len(backends))
-		for i := range backends {
-			gm[i] = memcache.New(mc[i])
-			gm[i].MaxIdleConns = c.concurrency + 4
-			gm[i].Timeout = 2 * time.Second
-		}
-		independent = loop{"baseline: Go multi-get loop (gomemcache)", func(r *request) error {
-			return fanout(r, func(b int, keys []string) error { return gomemcacheGet(gm[b], keys) })
-		}}
-	}
+	independent, closeIndependent := independentLoop(c, mc)
+	defer closeIndependent()
 	health := "http://" + httpAddr + "/healthz"
 	loops := []loop{
 		independent,
@@ -256,33 +190,9 @@ func run(c config) error {
 
 	fmt.Printf("appbench: %s partitions, %d backends, %d queries/request, %d keys/backend, sizes 100-4099 B, %d CPUs, %d rounds of %v per phase\n",
 		c.store, len(backends), c.queries, c.keys, runtime.NumCPU(), c.rounds, c.duration)
-	// Rounds interleave the loops so that a noisy neighbour affects them
-	// alike; each figure is the median over the rounds, and the ratios are
-	// taken within a round.
-	rps := make([][]float64, len(loops))
-	med := make([][]time.Duration, len(loops))
-	cpu := make([]cpuUse, len(loops))
-	var ratios [2][]float64
-	for range c.rounds {
-		for i, l := range loops {
-			before := sampleCPU(appCmd.Process.Pid, mcPIDs)
-			r, lat, err := measure(reqs, c.concurrency, c.duration, l.do)
-			if err != nil {
-				return fmt.Errorf("%s: %w", l.name, err)
-			}
-			cpu[i].add(sampleCPU(appCmd.Process.Pid, mcPIDs).sub(before), len(lat))
-			rps[i] = append(rps[i], r)
-		}
-		for i := range ratios {
-			ratios[i] = append(ratios[i], rps[2][len(rps[2])-1]/rps[i][len(rps[i])-1])
-		}
-		for i, l := range loops {
-			_, lat, err := measure(reqs, 1, c.duration, l.do)
-			if err != nil {
-				return fmt.Errorf("%s: %w", l.name, err)
-			}
-			med[i] = append(med[i], median(lat))
-		}
+	rps, med, cpu, ratios, err := measureRounds(c, loops, reqs, appCmd.Process.Pid, mcPIDs)
+	if err != nil {
+		return err
 	}
 	fmt.Printf("%-56s %12s %13s   %s\n", "", fmt.Sprintf("req/s (c=%d)", c.concurrency), "median (c=1)", "CPU µs/request (c=16): load generator + app server + "+c.store)
 	R := make([]float64, len(loops))
@@ -297,6 +207,130 @@ func run(c config) error {
 			loops[i].name+":", medianF(ratios[i]), floatsText(ratios[i]), (M[app] - M[i]).Round(time.Microsecond))
 	}
 	return nil
+}
+
+// startStores starts the partitions' memcached (or redis-server) instances
+// and preloads every key, so that all queries hit; it returns their
+// addresses and process ids.
+func startStores(c config, start func(string, ...string) (*exec.Cmd, error)) (mc []string, mcPIDs []int, err error) {
+	mc = make([]string, len(backends))
+	for i := range backends {
+		mc[i] = freeAddr()
+		_, port, _ := net.SplitHostPort(mc[i])
+		name, args := c.memcached, []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "256", "-t", "2", "-u", "root"}
+		if c.store == "redis" {
+			name, args = c.redis, []string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
+				"--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"}
+		}
+		if cmd, err := start(name, args...); err != nil {
+			return nil, nil, err
+		} else {
+			mcPIDs = append(mcPIDs, cmd.Process.Pid)
+		}
+	}
+	for _, a := range mc {
+		if err := waitTCP(a); err != nil {
+			return nil, nil, err
+		}
+	}
+	// Preload every key so that all queries hit.
+	for i, b := range backends {
+		cl := newStore(c.store, mc[i], 4)
+		for k := range c.keys {
+			key := strconv.Itoa(k)
+			if err := cl.Set(context.Background(), cache.Key(b, key), value.Bytes(b, key, sizeOf(k))); err != nil {
+				return nil, nil, fmt.Errorf("preload %s: %w", mc[i], err)
+			}
+		}
+		cl.Close()
+	}
+	return mc, mcPIDs, nil
+}
+
+// benchTopology is the app server's topology: the partitions at mc, and
+// backends whose replicas nothing listens on.
+func benchTopology(c config, httpAddr string, mc []string) string {
+	topo := fmt.Sprintf("rbc_server: {grpc: %q}\nbackends:\n", freeAddr())
+	for i, b := range backends {
+		// Nothing listens on the replicas: every query must hit.
+		topo += fmt.Sprintf("  - {id: %d, name: %s, type: kv, replicas: [{grpc: %q}]}\n", i, b, freeAddr())
+	}
+	topo += fmt.Sprintf("app_servers:\n  - id: bench\n    http: %q\n    cache_mode: partitioned\n    cache_budget_mb: 768\n    partitions: {", httpAddr)
+	for i, b := range backends {
+		if i > 0 {
+			topo += ", "
+		}
+		if c.store == "redis" {
+			topo += fmt.Sprintf("%s: {redis: %q}", b, mc[i])
+		} else {
+			topo += fmt.Sprintf("%s: %q", b, mc[i])
+		}
+	}
+	topo += "}\n"
+	return topo
+}
+
+// independentLoop is the baseline with an independent client (gomemcache,
+// or go-redis with --store redis), and what closes its clients.
+func independentLoop(c config, mc []string) (loop, func()) {
+	if c.store == "redis" {
+		rd := make([]*redis.Client, len(backends))
+		for i := range backends {
+			rd[i] = redis.NewClient(&redis.Options{Addr: mc[i], Protocol: 2, DisableIdentity: true, PoolSize: c.concurrency + 4,
+				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+		}
+		closeAll := func() {
+			for i := len(rd) - 1; i >= 0; i-- {
+				rd[i].Close()
+			}
+		}
+		return loop{"baseline: Go MGET loop (go-redis)", func(r *request) error {
+			return fanout(r, func(b int, keys []string) error { return goredisGet(rd[b], keys) })
+		}}, closeAll
+	}
+	gm := make([]*memcache.Client, len(backends))
+	for i := range backends {
+		gm[i] = memcache.New(mc[i])
+		gm[i].MaxIdleConns = c.concurrency + 4
+		gm[i].Timeout = 2 * time.Second
+	}
+	return loop{"baseline: Go multi-get loop (gomemcache)", func(r *request) error {
+		return fanout(r, func(b int, keys []string) error { return gomemcacheGet(gm[b], keys) })
+	}}, func() {}
+}
+
+// measureRounds measures every loop's throughput (with the CPU it takes)
+// and median latency, round after round, and the app server's (loops[2])
+// throughput ratio to the first two loops within each round.
+func measureRounds(c config, loops []loop, reqs []request, appPID int, mcPIDs []int) (rps [][]float64, med [][]time.Duration, cpu []cpuUse, ratios [2][]float64, err error) {
+	// Rounds interleave the loops so that a noisy neighbour affects them
+	// alike; each figure is the median over the rounds, and the ratios are
+	// taken within a round.
+	rps = make([][]float64, len(loops))
+	med = make([][]time.Duration, len(loops))
+	cpu = make([]cpuUse, len(loops))
+	for range c.rounds {
+		for i, l := range loops {
+			before := sampleCPU(appPID, mcPIDs)
+			r, lat, err := measure(reqs, c.concurrency, c.duration, l.do)
+			if err != nil {
+				return nil, nil, nil, ratios, fmt.Errorf("%s: %w", l.name, err)
+			}
+			cpu[i].add(sampleCPU(appPID, mcPIDs).sub(before), len(lat))
+			rps[i] = append(rps[i], r)
+		}
+		for i := range ratios {
+			ratios[i] = append(ratios[i], rps[2][len(rps[2])-1]/rps[i][len(rps[i])-1])
+		}
+		for i, l := range loops {
+			_, lat, err := measure(reqs, 1, c.duration, l.do)
+			if err != nil {
+				return nil, nil, nil, ratios, fmt.Errorf("%s: %w", l.name, err)
+			}
+			med[i] = append(med[i], median(lat))
+		}
+	}
+	return rps, med, cpu, ratios, nil
 }
 
 func makeRequests(c config) []request {
