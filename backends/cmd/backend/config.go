@@ -40,6 +40,58 @@ var errFlagSyntax = errors.New("invalid command line")
 // backendDef is the schema definition of a topology backend.
 const backendDef = "topology.schema.yaml#/$defs/backend"
 
+// blockFlag is a flag that sets a field of the backend's block, or of its
+// type's options (kind), as the topology's field of the same name does.
+type blockFlag struct {
+	flag, field, kind, help string
+	zero                    any // the flag's type and default: string, int, int64 or uint64
+}
+
+var blockFlags = []blockFlag{
+	{"type", "type", "", "backend type: kv, sql or compute (backends[].type)", ""},
+	{"name", "name", "", "backend name, as in the topology and traces (backends[].name)", ""},
+	{"seed", "seed", "", "seed of the hiccup draws (seed)", uint64(1)},
+	{"redis", "redis", "kv", "kv: keep values in this Redis (host:port) instead of in memory (kv.redis)", ""},
+	{"max-bytes", "max_bytes", "kv", "kv, in memory: bound on stored bytes; least recently used keys are evicted (kv.max_bytes; default 256 MiB)", int64(0)},
+	{"db", "db", "sql", "sql: database file, built on first start, reused while valid (sql.db; default $TMPDIR/robinhood-backend-NAME/backend.db)", ""},
+	{"rows", "rows", "sql", "sql: number of items in the database (sql.rows; default 100000)", 0},
+	{"matrix-size", "matrix_size", "compute", "compute: n of the n×n matrix multiply per query (compute.matrix_size; default 96)", 0},
+}
+
+// flagValues registers the block's flags and every limit's
+// (config.LimitTable, named and described there); the functions give a
+// flag's value as the block holds it.
+func flagValues(fs *flag.FlagSet) (block map[string]func() any, limit []func() any) {
+	block = map[string]func() any{}
+	for _, f := range blockFlags {
+		switch z := f.zero.(type) {
+		case string:
+			p := fs.String(f.flag, z, f.help)
+			block[f.flag] = func() any { return *p }
+		case int:
+			p := fs.Int(f.flag, z, f.help)
+			block[f.flag] = func() any { return int64(*p) }
+		case int64:
+			p := fs.Int64(f.flag, z, f.help)
+			block[f.flag] = func() any { return *p }
+		case uint64:
+			p := fs.Uint64(f.flag, z, f.help)
+			block[f.flag] = func() any { return int64(*p) }
+		}
+	}
+	def := config.DefaultLimits()
+	for _, f := range config.LimitTable {
+		if f.Int {
+			p := fs.Int(f.Flag(), int(f.Get(def)), "initial "+f.Help+" (limits."+f.Name+")")
+			limit = append(limit, func() any { return int64(*p) })
+		} else {
+			p := fs.Float64(f.Flag(), f.Get(def), "initial "+f.Help+" (limits."+f.Name+")")
+			limit = append(limit, func() any { return *p })
+		}
+	}
+	return block, limit
+}
+
 // parseConfig parses and validates args. Every setting of a topology
 // backend (its type, limits, seed and type options) comes from the
 // topology with --topology/--id, or from the flags of the same name; a
@@ -57,30 +109,13 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 			"Defaults are the topology schema's (docs/topology.md).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	def := config.DefaultLimits()
 	topoPath := fs.String("topology", "", "topology `file`: start as backend --id of it (type, limits, options, addresses of replica --replica); flags override")
 	id := fs.String("id", "", "with --topology: the backend's name")
 	replica := fs.Int("replica", 0, "with --topology: which replica of the backend this process is (its addresses and seed + replica)")
-	typ := fs.String("type", "", "backend type: kv, sql or compute (backends[].type)")
-	name := fs.String("name", "", "backend name, as in the topology and traces (backends[].name)")
 	grpcAddr := fs.String("grpc-addr", "", "gRPC listen address (default: the replica's grpc address in the topology, else 127.0.0.1:7100)")
 	httpAddr := fs.String("http-addr", "", "HTTP listen address: admin API, /healthz, /metrics (default: the replica's http address, else 127.0.0.1:7200)")
-	// One flag per limit field (config.LimitTable), named and described there.
-	limitFloats, limitInts := make([]float64, len(config.LimitTable)), make([]int, len(config.LimitTable))
-	for i, f := range config.LimitTable {
-		if f.Int {
-			fs.IntVar(&limitInts[i], f.Flag(), int(f.Get(def)), "initial "+f.Help+" (limits."+f.Name+")")
-		} else {
-			fs.Float64Var(&limitFloats[i], f.Flag(), f.Get(def), "initial "+f.Help+" (limits."+f.Name+")")
-		}
-	}
-	seed := fs.Uint64("seed", 1, "seed of the hiccup draws (seed)")
-	redis := fs.String("redis", "", "kv: keep values in this Redis (host:port) instead of in memory (kv.redis)")
-	maxBytes := fs.Int64("max-bytes", 0, "kv, in memory: bound on stored bytes; least recently used keys are evicted (kv.max_bytes; default 256 MiB)")
-	db := fs.String("db", "", "sql: database file, built on first start, reused while valid (sql.db; default $TMPDIR/robinhood-backend-NAME/backend.db)")
-	rows := fs.Int("rows", 0, "sql: number of items in the database (sql.rows; default 100000)")
+	blockVals, limitVals := flagValues(fs)
 	fs.Int64Var(&c.MaxBatchBytes, "max-batch-bytes", server.DefaultMaxBatchBytes, "bound on the bytes one batch may ask for in all; a larger one is refused before anything is allocated")
-	matrix := fs.Int("matrix-size", 0, "compute: n of the n×n matrix multiply per query (compute.matrix_size; default 96)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT, how long queued and in-service queries may finish")
 	c.Security.Register(fs)
@@ -100,84 +135,11 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 	set := config.SetFlags(fs)
 
 	// The backend's block: from the topology, or made from the flags.
-	var block map[string]any
-	where := "backend"
-	var rep map[string]any
-	if *topoPath != "" {
-		if *id == "" {
-			return c, errors.New("--id is required with --topology: the backend's name")
-		}
-		var t *config.Topology
-		var err error
-		if block, where, rep, t, err = topologyBlock(*topoPath, *id, *replica); err != nil {
-			return c, err
-		}
-		c.Security = c.Security.FromTopology(t, set)
-	} else {
-		if set["id"] || set["replica"] {
-			return c, errors.New("--id and --replica need --topology")
-		}
-		if *typ == "" {
-			return c, errors.New("--type is required (kv, sql or compute), or --topology FILE --id NAME")
-		}
-		if *name == "" {
-			return c, errors.New("--name is required, or --topology FILE --id NAME")
-		}
-		block = map[string]any{"id": int64(0), "replicas": []any{map[string]any{"grpc": "127.0.0.1:0"}}}
+	block, where, rep, err := c.backendBlock(*topoPath, *id, *replica, set, blockVals)
+	if err != nil {
+		return c, err
 	}
-	var ov config.Overrides
-	limits, _ := block["limits"].(map[string]any)
-	if limits == nil {
-		limits = map[string]any{}
-		block["limits"] = limits
-	}
-	opts := func(kind string) map[string]any {
-		m, _ := block[kind].(map[string]any)
-		if m == nil {
-			m = map[string]any{}
-			block[kind] = m
-		}
-		return m
-	}
-	for _, f := range []struct {
-		flag, field string
-		v           any
-		into        func() map[string]any
-		prefix      string
-	}{
-		{"type", "type", *typ, nil, ""},
-		{"name", "name", *name, nil, ""},
-		{"seed", "seed", int64(*seed), nil, ""},
-		{"redis", "redis", *redis, func() map[string]any { return opts("kv") }, ".kv"},
-		{"max-bytes", "max_bytes", *maxBytes, func() map[string]any { return opts("kv") }, ".kv"},
-		{"db", "db", *db, func() map[string]any { return opts("sql") }, ".sql"},
-		{"rows", "rows", int64(*rows), func() map[string]any { return opts("sql") }, ".sql"},
-		{"matrix-size", "matrix_size", int64(*matrix), func() map[string]any { return opts("compute") }, ".compute"},
-	} {
-		if !set[f.flag] {
-			continue
-		}
-		if f.into == nil {
-			ov.Set(block, where, f.field, f.flag, f.v)
-		} else {
-			ov.Set(f.into(), where+f.prefix, f.field, f.flag, f.v)
-		}
-	}
-	for i, f := range config.LimitTable {
-		if !set[f.Flag()] {
-			continue
-		}
-		var v any = limitFloats[i]
-		if f.Int {
-			v = int64(limitInts[i])
-		}
-		ov.Set(limits, where+".limits", f.Name, f.Flag(), v)
-	}
-	for _, kind := range []string{"kv", "sql", "compute"} {
-		if m, ok := block[kind].(map[string]any); ok && len(m) == 0 {
-			delete(block, kind)
-		}
-	}
+	ov := overrideBlock(block, where, set, blockVals, limitVals)
 	norm, err := config.Default().Read(backendDef, block, where)
 	if err != nil {
 		return c, ov.Annotate(err)
@@ -207,6 +169,70 @@ func parseConfig(args []string, out io.Writer) (settings, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// backendBlock is the backend's block, where it is and its replica's
+// block: from the topology (whose security settings c takes, where no
+// flag set them), or made from the flags.
+func (c *settings) backendBlock(topoPath, id string, replica int, set map[string]bool, vals map[string]func() any) (block map[string]any, where string, rep map[string]any, err error) {
+	if topoPath != "" {
+		if id == "" {
+			return nil, "", nil, errors.New("--id is required with --topology: the backend's name")
+		}
+		var t *config.Topology
+		if block, where, rep, t, err = topologyBlock(topoPath, id, replica); err != nil {
+			return nil, "", nil, err
+		}
+		c.Security = c.Security.FromTopology(t, set)
+		return block, where, rep, nil
+	}
+	if set["id"] || set["replica"] {
+		return nil, "", nil, errors.New("--id and --replica need --topology")
+	}
+	if vals["type"]() == "" {
+		return nil, "", nil, errors.New("--type is required (kv, sql or compute), or --topology FILE --id NAME")
+	}
+	if vals["name"]() == "" {
+		return nil, "", nil, errors.New("--name is required, or --topology FILE --id NAME")
+	}
+	return map[string]any{"id": int64(0), "replicas": []any{map[string]any{"grpc": "127.0.0.1:0"}}}, "backend", nil, nil
+}
+
+// overrideBlock sets the fields of the block that flags set (the block's,
+// its type options' and its limits'), keeping which flag set what.
+func overrideBlock(block map[string]any, where string, set map[string]bool, vals map[string]func() any, limitVals []func() any) *config.Overrides {
+	var ov config.Overrides
+	limits, _ := block["limits"].(map[string]any)
+	if limits == nil {
+		limits = map[string]any{}
+		block["limits"] = limits
+	}
+	for _, f := range blockFlags {
+		if !set[f.flag] {
+			continue
+		}
+		if f.kind == "" {
+			ov.Set(block, where, f.field, f.flag, vals[f.flag]())
+			continue
+		}
+		m, _ := block[f.kind].(map[string]any)
+		if m == nil {
+			m = map[string]any{}
+			block[f.kind] = m
+		}
+		ov.Set(m, where+"."+f.kind, f.field, f.flag, vals[f.flag]())
+	}
+	for i, f := range config.LimitTable {
+		if set[f.Flag()] {
+			ov.Set(limits, where+".limits", f.Name, f.Flag(), limitVals[i]())
+		}
+	}
+	for _, kind := range []string{"kv", "sql", "compute"} {
+		if m, ok := block[kind].(map[string]any); ok && len(m) == 0 {
+			delete(block, kind)
+		}
+	}
+	return &ov
 }
 
 // topologyBlock finds backend id in a topology file: its block (a document),
