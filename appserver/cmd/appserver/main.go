@@ -40,16 +40,9 @@ func run(args []string) int {
 	topoPath := fs.String("topology", "", "topology file (YAML; docs/topology.md)")
 	id := fs.String("id", "", "this application server's id in the topology")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	conns := fs.Int("memcached-conns", server.DefaultMemcachedConns, "connections per memcached instance (at least the expected concurrent requests)")
-	cacheTimeout := fs.Duration("cache-timeout", server.DefaultCacheTimeout, "bound on one memcached operation; after three in a row go unanswered the instance is bypassed (circuit breaker) and probed again later")
-	itemMax := fs.Int("memcached-item-max", server.DefaultMemcachedItemMax, "memcached item size limit in bytes (memcached -I); larger values are not cached")
-	fillQueue := fs.Int("fill-queue", cache.DefaultFillQueue, "values waiting to be stored, per backend; more are dropped and counted")
-	fillWorkers := fs.Int("fill-workers", cache.DefaultFillWorkers, "goroutines storing values, per backend")
-	rbcBuffer := fs.Int("rbc-buffer", report.DefaultBufferLen, "request records buffered for the next RBC batch; more are dropped and counted")
+	bounds := boundFlags(fs)
 	shadowBytes := fs.String("shadow-bytes", bytesize.Format(server.DefaultShadowBytes), "shadow region of each partition's shadow model: misses that this much more cache would have hit are reported as shadow hits")
 	noStats := fs.Bool("no-stats", false, "do not report per-backend statistics (hits, misses, shadow hits, query latencies) with the RBC batches")
-	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest accepted request body")
-	maxRequest := fs.Int64("max-request-bytes", server.DefaultMaxRequestBytes, "most value bytes one request may ask for in all (the sum of its sizes); a larger one is refused with 413 before anything is sent")
 	check := fs.Bool("check", false, "validate the topology and this app server's settings (dispatch policy parameters among them), print what would run, and exit")
 	listDispatch := fs.Bool("list-dispatch-policies", false, "print every registered dispatch policy, one a line (name, parameters with defaults, summary), and exit; on stderr, how to pick one")
 	listJSON := fs.Bool("json", false, "with --list-dispatch-policies: print the policies and their parameters' declarations (type, range, default, doc) as JSON")
@@ -93,17 +86,9 @@ func run(args []string) int {
 	if *id == "" {
 		return usage("--id is required")
 	}
-	for _, c := range []struct {
-		name string
-		v    int64
-	}{
-		{"--memcached-conns", int64(*conns)}, {"--memcached-item-max", int64(*itemMax)},
-		{"--fill-queue", int64(*fillQueue)}, {"--fill-workers", int64(*fillWorkers)},
-		{"--rbc-buffer", int64(*rbcBuffer)}, {"--max-body-bytes", *maxBody}, {"--max-request-bytes", *maxRequest},
-		{"--cache-timeout", int64(*cacheTimeout)},
-	} {
-		if c.v <= 0 {
-			return usage("%s %d must be positive", c.name, c.v)
+	for i, f := range serverBounds {
+		if v := bounds[i](); v <= 0 {
+			return usage("--%s %d must be positive", f.name, v)
 		}
 	}
 	shadow, err := bytesize.Parse(*shadowBytes)
@@ -124,22 +109,11 @@ func run(args []string) int {
 		return usage("%v", err)
 	}
 	sec = sec.FromTopology(topo, config.SetFlags(fs))
-	srv, err := server.New(server.Config{
-		Topology:         topo,
-		AppServerID:      *id,
-		Logger:           log,
-		MemcachedConns:   *conns,
-		MemcachedItemMax: *itemMax,
-		FillQueue:        *fillQueue,
-		FillWorkers:      *fillWorkers,
-		RBCBuffer:        *rbcBuffer,
-		MaxBodyBytes:     *maxBody,
-		MaxRequestBytes:  *maxRequest,
-		CacheTimeout:     *cacheTimeout,
-		ShadowBytes:      shadow,
-		NoStats:          *noStats,
-		Credentials:      creds,
-	})
+	cfg := server.Config{Topology: topo, AppServerID: *id, Logger: log, ShadowBytes: shadow, NoStats: *noStats, Credentials: creds}
+	for i, f := range serverBounds {
+		f.set(&cfg, bounds[i]())
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		return usage("%v", err)
 	}
@@ -161,6 +135,62 @@ func run(args []string) int {
 		return 0
 	}
 
+	return serve(log, srv, guard, addr, topo)
+}
+
+// adviseLine is what --list-dispatch-policies writes to stderr beside the list:
+// no dispatch policy is the one to run everywhere, the best depends on the
+// backend's jitter (docs/hedging.md).
+const adviseLine = "# which to run depends on the backend: measure its jitter (bin/backendload --addr ADDR --measure --json > jitter.json) " +
+	"and let bin/sim advise --measured jitter.json pick (docs/hedging.md)"
+
+// serverBounds are the flags of server.Config's sizes and bounds, each
+// positive, in the order they are checked.
+var serverBounds = []struct {
+	name, help string
+	def        any // int, int64 or time.Duration: the flag's type and default
+	set        func(c *server.Config, v int64)
+}{
+	{"memcached-conns", "connections per memcached instance (at least the expected concurrent requests)",
+		int(server.DefaultMemcachedConns), func(c *server.Config, v int64) { c.MemcachedConns = int(v) }},
+	{"memcached-item-max", "memcached item size limit in bytes (memcached -I); larger values are not cached",
+		int(server.DefaultMemcachedItemMax), func(c *server.Config, v int64) { c.MemcachedItemMax = int(v) }},
+	{"fill-queue", "values waiting to be stored, per backend; more are dropped and counted",
+		int(cache.DefaultFillQueue), func(c *server.Config, v int64) { c.FillQueue = int(v) }},
+	{"fill-workers", "goroutines storing values, per backend",
+		int(cache.DefaultFillWorkers), func(c *server.Config, v int64) { c.FillWorkers = int(v) }},
+	{"rbc-buffer", "request records buffered for the next RBC batch; more are dropped and counted",
+		int(report.DefaultBufferLen), func(c *server.Config, v int64) { c.RBCBuffer = int(v) }},
+	{"max-body-bytes", "largest accepted request body",
+		int64(server.DefaultMaxBodyBytes), func(c *server.Config, v int64) { c.MaxBodyBytes = v }},
+	{"max-request-bytes", "most value bytes one request may ask for in all (the sum of its sizes); a larger one is refused with 413 before anything is sent",
+		int64(server.DefaultMaxRequestBytes), func(c *server.Config, v int64) { c.MaxRequestBytes = v }},
+	{"cache-timeout", "bound on one memcached operation; after three in a row go unanswered the instance is bypassed (circuit breaker) and probed again later",
+		time.Duration(server.DefaultCacheTimeout), func(c *server.Config, v int64) { c.CacheTimeout = time.Duration(v) }},
+}
+
+// boundFlags registers serverBounds; the functions give their values.
+func boundFlags(fs *flag.FlagSet) []func() int64 {
+	out := make([]func() int64, len(serverBounds))
+	for i, f := range serverBounds {
+		switch d := f.def.(type) {
+		case int:
+			p := fs.Int(f.name, d, f.help)
+			out[i] = func() int64 { return int64(*p) }
+		case int64:
+			p := fs.Int64(f.name, d, f.help)
+			out[i] = func() int64 { return *p }
+		case time.Duration:
+			p := fs.Duration(f.name, d, f.help)
+			out[i] = func() int64 { return int64(*p) }
+		}
+	}
+	return out
+}
+
+// serve serves the app server's HTTP API at addr until SIGINT or SIGTERM,
+// then shuts down; its exit status.
+func serve(log *slog.Logger, srv *server.Server, guard *auth.Guard, addr string, topo *config.Topology) int {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Error("cannot listen", "addr", addr, "err", err)
@@ -172,6 +202,7 @@ func run(args []string) int {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	app := srv.AppServer()
 	log.Info("serving", "id", app.ID, "http", l.Addr().String(), "cache_mode", app.CacheMode,
 		"request_timeout", time.Duration(app.RequestTimeout), "backend_timeout", time.Duration(app.BackendTimeout),
 		"rbc_server", topo.RBCServer.GRPC, "security", guard.Describe())
@@ -196,12 +227,6 @@ func run(args []string) int {
 	<-errc
 	return 0
 }
-
-// adviseLine is what --list-dispatch-policies writes to stderr beside the list:
-// no dispatch policy is the one to run everywhere, the best depends on the
-// backend's jitter (docs/hedging.md).
-const adviseLine = "# which to run depends on the backend: measure its jitter (bin/backendload --addr ADDR --measure --json > jitter.json) " +
-	"and let bin/sim advise --measured jitter.json pick (docs/hedging.md)"
 
 // printDispatchPolicies writes one line per registered dispatch policy: its
 // name, its parameters with their defaults, and what it does.
