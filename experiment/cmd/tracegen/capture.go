@@ -84,34 +84,12 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	if *tlsCA == "" && (*tlsCert != "" || *tlsKey != "" || *tlsServerName != "") {
 		return errors.New("--tls-cert, --tls-key and --tls-server-name need --tls-ca (the CA that signed memcached's certificate)")
 	}
-	if *out != "-" {
-		if st, err := os.Stat(*out); err == nil && !st.Mode().IsRegular() {
-			return fmt.Errorf("--out %s is not a regular file", *out)
-		}
-		if st, err := os.Stat(filepath.Dir(*out)); err != nil || !st.IsDir() {
-			return fmt.Errorf("--out %s: the folder %s does not exist", *out, filepath.Dir(*out))
-		}
+	if err := checkOut(*out); err != nil {
+		return err
 	}
 	o := captureOptions{addr: *addr, user: *user, timeout: *timeout}
-	if *passwordFile != "" {
-		if err := auth.CheckSecretFile(*passwordFile); err != nil {
-			return fmt.Errorf("--password-file: %v", err)
-		}
-		pw, err := config.Partition{PasswordFile: *passwordFile}.Password()
-		if err != nil {
-			if inner := errors.Unwrap(err); inner != nil {
-				err = inner
-			}
-			return fmt.Errorf("--password-file: %v", err)
-		}
-		o.password = pw
-	}
-	if *tlsCA != "" {
-		c, err := auth.NewClient(auth.ClientOptions{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey, ServerName: *tlsServerName})
-		if err != nil {
-			return err
-		}
-		o.tls = c.TLSConfig()
+	if err := o.credentials(*passwordFile, auth.ClientOptions{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey, ServerName: *tlsServerName}); err != nil {
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -159,14 +137,61 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	log.Info("capture written", "out", *out, "lines", st.lines, "lookups", st.lookups, "ended", ended,
 		"seconds", time.Since(start).Round(time.Millisecond).Seconds())
 	// The log is written; what makes it less than was asked fails the command.
+	return shortCapture(o.addr, st, ended, *duration, *out)
+}
+
+// checkOut: --out is - or a regular file (or none yet) in a folder that
+// exists.
+func checkOut(out string) error {
+	if out == "-" {
+		return nil
+	}
+	if st, err := os.Stat(out); err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("--out %s is not a regular file", out)
+	}
+	if st, err := os.Stat(filepath.Dir(out)); err != nil || !st.IsDir() {
+		return fmt.Errorf("--out %s: the folder %s does not exist", out, filepath.Dir(out))
+	}
+	return nil
+}
+
+// credentials sets o's password (from --password-file, checked as a secret
+// file) and TLS configuration (with --tls-ca).
+func (o *captureOptions) credentials(passwordFile string, tlsOpts auth.ClientOptions) error {
+	if passwordFile != "" {
+		if err := auth.CheckSecretFile(passwordFile); err != nil {
+			return fmt.Errorf("--password-file: %v", err)
+		}
+		pw, err := config.Partition{PasswordFile: passwordFile}.Password()
+		if err != nil {
+			if inner := errors.Unwrap(err); inner != nil {
+				err = inner
+			}
+			return fmt.Errorf("--password-file: %v", err)
+		}
+		o.password = pw
+	}
+	if tlsOpts.CA != "" {
+		c, err := auth.NewClient(tlsOpts)
+		if err != nil {
+			return err
+		}
+		o.tls = c.TLSConfig()
+	}
+	return nil
+}
+
+// shortCapture is the error of a capture that holds less than was asked:
+// memcached closed the connection before the end, or dropped events.
+func shortCapture(addr string, st captureStats, ended string, duration time.Duration, out string) error {
 	var short []string
 	if ended == "closed" {
 		short = append(short, fmt.Sprintf("memcached %s closed the connection after %d lookups, before --duration %v ended: %s holds what came before",
-			o.addr, st.lookups, *duration, *out))
+			addr, st.lookups, duration, out))
 	}
 	if st.gaps > 0 {
 		short = append(short, fmt.Sprintf("memcached dropped %d events (%d skipped= lines: the capture read too slowly), so %s has gaps that tracegen import refuses: capture again (to a local disk), or delete those lines to accept the gaps",
-			st.skipped, st.gaps, *out))
+			st.skipped, st.gaps, out))
 	}
 	if len(short) > 0 {
 		return errors.New(strings.Join(short, "; "))

@@ -164,18 +164,9 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	names := g.Names()
 	feeds := map[string]*feed{}
-	for _, sp := range streams {
-		known := false
-		for _, n := range names {
-			known = known || n == sp.backend
-		}
-		if !known {
-			sorted := append([]string(nil), names...)
-			sort.Strings(sorted)
-			return fmt.Errorf("--stream %s: the trace has no backend %q (backends: %s; --backend-names names them)", sp.text, sp.backend, strings.Join(sorted, ","))
-		}
+	if err := checkStreams(streams, g.Names()); err != nil {
+		return err
 	}
 	if *describe {
 		return writeDescription(stdout, g)
@@ -192,6 +183,51 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 	lim := synth.Limit{Requests: *requests, Duration: *duration}
+	if err := openFeeds(feeds, streams, o, lim); err != nil {
+		return err
+	}
+	each := substitute(feeds, g)
+
+	// Each stream is read as far as the run needs and no further (a
+	// malformed line or a damaged zstd stream beyond is not met).
+	write := func(w io.Writer) (int64, error) { return g.WriteEach(w, lim, each) }
+	start := time.Now()
+	var n int64
+	if *out == "-" {
+		n, err = write(stdout)
+	} else {
+		n, err = writeAtomically(*out, write, stderr)
+	}
+	var short *errShort
+	if errors.As(err, &short) {
+		return shortStream(o, lim, short.f)
+	}
+	if err != nil {
+		return err
+	}
+	logImport(stderr, n, *out, time.Since(start), streams, feeds)
+	return nil
+}
+
+// checkStreams: every stream's backend is one of the trace's.
+func checkStreams(streams streamFlags, names []string) error {
+	for _, sp := range streams {
+		known := false
+		for _, n := range names {
+			known = known || n == sp.backend
+		}
+		if !known {
+			sorted := append([]string(nil), names...)
+			sort.Strings(sorted)
+			return fmt.Errorf("--stream %s: the trace has no backend %q (backends: %s; --backend-names names them)", sp.text, sp.backend, strings.Join(sorted, ","))
+		}
+	}
+	return nil
+}
+
+// openFeeds opens every stream into feeds (the caller closes them, also
+// on an error).
+func openFeeds(feeds map[string]*feed, streams streamFlags, o synth.Options, lim synth.Limit) error {
 	// What the run takes from each backend's stream, counted once on a fresh
 	// generator when a fetchers stream's first pass needs to know where to
 	// stop; the streams of every format are read no further either.
@@ -215,7 +251,14 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		}
 		feeds[sp.backend] = &feed{spec: sp, r: r}
 	}
-	each := func(req *trace.Request) error {
+	return nil
+}
+
+// substitute is what puts the streams' keys into a request: every query
+// to a backend with a stream takes its next records' keys (and sizes, or
+// the synthesized size of the key).
+func substitute(feeds map[string]*feed, g *synth.Generator) func(req *trace.Request) error {
+	return func(req *trace.Request) error {
 		for _, layer := range req.Layers {
 			for i := range layer {
 				q := &layer[i]
@@ -244,27 +287,13 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+}
 
-	// Each stream is read as far as the run needs and no further (a
-	// malformed line or a damaged zstd stream beyond is not met).
-	write := func(w io.Writer) (int64, error) { return g.WriteEach(w, lim, each) }
-	start := time.Now()
-	var n int64
-	if *out == "-" {
-		n, err = write(stdout)
-	} else {
-		n, err = writeAtomically(*out, write, stderr)
-	}
-	var short *errShort
-	if errors.As(err, &short) {
-		return shortStream(o, lim, short.f)
-	}
-	if err != nil {
-		return err
-	}
-	el := time.Since(start)
+// logImport logs the trace written, what each stream gave, and a warning
+// for each stream whose size table filled.
+func logImport(stderr io.Writer, n int64, out string, el time.Duration, streams streamFlags, feeds map[string]*feed) {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	attrs := []any{"requests", n, "out", *out, "seconds", el.Round(time.Millisecond).Seconds()}
+	attrs := []any{"requests", n, "out", out, "seconds", el.Round(time.Millisecond).Seconds()}
 	for _, sp := range streams {
 		f := feeds[sp.backend]
 		attrs = append(attrs, "records_"+sp.backend, f.used, "format_"+sp.backend, string(f.r.Format()))
@@ -274,7 +303,6 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	log.Info("trace written", attrs...)
-	return nil
 }
 
 // queriesPerBackend counts, on a fresh generator, the queries the whole

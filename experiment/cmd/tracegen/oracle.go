@@ -275,18 +275,9 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	if *duration <= 0 {
 		return fmt.Errorf("--duration: %v must be positive", *duration)
 	}
-	var vs []string
-	for _, v := range strings.Split(*variants, ",") {
-		if v = strings.TrimSpace(v); v == "" {
-			continue
-		}
-		if v != feasibility.Foresight && v != feasibility.Reactive {
-			return fmt.Errorf("--variants: %q is not %s", v, strings.Join(feasibility.Variants, " or "))
-		}
-		vs = append(vs, v)
-	}
-	if len(vs) == 0 {
-		return errors.New("--variants: give at least one")
+	vs, err := parseVariants(*variants)
+	if err != nil {
+		return err
 	}
 	topo, err := config.LoadTopology(*topoPath)
 	if err != nil {
@@ -310,7 +301,51 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stderr, "warning:", w)
 		}
 	}
-	// One analysis per kind of app server (budget, floor, partitions).
+	first, err := oracleDoc(topo, sc, *tracePath, *duration, *seed, vs, *feasibleOnly, *series)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(first, "", " ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if *out == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	_, err = writeAtomically(*out, func(w io.Writer) (int64, error) {
+		n, err := w.Write(b)
+		return int64(n), err
+	}, stderr)
+	return err
+}
+
+// parseVariants reads --variants: a comma-separated list of
+// feasibility.Variants, at least one.
+func parseVariants(list string) ([]string, error) {
+	var vs []string
+	for _, v := range strings.Split(list, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if v != feasibility.Foresight && v != feasibility.Reactive {
+			return nil, fmt.Errorf("--variants: %q is not %s", v, strings.Join(feasibility.Variants, " or "))
+		}
+		vs = append(vs, v)
+	}
+	if len(vs) == 0 {
+		return nil, errors.New("--variants: give at least one")
+	}
+	return vs, nil
+}
+
+// oracleDoc is tracegen oracle's document: the scenario's analysis
+// (reportJSON) and every partitioned app server's schedules and
+// candidates, one analysis per kind of app server (budget, floor,
+// partitions).
+func oracleDoc(topo *config.Topology, sc *scenario.Scenario, tracePath string, duration time.Duration, seed uint64,
+	vs []string, feasibleOnly, series bool) (map[string]any, error) {
 	apps, candidatesByApp := map[string]any{}, map[string]any{}
 	var first map[string]any
 	byKind := map[string]*feasibility.Report{}
@@ -323,12 +358,12 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 		kind := fmt.Sprint(app.CacheBudgetMB, app.Controller.MinPartitionMB, app.InitialAllocationMB())
 		rep := byKind[kind]
 		if rep == nil {
-			in, err := oracleInput(sc, topo, *tracePath, id, *duration, *seed)
+			in, err := oracleInput(sc, topo, tracePath, id, duration, seed)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if rep, err = feasibility.Analyse(in, feasibility.Options{Variants: vs, Candidates: true, FeasibleOnly: *feasibleOnly}); err != nil {
-				return err
+			if rep, err = feasibility.Analyse(in, feasibility.Options{Variants: vs, Candidates: true, FeasibleOnly: feasibleOnly}); err != nil {
+				return nil, err
 			}
 			byKind[kind] = rep
 		}
@@ -340,7 +375,7 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 			j := map[string]any{"steps": scheduleOf(s).Steps, "predicted_violation_pct": s.Predicted.Pct}
-			if *series {
+			if series {
 				j["series"] = seriesJSON(rep.Series(s))
 			}
 			sch[v] = j
@@ -359,13 +394,13 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 		apps[id] = sch
 		if first == nil {
 			first = reportJSON(rep, nil)
-			if *series {
+			if series {
 				first["configured_series"] = seriesJSON(rep.Series(nil))
 			}
 		}
 	}
 	if first == nil {
-		return errors.New("--topology: no partitioned app server: the oracle allocates partitions")
+		return nil, errors.New("--topology: no partitioned app server: the oracle allocates partitions")
 	}
 	first["app_server_schedules"] = apps
 	if len(candidatesByApp) > 0 {
@@ -377,20 +412,7 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 		first["schedules_skipped"] = "the run is infeasible and --feasible-only was given: no schedule"
 	}
 	delete(first, "app_server")
-	b, err := json.MarshalIndent(first, "", " ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if *out == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	_, err = writeAtomically(*out, func(w io.Writer) (int64, error) {
-		n, err := w.Write(b)
-		return int64(n), err
-	}, stderr)
-	return err
+	return first, nil
 }
 
 // seriesJSON is a predicted SLO series for JSON (infinite P99s as null).
