@@ -74,59 +74,11 @@ type Sim struct {
 // Run simulates the run and writes its folder.
 func Run(cfg Config) (*Result, error) {
 	wall := time.Now()
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if cfg.Sample < 0 || cfg.Sample > 1 {
-		return nil, fmt.Errorf("sample: %v is not in (0, 1]", cfg.Sample)
-	}
-	if cfg.Sample == 0 {
-		cfg.Sample = 1
-	}
-	if cfg.Duration <= 0 {
-		return nil, errors.New("duration: must be positive")
-	}
-	if err := cfg.SLO.Validate(); err != nil {
+	s, err := newSim(cfg)
+	if err != nil {
 		return nil, err
 	}
-	cal := cfg.Calibration
-	if cal.Service == nil {
-		cal = costmodel.DefaultCalibration()
-	}
-	if err := cal.Validate(); err != nil {
-		return nil, err
-	}
-	t := cfg.Topology
-	s := &Sim{cfg: cfg, cal: cal, eng: &Engine{}, epoch: cfg.Epoch, byName: map[string]*backend{}, byID: map[uint32]*backend{},
-		appRng: rand.New(rand.NewPCG(cfg.Seed, 0x61707073)), // "apps", as the replayer
-		status: map[string]int64{}, lastHM: map[*partition][2]uint64{}}
-	s.answerCall = s.answered
-	var err error
-	if s.rec, err = slo.NewRecorder(cfg.SLO.Step); err != nil {
-		return nil, err
-	}
-	s.rbcP = rbc.Params{LowPct: t.RBCServer.LowPct, HighPct: t.RBCServer.HighPct}
-	if err := s.rbcP.Validate(); err != nil {
-		return nil, fmt.Errorf("rbc_server: %w", err)
-	}
-	if s.ring, err = ring.New(max(t.RBCServer.RingSize, 1)); err != nil {
-		return nil, err
-	}
-	s.store = stats.New(max(time.Duration(t.RBCServer.StatsRetention), time.Duration(t.RBCServer.Window)))
-	maxID := uint32(0)
-	for _, b := range t.Backends {
-		be, err := s.newBackend(b)
-		if err != nil {
-			return nil, err
-		}
-		s.backends = append(s.backends, be)
-		s.byName[b.Name] = be
-		s.byID[b.ID] = be
-		maxID = max(maxID, b.ID)
-	}
-	if err := s.buildApps(maxID); err != nil {
-		return nil, err
-	}
+	cfg = s.cfg
 	if !cfg.InlineShadows && runtime.GOMAXPROCS(0) > 1 {
 		s.shadows = newShadowPipe()
 		defer s.shadows.close()
@@ -136,25 +88,9 @@ func Run(cfg Config) (*Result, error) {
 	if err := s.scheduleScenario(); err != nil {
 		return nil, err
 	}
-	var src source
-	var mini *miniature
-	switch {
-	case s.miniature():
-		if mini, err = s.newMiniature(); err != nil {
-			return nil, err
-		}
-		s.mini = mini
-		for _, a := range s.apps[s.cfg.Apps:] {
-			a.controlled = false // not simulated: no controller runs for it
-		}
-	case cfg.Synth != nil:
-		if src, err = newSynthSource(*cfg.Synth, !cfg.InlineSource && runtime.GOMAXPROCS(0) > 1); err != nil {
-			return nil, err
-		}
-	default:
-		if src, err = openTrace(cfg.TracePath, cfg.Sample); err != nil {
-			return nil, err
-		}
+	src, mini, err := s.openSource()
+	if err != nil {
+		return nil, err
 	}
 	if src != nil {
 		defer src.close()
@@ -222,6 +158,89 @@ func Run(cfg Config) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// newSim checks cfg (its defaults set) and builds the simulation: the RBC
+// server's parts, the backends and the app servers.
+func newSim(cfg Config) (*Sim, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Sample < 0 || cfg.Sample > 1 {
+		return nil, fmt.Errorf("sample: %v is not in (0, 1]", cfg.Sample)
+	}
+	if cfg.Sample == 0 {
+		cfg.Sample = 1
+	}
+	if cfg.Duration <= 0 {
+		return nil, errors.New("duration: must be positive")
+	}
+	if err := cfg.SLO.Validate(); err != nil {
+		return nil, err
+	}
+	cal := cfg.Calibration
+	if cal.Service == nil {
+		cal = costmodel.DefaultCalibration()
+	}
+	if err := cal.Validate(); err != nil {
+		return nil, err
+	}
+	t := cfg.Topology
+	s := &Sim{cfg: cfg, cal: cal, eng: &Engine{}, epoch: cfg.Epoch, byName: map[string]*backend{}, byID: map[uint32]*backend{},
+		appRng: rand.New(rand.NewPCG(cfg.Seed, 0x61707073)), // "apps", as the replayer
+		status: map[string]int64{}, lastHM: map[*partition][2]uint64{}}
+	s.answerCall = s.answered
+	var err error
+	if s.rec, err = slo.NewRecorder(cfg.SLO.Step); err != nil {
+		return nil, err
+	}
+	s.rbcP = rbc.Params{LowPct: t.RBCServer.LowPct, HighPct: t.RBCServer.HighPct}
+	if err := s.rbcP.Validate(); err != nil {
+		return nil, fmt.Errorf("rbc_server: %w", err)
+	}
+	if s.ring, err = ring.New(max(t.RBCServer.RingSize, 1)); err != nil {
+		return nil, err
+	}
+	s.store = stats.New(max(time.Duration(t.RBCServer.StatsRetention), time.Duration(t.RBCServer.Window)))
+	maxID := uint32(0)
+	for _, b := range t.Backends {
+		be, err := s.newBackend(b)
+		if err != nil {
+			return nil, err
+		}
+		s.backends = append(s.backends, be)
+		s.byName[b.Name] = be
+		s.byID[b.ID] = be
+		maxID = max(maxID, b.ID)
+	}
+	if err := s.buildApps(maxID); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openSource opens the requests' source: the miniature's own, a
+// synthesizer's (--synth) or the trace file's.
+func (s *Sim) openSource() (src source, mini *miniature, err error) {
+	switch {
+	case s.miniature():
+		if mini, err = s.newMiniature(); err != nil {
+			return nil, nil, err
+		}
+		s.mini = mini
+		for _, a := range s.apps[s.cfg.Apps:] {
+			a.controlled = false // not simulated: no controller runs for it
+		}
+	case s.cfg.Synth != nil:
+		if src, err = newSynthSource(*s.cfg.Synth, !s.cfg.InlineSource && runtime.GOMAXPROCS(0) > 1); err != nil {
+			return nil, nil, err
+		}
+	default:
+		if src, err = openTrace(s.cfg.TracePath, s.cfg.Sample); err != nil {
+			return nil, nil, err
+		}
+	}
+	return src, mini, nil
 }
 
 func (s *Sim) maxTimeout() time.Duration {

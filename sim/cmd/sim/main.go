@@ -202,46 +202,81 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *scPath != "" {
-		sc, warns, err := scenario.Load(*scPath, scenario.BackendNames(topo), *duration)
-		if err != nil {
+		if err := armScenario(&cfg, *scPath, topo, *duration); err != nil {
 			return err
 		}
-		for _, w := range warns {
-			cfg.Log.Warn("scenario", "warning", w)
-		}
-		cfg.Scenario = sc
-		if sc.Seed != nil {
-			cfg.ScenarioSeed = *sc.Seed
-		}
-		// request_rate events are the trace's: a generated one must be
-		// given them (the testbed passes them as --rate-schedule).
-		if rs := sc.RateSchedule(); len(rs) > 0 {
-			switch {
-			case cfg.Synth != nil && len(cfg.Synth.RateSchedule) == 0:
-				return fmt.Errorf("--scenario: line %d: a request_rate event changes the trace's request rate, but --synth has no --rate-schedule (add --rate-schedule %s)",
-					rs[0].Line, scenario.RateScheduleSpec(rs))
-			case cfg.Synth == nil:
-				cfg.Log.Warn("scenario", "warning", fmt.Sprintf("request_rate events (line %d) are not applied: the trace file's arrival times must carry them (tracegen synth --rate-schedule %s)",
-					rs[0].Line, scenario.RateScheduleSpec(rs)))
-			}
-		}
 	}
-	for _, a := range topo.AppServers {
-		if a.CacheMode != config.CachePartitioned {
-			continue
-		}
-		if cfg.PolicyServer = *psAddr; cfg.PolicyServer == "" {
-			if cfg.Controller, err = controllerCommand(*ctl); err != nil {
-				return err
-			}
-		}
-		break
+	if err := armController(&cfg, topo, *psAddr, *ctl); err != nil {
+		return err
 	}
 	stopProfile, err := cpuprofile.Start(*cpuProfile)
 	if err != nil {
 		return err
 	}
 	defer stopProfile()
+	tuneRuntime()
+	res, err := sim.Run(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "simulated %.0f s in %.1f s: %d requests, %d queries (%.0f queries/s), results in %s\n",
+		res.SimulatedS, res.WallS, res.Requests, res.Queries, res.QueriesPerSec, *out)
+	return nil
+}
+
+// armScenario loads the arm's capacity scenario into cfg (its seed, when it
+// has one); a request_rate event needs --synth's --rate-schedule, and a
+// trace file's arrival times must carry it.
+func armScenario(cfg *sim.Config, scPath string, topo *config.Topology, duration time.Duration) error {
+	sc, warns, err := scenario.Load(scPath, scenario.BackendNames(topo), duration)
+	if err != nil {
+		return err
+	}
+	for _, w := range warns {
+		cfg.Log.Warn("scenario", "warning", w)
+	}
+	cfg.Scenario = sc
+	if sc.Seed != nil {
+		cfg.ScenarioSeed = *sc.Seed
+	}
+	// request_rate events are the trace's: a generated one must be
+	// given them (the testbed passes them as --rate-schedule).
+	if rs := sc.RateSchedule(); len(rs) > 0 {
+		switch {
+		case cfg.Synth != nil && len(cfg.Synth.RateSchedule) == 0:
+			return fmt.Errorf("--scenario: line %d: a request_rate event changes the trace's request rate, but --synth has no --rate-schedule (add --rate-schedule %s)",
+				rs[0].Line, scenario.RateScheduleSpec(rs))
+		case cfg.Synth == nil:
+			cfg.Log.Warn("scenario", "warning", fmt.Sprintf("request_rate events (line %d) are not applied: the trace file's arrival times must carry them (tracegen synth --rate-schedule %s)",
+				rs[0].Line, scenario.RateScheduleSpec(rs)))
+		}
+	}
+	return nil
+}
+
+// armController sets how cfg runs the policies when an app server is
+// partitioned: on the policy server at psAddr, else a controller command
+// (ctl, or the default one).
+func armController(cfg *sim.Config, topo *config.Topology, psAddr, ctl string) error {
+	var err error
+	for _, a := range topo.AppServers {
+		if a.CacheMode != config.CachePartitioned {
+			continue
+		}
+		if cfg.PolicyServer = psAddr; cfg.PolicyServer == "" {
+			if cfg.Controller, err = controllerCommand(ctl); err != nil {
+				return err
+			}
+		}
+		break
+	}
+	return nil
+}
+
+// tuneRuntime sets the garbage collector for a simulation (unless GOGC or
+// GOMEMLIMIT are set) and ROBINHOOD_BIN to this binary's folder, for the
+// oracle policy's bin/tracegen.
+func tuneRuntime() {
 	if os.Getenv("GOGC") == "" {
 		// The simulation allocates many short-lived objects: fewer
 		// collections, measurably faster.
@@ -261,13 +296,6 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 			os.Setenv("ROBINHOOD_BIN", filepath.Dir(exe))
 		}
 	}
-	res, err := sim.Run(cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "simulated %.0f s in %.1f s: %d requests, %d queries (%.0f queries/s), results in %s\n",
-		res.SimulatedS, res.WallS, res.Requests, res.Queries, res.QueriesPerSec, *out)
-	return nil
 }
 
 // memTotal is the machine's memory in bytes (Linux's /proc/meminfo).
