@@ -71,8 +71,8 @@ func (s *Sim) report1s() {
 
 func (s *Sim) backendByID(id uint32) *backend { return s.byID[id] }
 
-// backendTruth is what a backend really was in the last second: what the
-// planner policy estimates (docs/algorithms.md, "Online estimates").
+// backendTruth is what a backend really was in the last second: what an
+// online estimate of it is checked against (docs/simulator.md).
 type backendTruth struct {
 	// Capacity is lib/model.Capacity of its replicas' limits, summed
 	// (queries/s); nil when they bound nothing.

@@ -13,7 +13,7 @@ MODULE = "github.com/robinhoodcache/robinhood/"
 #: Each top-level folder's layer; a package may import its own layer and those below.
 LAYERS = {
     "schema": 0, "proto": 0, "lib": 0,
-    "backends": 1, "rbcserver": 1, "appserver": 1, "tools": 1, "planner": 1,
+    "backends": 1, "rbcserver": 1, "appserver": 1, "tools": 1,
     "workload": 2,
     "experiment": 3,
     "sim": 4,

@@ -16,8 +16,9 @@
 // The model also counts every query's distance in limit bytes — its stack
 // distance scaled by limit/E, so that a partition with a limit of x bytes
 // hits the queries at most x away — into a histogram (Distances): the
-// partition's miss-ratio curve around and well beyond its size, which the
-// planner policy reads (docs/algorithms.md, "Online estimates").
+// partition's miss-ratio curve around and well beyond its size, sent with
+// the statistics (docs/protocol.md, "Per-backend statistics with the
+// batches"; lib/model.CurveFromDistances reads it as a curve).
 package shadow
 
 import (

@@ -104,9 +104,9 @@ class Metrics:
                               ["partition"], registry=r)
         self.predicted = Gauge("controller_partition_predicted_utilization",
                                "The partition's backend's predicted utilization (load / capacity) with the planned "
-                               "allocation (policies with a model: planner).", ["partition"], registry=r)
+                               "allocation (policies that model it: relief).", ["partition"], registry=r)
         self.move_reason = Gauge("controller_partition_move_reason",
-                                 "1 for why the partition last moved (policies that say so: planner), 0 for the "
+                                 "1 for why the partition last moved (policies that say so: relief), 0 for the "
                                  "other reasons.", ["partition", "reason"], registry=r)
         self.up = Gauge("controller_partition_up", "1 when the partition answered this tick.", ["partition"],
                         registry=r)

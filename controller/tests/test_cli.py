@@ -151,11 +151,11 @@ def test_status_shows_what_the_running_controller_says(procs, free_address, tmp_
     addrs = {n: procs.memcached(16)[1] for n in "ab"}
     metrics_addr = free_address()
     topo = _write(tmp_path, addrs, budget=32,
-                  controller=f"{{min_partition_mb: 16, policy: planner, metrics: '{metrics_addr}'}}")
+                  controller=f"{{min_partition_mb: 16, policy: relief, metrics: '{metrics_addr}'}}")
     assert main(["status", "--topology", str(topo), "--app-server", "app0"]) == 0
     out = capsys.readouterr().out
     assert "predicted_util and last_move come from the running controller's /metrics" in out
-    m = Metrics("app0", "planner", ["a", "b"])
+    m = Metrics("app0", "relief", ["a", "b"])
     m.serve(metrics_addr)
     try:
         m.predicted.labels("a").set(0.42)

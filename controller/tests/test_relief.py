@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from robinhood_controller.plan import MIB
 from robinhood_controller.policies import PlanInput, PolicyContext, QueryStats
 from robinhood_controller.policies import build as build_policy
-from robinhood_controller.policies.relief import (Observed, ReliefParams, State, observe, plan_relief,
-                                                   utilization)
+from robinhood_controller.policies import MOVE_REASONS
+from robinhood_controller.policies.relief import (Observed, ReliefParams, State, move_reasons, observe,
+                                                   plan_relief, predicted_utilization, utilization)
 from robinhood_controller.policies.robinhood import TAX, RobinHoodParams, plan_robinhood
 from robinhood_common.topology import SLO
 
@@ -69,6 +70,40 @@ def test_a_backlogged_backend_gets_its_excess_at_once_from_the_cheapest_donor() 
     assert s.given == {"a": 30 * MIB}
     assert s.taken == {"b": 10 * MIB, "c": 10 * MIB, "d": 10 * MIB}
     assert sum(s.targets.values()) == BUDGET
+
+
+def test_it_says_why_each_partition_moved_and_predicts_the_utilization() -> None:
+    base = {"a": calm(), "b": calm(gain=2 / MIB), "c": calm(gain=20 / MIB), "d": calm(gain=20 / MIB)}
+    state = warm(base)
+    obs = dict(base, a=Observed(served=1000, offered=1500, spread_us=60_000, gain=10 / MIB))
+    s = step(obs, {"a": 10, "b": 1}, state)
+    # a is backlogged: saturated; the donors moved to fund it.
+    assert move_reasons(EVEN, s, obs) == {"a": "saturated", "b": "saturated", "c": "saturated", "d": "saturated"}
+    u = predicted_utilization(EVEN, s, obs)
+    # a: 1500 sent at a capacity of 1000; 30 MB more saves 300 misses: 1200 / 1000.
+    assert u["a"] == 1.2
+    # The calm donors have no utilization to scale (ρ = 0 from the spread): left out.
+    assert set(u) == {"a"}
+    # A ramp (ρ from the spread, nothing backlogged) is "rising"; a partition whose target
+    # did not change has no reason this tick.
+    ramp = dict(base, a=Observed(served=1000, offered=1000, spread_us=30_000, gain=10 / MIB))
+    s = step(ramp, {"a": 10, "b": 1}, state)
+    why = move_reasons(EVEN, s, ramp)
+    assert why["a"] == "rising" and set(why.values()) <= set(MOVE_REASONS)
+    assert all(n in s.given or n in s.taken for n in why)
+    assert predicted_utilization(EVEN, s, ramp)["a"] < s.util["a"]
+
+
+def test_the_policy_keeps_the_last_reason_until_the_partition_moves_again() -> None:
+    pol = build_policy("relief", {}, PolicyContext(budget_bytes=BUDGET, configured=dict(EVEN), floor_bytes=FLOOR))
+    stats = {n: QueryStats(hits=500, misses=500, shadow_hits=10, shadow_bytes=MIB, queries=1000,
+                           p50_backend_latency_us=2000, p90_backend_latency_us=5000) for n in "abcd"}
+    # RobinHood's step moves space from every partition to the one the tail waits for.
+    d = pol.plan(PlanInput(targets=EVEN, used=EVEN, rbc={"a": 10}, stats=stats))
+    assert d.reasons == {n: "robinhood" for n, t in d.targets.items() if t != EVEN[n]} and d.reasons
+    first = dict(d.reasons)
+    d = pol.plan(PlanInput(targets=d.targets, used=d.targets, rbc={}, stats=stats))
+    assert d.reasons == first  # nothing moved: the last reasons stay
 
 
 def test_a_ramp_is_relieved_before_anything_is_backlogged() -> None:

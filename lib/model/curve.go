@@ -98,22 +98,3 @@ func spreadMiB(hist []float64, lo, hi, n float64) {
 		}
 	}
 }
-
-// WithOverhead is a curve measured at a partition of limitMB (its sizes:
-// what a limit of that many MiB hits) read at other limits when overheadMB
-// of any limit holds nothing (memcached's partly empty page in each slab
-// class): a limit of m MiB hits what the measured curve hits at
-// limitMB·(m − overheadMB)/(limitMB − overheadMB), and nothing below the
-// overhead. It is exact at limitMB.
-func WithOverhead(curve []float64, limitMB, overheadMB float64) []float64 {
-	out := make([]float64, len(curve))
-	for m := range out {
-		x := limitMB * (float64(m) - overheadMB) / (limitMB - overheadMB)
-		if x <= 0 {
-			out[m] = MissAt(curve, 0)
-			continue
-		}
-		out[m] = MissAt(curve, x)
-	}
-	return out
-}

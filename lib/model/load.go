@@ -1,11 +1,11 @@
 // Package model is the backend-load model (docs/algorithms.md, "The model"):
 // what each backend is sent for an allocation of the app servers' caches,
 // against what it can answer, and how a partition fills and a backlog
-// drains in time. It is one model with two feeds: the oracle
-// (experiment/feasibility) feeds it the truth — the trace's query rates and
-// miss-ratio curves, the scenario's capacities — and the planner policy
-// feeds it what a deployment estimates online (planner/). Both search
-// allocations on it with the same functions (MinMax, NeedAt).
+// drains in time. The oracle (experiment/feasibility) feeds it the truth —
+// the trace's query rates and miss-ratio curves, the scenario's capacities —
+// and searches allocations on it (MinMax, NeedAt). An online feed (the
+// planner policy, 2026-12) did not earn its place: docs/notebook/
+// 2026-12-02-the-planner.md.
 //
 // The load model: a backend receives its cacheable queries' misses and all
 // its uncacheable queries, load = λc·mr(m) + λu queries/s with an m-MiB
@@ -41,11 +41,6 @@ func (b Backend) Load(m int) float64 {
 		m = len(b.MissRatio) - 1
 	}
 	return b.CacheableRate*b.MissRatio[m] + b.UncacheableRate
-}
-
-// LoadAt is Load at a fractional size, the curve interpolated (MissAt).
-func (b Backend) LoadAt(mb float64) float64 {
-	return b.CacheableRate*MissAt(b.MissRatio, mb) + b.UncacheableRate
 }
 
 // Capacity is the queries/s a backend with limits l can serve: its rate

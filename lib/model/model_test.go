@@ -165,77 +165,9 @@ func TestQueueStepFillAndDrain(t *testing.T) {
 	if out, q := QueueStep(5, 10, math.Inf(1), 1, 4); out != 15 || q != 0 {
 		t.Fatalf("no bound: %v %v", out, q)
 	}
-	if d := DrainSeconds(40, 60, 40); d != 2 {
-		t.Fatalf("drain %v, want 2 s", d)
-	}
-	if !math.IsInf(DrainSeconds(40, 60, 60), 1) || DrainSeconds(0, 1, 5) != 0 {
-		t.Fatal("drain at or above capacity")
-	}
 	// 100 misses/s of 16 KiB over 2 app servers fill 0.78 MiB/s each.
 	per := FillMiB(100, 16384, 2)
 	if math.Abs(per-100*16384.0/MiB/2) > 1e-12 {
 		t.Fatalf("fill %v", per)
-	}
-	if s := FillSeconds(per*10, 100, 16384, 2); math.Abs(s-10) > 1e-9 {
-		t.Fatalf("fill seconds %v, want 10", s)
-	}
-	if !math.IsInf(FillSeconds(1, 0, 16384, 2), 1) || FillSeconds(0, 0, 1, 1) != 0 {
-		t.Fatal("fill with nothing answered")
-	}
-}
-
-// A projection: a grant to a saturated backend pays only as its partition
-// fills; taking space from a backend costs at once.
-func TestProjectFillsAndDrains(t *testing.T) {
-	flat := func(full float64) []float64 { // misses fall linearly to 0 at full MiB
-		c := make([]float64, 201)
-		for m := range c {
-			c[m] = math.Max(0, 1-float64(m)/full)
-		}
-		return c
-	}
-	a := Projected{Backend: Backend{Name: "a", CacheableRate: 200, MissRatio: flat(100)}, Capacity: 100, HeldMB: 40,
-		TimeoutS: 4, MeanValueBytes: 64 << 10}
-	b := Projected{Backend: Backend{Name: "b", CacheableRate: 200, MissRatio: flat(200)}, Capacity: 1000, HeldMB: 60,
-		TimeoutS: 4, MeanValueBytes: 64 << 10}
-	keep := Project([]Projected{a, b}, []float64{40, 60}, 1, 60, 0.8)
-	move := Project([]Projected{a, b}, []float64{70, 30}, 1, 60, 0.8)
-	// a: 120/s at 40 MiB against 100: saturated until it holds 50 MiB; the
-	// grant fills at 100 answered misses/s × 64 KiB ≈ 6 MiB/s.
-	if keep.Overload < 59*0.2-1e-9 || move.Overload >= keep.Overload || move.Overload > 4 {
-		t.Fatalf("overload: keep %v, move %v", keep, move)
-	}
-	if move.Final >= keep.Final || math.Abs(move.Final-math.Max(200*0.3/100, 200*0.85/1000)) > 1e-9 {
-		t.Fatalf("final: keep %v, move %v", keep.Final, move.Final)
-	}
-	// Nothing answered, nothing filled: a grant to a backend with no
-	// capacity never pays.
-	dead := a
-	dead.Capacity = 0
-	if o := Project([]Projected{dead, b}, []float64{70, 30}, 1, 10, 0.8); o.Overload != 50 {
-		t.Fatalf("no capacity: %v", o)
-	}
-	// A falling capacity: the same allocation overloads later.
-	falling := b
-	falling.CapacitySlope = -20 // 1000 → 400 over 30 s
-	if o := Project([]Projected{falling}, []float64{60}, 1, 60, 0.8); o.Overload == 0 || o.Final < 0.8 {
-		t.Fatalf("falling capacity: %v", o)
-	}
-}
-
-// A curve measured at a 40 MiB limit, read where 4 MiB of any limit hold
-// nothing: exact at 40, a 22 MiB limit worth what 20 measured, nothing
-// below the overhead.
-func TestWithOverhead(t *testing.T) {
-	c := curve(100, 80, 0)
-	got := WithOverhead(c, 40, 4)
-	if got[40] != c[40] {
-		t.Fatalf("at the measured limit: %v, want %v", got[40], c[40])
-	}
-	if want := MissAt(c, 40*(22.0-4)/(40-4)); math.Abs(got[22]-want) > 1e-12 || math.Abs(want-c[20]) > 1e-12 {
-		t.Fatalf("at 22 MiB: %v, want %v (the curve at 20)", got[22], want)
-	}
-	if got[3] != 1 || got[60] >= c[60] {
-		t.Fatalf("below the overhead %v; at 60 MiB %v against %v measured (a larger limit is worth more)", got[3], got[60], c[60])
 	}
 }

@@ -5,8 +5,7 @@ import "math"
 // The transient arithmetic (docs/algorithms.md, "The transient model"): a
 // partition given more space fills only with the values of the misses its
 // backend answers, and a backlog outlives the overload that built it. The
-// oracle steps it second by second (experiment/feasibility); the planner
-// asks how long a grant takes to fill and a backlog to drain.
+// oracle steps it second by second (experiment/feasibility).
 
 // FillMiB is how many MiB of values one app server's partition gains when
 // its backend answers misses cacheable misses of meanBytes each: the
@@ -17,20 +16,6 @@ func FillMiB(misses, meanBytes, apps float64) float64 {
 		return 0
 	}
 	return misses * meanBytes / MiB / apps
-}
-
-// FillSeconds is how long a partition takes to gain mb MiB when its backend
-// answers missRate cacheable misses/s of meanBytes each over apps app
-// servers (FillMiB's inverse); +Inf when nothing is answered.
-func FillSeconds(mb, missRate, meanBytes, apps float64) float64 {
-	if mb <= 0 {
-		return 0
-	}
-	per := FillMiB(missRate, meanBytes, apps)
-	if per <= 0 {
-		return math.Inf(1)
-	}
-	return mb / per
 }
 
 // QueueStep advances a backend's backlog by dt seconds: q0 queries waiting,
@@ -47,16 +32,4 @@ func QueueStep(q0, in, mu, dt, timeout float64) (out, q1 float64) {
 	}
 	out = math.Min(q0+in, mu*dt)
 	return out, math.Min(q0+in-out, mu*timeout)
-}
-
-// DrainSeconds is how long a backlog of q queries takes to drain at
-// capacity mu with load arriving: +Inf when the load is not below it.
-func DrainSeconds(q, mu, load float64) float64 {
-	if q <= 0 {
-		return 0
-	}
-	if mu <= load {
-		return math.Inf(1)
-	}
-	return q / (mu - load)
 }

@@ -482,7 +482,7 @@ func TestRequestPath(t *testing.T) {
 			t.Fatalf("catalog partition limit %d (app0's partition is 16 MB; app1 is shared)", lim)
 		}
 		// app0's shadow model of its catalog partition counts every cacheable
-		// query's stack distance (the planner's miss-ratio curve); app1's
+		// query's stack distance (an online miss-ratio curve); app1's
 		// shared cache has none. The model runs beside the request path, so
 		// its counts may trail the hits by a query or two, never lead them.
 		var counted uint64

@@ -14,11 +14,12 @@ from robinhood_common.topology import SLO, Limits, Run
 from ..rbc import QueryStats
 
 
-MOVE_REASONS = ("saturated", "rising", "headroom", "hold", "robinhood")
+MOVE_REASONS = ("saturated", "rising", "robinhood")
 """Why a partition last moved (Decision.reasons; the values of the reason label of
-controller_partition_move_reason): its backend was saturated; its utilization was rising
-towards its capacity; space moved to lower the worst predicted utilization (headroom for a
-drop); nothing moved it (hold); or RobinHood's step moved it (the blocking counts)."""
+controller_partition_move_reason): relief for a saturated (backlogged) backend, or for
+one whose utilization rose past the policy's target (the partition given the space, or
+the donor it was taken from); or RobinHood's step (the blocking counts). A partition that
+never moved has no reason."""
 
 _logged: set[str] = set()
 

@@ -128,6 +128,8 @@ class Step:
     """The backends that needed relief, most utilized first."""
     given: dict[str, int]
     taken: dict[str, int]
+    util: dict[str, float] = field(default_factory=dict)
+    """Per partition with a latency in the window, its backend's utilization as observed."""
 
 
 def _offered(st: QueryStats) -> float:
@@ -230,7 +232,44 @@ def plan_relief(targets: Mapping[str, int], used: Mapping[str, int], obs: Mappin
     for n, o in obs.items():
         if n not in relieved:
             base[n] = max((1 - BASELINE_WEIGHT) * base[n] + BASELINE_WEIGHT * o.spread_us, MIN_BASELINE_US)
-    return Step(new, State(tick, base, grants, last), relieved, given, taken)
+    return Step(new, State(tick, base, grants, last), relieved, given, taken, util)
+
+
+def backlogged(o: Observed) -> bool:
+    """The backend was sent more than it answered in the window."""
+    return o.served > 0 and o.offered > o.served
+
+
+def move_reasons(before: Mapping[str, int], step: Step, obs: Mapping[str, Observed]) -> dict[str, str]:
+    """Why each partition whose target changed this tick moved (base.MOVE_REASONS): relief
+    given to a backlogged backend (``saturated``) or to one whose utilization crossed the
+    target (``rising``); a donor moved for the relief it funded (``saturated`` when any
+    backend it funded was backlogged); else RobinHood's step (``robinhood``)."""
+    why = {n: "saturated" if n in obs and backlogged(obs[n]) else "rising" for n in step.given}
+    funded = "saturated" if "saturated" in why.values() else "rising"
+    out = {}
+    for n, t in step.targets.items():
+        if t == before.get(n, t):
+            continue
+        out[n] = why.get(n) or (funded if n in step.taken else "robinhood")
+    return out
+
+
+def predicted_utilization(before: Mapping[str, int], step: Step, obs: Mapping[str, Observed]) -> dict[str, float]:
+    """Each backend's utilization with the new targets, on relief's own linear model: its
+    capacity is what it was sent over its observed utilization, and every byte more (or
+    less) in this app server's partition saves (or costs) its shadow gain in misses,
+    scaled to every app server's (over its share). Backends whose utilization is unknown
+    (no latency in the window, or none observed) are left out."""
+    out = {}
+    for n, u in step.util.items():
+        o = obs[n]
+        if u <= 0 or o.offered <= 0:
+            continue
+        delta = step.targets[n] - before.get(n, step.targets[n])
+        sent = max(o.offered - o.gain * delta / max(o.share, 1e-9), 0.0)
+        out[n] = round(sent / (o.offered / u), 4)
+    return out
 
 
 @register
@@ -246,6 +285,8 @@ class Relief(AllocationPolicy):
     def __init__(self, params: Params, ctx: PolicyContext) -> None:
         super().__init__(params, ctx)
         self.state = State()
+        self.moved: dict[str, str] = {}
+        """Per partition, why it last moved (kept until it moves again)."""
 
     def plan(self, inp: PlanInput) -> Decision:
         p: ReliefParams = self.params  # type: ignore[assignment]
@@ -257,13 +298,15 @@ class Relief(AllocationPolicy):
         step = plan_relief(rh.targets, inp.used, obs, inp.rbc, inp.p99_latency_us, self.state, p,
                            self.ctx.floor_bytes, self.ctx.budget_bytes, slo_us)
         self.state = step.state
+        self.moved.update(move_reasons(inp.targets, step, obs))
         note = ""
         if step.given:
             mb = 1 << 20
             note = ("relief: " + ", ".join(f"{n} +{v / mb:.1f} MB" for n, v in sorted(step.given.items()))
                     + " from " + ", ".join(f"{n} {v / mb:.1f}" for n, v in sorted(step.taken.items())))
         return Decision(targets=step.targets, moved=rh.redistributed or bool(step.given), eligible=rh.eligible,
-                        note=note)
+                        note=note, reasons=dict(self.moved), predicted=predicted_utilization(inp.targets, step, obs))
 
 
-__all__ = ["Relief", "ReliefParams", "State", "Grant", "Observed", "Step", "observe", "utilization", "plan_relief"]
+__all__ = ["Relief", "ReliefParams", "State", "Grant", "Observed", "Step", "observe", "utilization", "plan_relief",
+           "backlogged", "move_reasons", "predicted_utilization"]
