@@ -170,6 +170,53 @@ def utilization(o: Observed, baseline_us: float) -> float:
     return min(max(1.0 - baseline_us / o.spread_us, 0.0), 0.99)
 
 
+def alarmed(p99_us: float | None, slo_us: float | None, p: ReliefParams) -> bool:
+    """The requests show trouble: the request P99 is at least ``alarm`` of the SLO (always
+    true without an SLO)."""
+    return slo_us is None or (p99_us is not None and p99_us >= p.alarm * slo_us)
+
+
+def needs_relief(o: Observed, util: float, rbc: int, total_rbc: int, partitions: int, alarm: bool) -> bool:
+    """A backend needs relief: its utilization is above the target, it blocks more than an
+    even share of the tail requests, more cache saves it misses, and the alarm is on."""
+    return alarm and util > TARGET_UTIL and o.gain > 0 and total_rbc > 0 and rbc * partitions > total_rbc
+
+
+def is_donor(util: float, relieved: bool, tick: int, last_relief: int | None, p: ReliefParams) -> bool:
+    """A backend may give space: under the target, not needing relief, and not for
+    ``memory`` ticks."""
+    since = tick - (last_relief if last_relief is not None else -p.memory)
+    return util < TARGET_UTIL and not relieved and since >= p.memory
+
+
+def donor_room(o: Observed, util: float, target: int, floor: int, p: ReliefParams) -> int:
+    """Bytes a donor can give this tick: at most ``donor_step`` of its partition, down to
+    the floor, and (when its gain and utilization are known) no more than keeps its own
+    load under the target."""
+    most = min(int(p.donor_step * target), max(target - floor, 0))
+    if o.gain <= 0 or util <= 0:
+        return most
+    return max(int(min(float(most), o.share * o.offered * (TARGET_UTIL / util - 1) / o.gain)), 0)
+
+
+def waits_for_fill(g: Grant | None, used: int, target: int, o: Observed) -> bool:
+    """The last grant is still filling (under FILLED of the target used) and the latency
+    has not risen by RISING since: nothing more is given yet."""
+    return g is not None and used < FILLED * target and o.spread_us < RISING * g.spread_us
+
+
+def relief_size(o: Observed, util: float, budget: int) -> int:
+    """The bytes that bring what the backend is sent down to the target utilization of its
+    capacity (sent/u), at the misses more cache saves: this app server's share of them."""
+    capacity = o.offered / util
+    return int(min(o.share * max(o.offered - TARGET_UTIL * capacity, 0.0) / o.gain, float(budget)))
+
+
+def next_baseline(baseline_us: float, o: Observed) -> float:
+    """A baseline follows the spread of a backend that does not need relief, slowly."""
+    return max((1 - BASELINE_WEIGHT) * baseline_us + BASELINE_WEIGHT * o.spread_us, MIN_BASELINE_US)
+
+
 def plan_relief(targets: Mapping[str, int], used: Mapping[str, int], obs: Mapping[str, Observed],
                 rbc: Mapping[str, int], p99_us: float | None, state: State, p: ReliefParams, floor: int,
                 budget: int, slo_us: float | None) -> Step:
@@ -186,35 +233,23 @@ def plan_relief(targets: Mapping[str, int], used: Mapping[str, int], obs: Mappin
         base.setdefault(n, max(o.spread_us, MIN_BASELINE_US))
     util = {n: utilization(o, base[n]) for n, o in obs.items()}
     total = sum(rbc.get(n, 0) for n in targets)
-    alarm = slo_us is None or (p99_us is not None and p99_us >= p.alarm * slo_us)
-    relieved = sorted((n for n, o in obs.items() if alarm and util[n] > TARGET_UTIL and o.gain > 0
-                       and total > 0 and rbc.get(n, 0) * len(targets) > total),
+    alarm = alarmed(p99_us, slo_us, p)
+    relieved = sorted((n for n, o in obs.items()
+                       if needs_relief(o, util[n], rbc.get(n, 0), total, len(targets), alarm)),
                       key=lambda n: (-util[n], n))
     for n in relieved:
         last[n] = tick
-
-    def room(n: str) -> int:
-        """Bytes a donor can give this tick: its load stays under the target."""
-        o = obs[n]
-        most = min(int(p.donor_step * targets[n]), max(targets[n] - floor, 0))
-        if o.gain <= 0 or util[n] <= 0:
-            return most
-        return max(int(min(float(most), o.share * o.offered * (TARGET_UTIL / util[n] - 1) / o.gain)), 0)
-
-    donors = sorted((n for n, o in obs.items() if util[n] < TARGET_UTIL and n not in relieved
-                     and tick - last.get(n, -p.memory) >= p.memory),
+    donors = sorted((n for n in obs if is_donor(util[n], n in relieved, tick, last.get(n), p)),
                     key=lambda n: (obs[n].gain, n))
-    left = {n: room(n) for n in donors}
+    left = {n: donor_room(obs[n], util[n], targets[n], floor, p) for n in donors}
     new = dict(targets)
     given: dict[str, int] = {}
     taken: dict[str, int] = {}
     for n in relieved:
         o = obs[n]
-        g = grants.get(n)
-        if g is not None and used.get(n, 0) < FILLED * targets[n] and o.spread_us < RISING * g.spread_us:
-            continue  # the last grant is still filling, and the latency is not rising
-        capacity = o.offered / util[n]
-        want = int(min(o.share * max(o.offered - TARGET_UTIL * capacity, 0.0) / o.gain, float(budget)))
+        if waits_for_fill(grants.get(n), used.get(n, 0), targets[n], o):
+            continue
+        want = relief_size(o, util[n], budget)
         got = 0
         for d in donors:
             take = min(left[d], want - got)
@@ -228,10 +263,9 @@ def plan_relief(targets: Mapping[str, int], used: Mapping[str, int], obs: Mappin
             new[n] += got
             given[n] = got
             grants[n] = Grant(tick, o.spread_us)
-    # Baselines follow the spread of the backends that do not need relief.
     for n, o in obs.items():
         if n not in relieved:
-            base[n] = max((1 - BASELINE_WEIGHT) * base[n] + BASELINE_WEIGHT * o.spread_us, MIN_BASELINE_US)
+            base[n] = next_baseline(base[n], o)
     return Step(new, State(tick, base, grants, last), relieved, given, taken, util)
 
 
@@ -309,4 +343,5 @@ class Relief(AllocationPolicy):
 
 
 __all__ = ["Relief", "ReliefParams", "State", "Grant", "Observed", "Step", "observe", "utilization", "plan_relief",
+           "alarmed", "needs_relief", "is_donor", "donor_room", "waits_for_fill", "relief_size", "next_baseline",
            "backlogged", "move_reasons", "predicted_utilization"]
