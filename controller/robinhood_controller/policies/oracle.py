@@ -21,11 +21,8 @@ still frees memory at memcached's pace.
 """
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from pydantic import Field, StrictBool
-from robinhood_common.files import read_bounded
+from robinhood_common import schedule
 
 from ..plan import MIB
 from .base import AllocationPolicy, Decision, Params, PlanInput, PolicyContext, PolicyError
@@ -38,59 +35,28 @@ class OracleParams(Params):
                                               "scenario when it starts and nothing after it")
 
 
-#: The largest schedule file read (a long run's, with every candidate, is about 1 MB).
-MAX_SCHEDULE_BYTES = 4 << 20
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def read_schedule(path: str, app_server: str, variant: str,
                   ctx: PolicyContext | None = None) -> list[tuple[float, dict[str, int]]]:
     """An app server's schedule from ``tracegen oracle``'s JSON: (start s, MB per partition)
-    in time order. PolicyError names what is wrong with the file: one that is not a
-    regular file of at most MAX_SCHEDULE_BYTES, is not JSON (NaN and Infinity are not),
-    or whose steps are not what ctx (when given) can apply — every partition of the app
-    server and no other, whole MB (not booleans) of at least the floor, summing to the
-    budget."""
+    in time order. PolicyError names what is wrong with the file: what
+    robinhood_common.schedule refuses (no regular file of at most its bound, not JSON,
+    the app server's schedules against schema/oracle.schema.yaml), no such schedule, steps
+    out of time order, or steps ctx (when given) cannot apply — every partition of the app
+    server and no other, of at least the floor, summing to the budget."""
     try:
-        doc: Any = json.loads(read_bounded(path, MAX_SCHEDULE_BYTES), parse_constant=_not_json)
-    except OSError as e:
-        raise PolicyError(f"oracle: cannot read the schedule {path}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise PolicyError(f"oracle: cannot read the schedule {path}: not JSON: {e}") from None
-    except RecursionError:
-        raise PolicyError(f"oracle: cannot read the schedule {path}: not JSON: nested too deep") from None
-    try:
-        steps = doc["app_server_schedules"][app_server][variant]["steps"]
-        out = [(_at(s["at_s"]), {str(k): _mb(v) for k, v in s["mb"].items()}) for s in steps]
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        if isinstance(doc, dict) and doc.get("schedules_skipped"):
-            raise PolicyError(f"oracle: {path} has no schedule for app server {app_server}: "
-                              f"{doc['schedules_skipped']}") from None
+        part = schedule.app_server(schedule.load(path), app_server, path)
+    except schedule.ScheduleError as e:
+        raise PolicyError(f"oracle: {e}") from None
+    if variant not in part:
         raise PolicyError(f"oracle: {path} has no {variant} schedule for app server {app_server} "
-                          f"(tracegen oracle writes app_server_schedules.<id>.<variant>.steps): {e!r}") from None
-    if not out or any(b[0] < a[0] for a, b in zip(out, out[1:])):
-        raise PolicyError(f"oracle: {path}: the {variant} schedule of {app_server} is empty or not in time order")
+                          f"(tracegen oracle writes app_server_schedules.<id>.<variant>.steps)")
+    out = [(float(s["at_s"]), {str(k): int(v) for k, v in s["mb"].items()}) for s in part[variant]["steps"]]
+    if any(b[0] < a[0] for a, b in zip(out, out[1:])):
+        raise PolicyError(f"oracle: {path}: the {variant} schedule of {app_server} is not in time order")
     if ctx is not None:
         for i, (_, mb) in enumerate(out):
             _fits(mb, ctx, f"oracle: {path}: app_server_schedules.{app_server}.{variant}.steps[{i}].mb")
     return out
-
-
-def _at(v: Any) -> float:
-    """A step's start: a finite number of seconds ≥ 0 (not a boolean)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-        raise ValueError(f"at_s {v!r} is not a number of seconds ≥ 0")
-    return float(v)
-
-
-def _mb(v: Any) -> int:
-    """A partition's size in a step: a whole number of MB (not a boolean)."""
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{v!r} is not a whole number of MB")
-    return v
 
 
 def _fits(mb: dict[str, int], ctx: PolicyContext, where: str) -> None:
