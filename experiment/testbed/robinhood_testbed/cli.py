@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import signal
 import sys
 import time
@@ -38,14 +37,14 @@ from robinhood_common.topology import absolute_files
 from robinhood_common.units import parse_duration
 from robinhood_controller import policies as allocation
 
-from . import analysis, compose, plots, report, zoo
+from . import analysis, compose, oracle, plots, report, zoo
 from .deploy import REPO, Deployment, go_bin
-from .executor import EXECUTORS, make_executor
+from .executor import EXECUTORS, ArmJob, LocalExecutor, make_executor
 from . import seeds as zoo_seeds
 from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
-from .run import RunResult, deployment, hindsight_arms, prepare_inputs, run_arm, run_arm_sim
+from .run import RunResult, deployment, prepare_inputs, run_arm, run_arm_sim
 
 log = logging.getLogger("robinhood_testbed")
 CACHE_MODES = ("partitioned", "shared", "none")
@@ -269,12 +268,12 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
                 results.append((arm, fut.result()))
                 done(*results[-1])
         # The oracle made at least as good as every online arm's allocation: where its
-        # schedule changed, its arm runs again (run.hindsight_arms).
-        for arm in hindsight_arms(exp, out, [(a, r.run_dir) for a, r in results], trace, scenario):
-            shutil.rmtree(out / arm.name, ignore_errors=True)
-            console.print(f"[bold]{arm.name}[/]: an online arm's allocation, replayed, measured better than the "
-                          "oracle's candidates; it runs again on that one")
-            done(arm, run_arm_sim(exp, arm, out, trace, scenario, calibration, sample, getattr(args, "full", False)))
+        # schedule changed, its arm runs again.
+        again = oracle.Comparison(exp, out, trace, scenario, [
+            (arm, ArmJob(exp, arm, out, trace, scenario, calibration, sample, getattr(args, "full", False)), r.run_dir)
+            for arm, r in results])
+        for arm, d in oracle.hindsight_rerun([again], LocalExecutor(jobs), console.print):
+            done(arm, d.result)
     else:
         for arm in todo:
             with LiveView([b.name for b in exp.backends]) as view:
