@@ -1,5 +1,7 @@
 """Oracle (beyond the paper): the allocation schedule computed in advance from the run's
-trace, topology and capacity scenario — the bound every online policy is measured against.
+trace, topology and capacity scenario — the best schedule known for the run, which every
+online policy is measured against (not a bound: an online arm's allocation that measures
+better becomes it).
 
 ``tracegen oracle`` (``experiment/feasibility``; docs/algorithms.md, "The oracle") steps a
 model of the run through time — each backend's queue (its capacity model under the load its
@@ -13,7 +15,8 @@ testbed runs it once per run, simulates the candidates and keeps the best measur
 schedule with foresight (docs/algorithms.md, "Judged in the simulator"), and names the file in
 ``controller.run.oracle``. After a comparison in the simulator, an online arm that measured
 fewer SLO violations has its recorded allocation judged too (``hindsight-<arm>``), so the
-schedule with foresight is the best one known for the run.
+schedule with foresight is the best one known for the run. The reactive schedule is the
+``oracle-reactive`` policy's.
 
 At every tick the policy applies its app server's schedule at the time since the run's start
 (the start file; else since its first tick). It moves the whole way at once: the mechanism
@@ -21,18 +24,11 @@ still frees memory at memcached's pace.
 """
 from __future__ import annotations
 
-from pydantic import Field, StrictBool
 from robinhood_common import schedule
 
 from ..plan import MIB
 from .base import AllocationPolicy, Decision, Params, PlanInput, PolicyContext, PolicyError
 from .registry import register
-
-
-class OracleParams(Params):
-    lookahead: StrictBool = Field(True, description="apply the schedule with foresight (the run known in advance: the "
-                                              "bound); false: the reactive one, which learns each phase of the "
-                                              "scenario when it starts and nothing after it")
 
 
 def read_schedule(path: str, app_server: str, variant: str,
@@ -82,10 +78,9 @@ def _fits(mb: dict[str, int], ctx: PolicyContext, where: str) -> None:
 class Oracle(AllocationPolicy):
     name = "oracle"
     summary = ("the allocation schedule with the fewest SLO violations, computed in advance from the run's trace and "
-               "scenario (tracegen oracle's model; with foresight, the best of its candidates as the simulator measures "
-               "them): with foresight, or reacting to each phase when it starts (lookahead: false); the bound online "
-               "policies are measured against (beyond the paper)")
-    Params = OracleParams
+               "scenario with foresight (tracegen oracle's model; the best of its candidates, and of the online arms' "
+               "recorded allocations, as the simulator measures them): the best schedule known for the run, which "
+               "online policies are measured against (beyond the paper)")
     needs_run = True
     color = "#000000"
     role = "bound"
@@ -104,7 +99,7 @@ class Oracle(AllocationPolicy):
 
     def variant(self) -> str:
         """Which of the run's schedules it applies."""
-        return "foresight" if self.params.lookahead else "reactive"  # type: ignore[attr-defined]
+        return "foresight"
 
     def plan(self, inp: PlanInput) -> Decision:
         if self.start is None:

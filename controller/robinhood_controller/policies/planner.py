@@ -40,7 +40,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 from robinhood.v1 import planner_pb2 as pb
 from robinhood_common.split import split_weighted
 
@@ -105,7 +105,7 @@ class PlannerParams(Params):
         "experiments only: every query-rate estimate multiplied by this"))
     bias_curve: float = Field(1.0, gt=0, le=100, description=(
         "experiments only: every stack distance multiplied by this (the miss-ratio curve stretched)"))
-    headroom: bool = Field(False, description=(
+    headroom: StrictBool = Field(False, description=(
         "with every backend calm, step towards the allocation with the least worst predicted utilization "
         "(false: RobinHood's step, as when loaded)"))
     donor_step: float = Field(0.25, gt=0, le=1, description="most of a donor's partition taken in a tick")
