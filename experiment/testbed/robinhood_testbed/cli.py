@@ -22,7 +22,6 @@ import logging
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +43,7 @@ from . import seeds as zoo_seeds
 from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
-from .run import RunResult, deployment, prepare_inputs, run_arm, run_arm_sim
+from .run import RunResult, deployment, prepare_inputs, run_arm
 
 log = logging.getLogger("robinhood_testbed")
 CACHE_MODES = ("partitioned", "shared", "none")
@@ -259,20 +258,15 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
                       f"{analysis.fmt(viol, '{:.1f}')} % (results in {res.run_dir})")
 
     if sim:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [(arm, pool.submit(run_arm_sim, exp, arm, out, trace, scenario, calibration, sample,
-                                         getattr(args, "full", False)))
-                       for arm in todo]
-            results = []
-            for arm, fut in futures:
-                results.append((arm, fut.result()))
-                done(*results[-1])
+        local, finished = LocalExecutor(jobs), []
+        for d in local.run([ArmJob(exp, arm, out, trace, scenario, calibration, sample, getattr(args, "full", False))
+                            for arm in todo]):
+            finished.append(d)
+            done(d.job.arm, d.result)
         # The oracle made at least as good as every online arm's allocation: where its
         # schedule changed, its arm runs again.
-        again = oracle.Comparison(exp, out, trace, scenario, [
-            (arm, ArmJob(exp, arm, out, trace, scenario, calibration, sample, getattr(args, "full", False)), r.run_dir)
-            for arm, r in results])
-        for arm, d in oracle.hindsight_rerun([again], LocalExecutor(jobs), console.print):
+        compared = oracle.Comparison(exp, out, trace, scenario, [(d.job.arm, d.job, d.result.run_dir) for d in finished])
+        for arm, d in oracle.hindsight_rerun([compared], local, console.print):
             done(arm, d.result)
     else:
         for arm in todo:

@@ -1,15 +1,9 @@
-"""The oracle's schedule file of a comparison folder (``oracle.json``;
-schema/oracle.schema.yaml): what the oracle policies apply (controller.run.oracle).
-
-:func:`schedule` computes it once per folder: ``tracegen oracle`` (experiment/feasibility,
-the model: its analysis and candidate schedules), then the judge simulates the candidates
-(bin/sim) and makes the best measured one the schedule with foresight. When a
-comparison's arms have run, :func:`hindsight_rerun` (compare, matrix and zoo call it)
-judges every online arm's recorded allocation that measured better too, and runs the
-arms applying the oracle again where its schedule changed: the oracle is the best
-schedule known for the run, not a bound. Every read of the file is checked against its
-schema (robinhood_common.schedule).
-"""
+"""The oracle's schedule file of a comparison folder (``oracle.json``, checked against
+schema/oracle.schema.yaml at every read): :func:`schedule` has ``tracegen oracle`` (the
+model, experiment/feasibility) write it and the judge simulate its candidates; when the
+arms have run, :func:`hindsight_rerun` judges the online arms' allocations too and runs
+the oracle arms again where its schedule changed. The oracle is the best schedule known
+for the run, not a bound."""
 from __future__ import annotations
 
 import json
@@ -103,8 +97,8 @@ def _judge(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path, scen
     allocation, so the judged oracle is never worse than the reactive oracle or the
     static split in the simulator. The model's pick is simulated first, and the judging
     stops at the first candidate without a violation (none can do better). A run the model
-    calls infeasible (no allocation meets the SLO throughout) is not judged. The result is written to ``path`` at once, when done (unjudged: the model's
-    file as it is)."""
+    calls infeasible (no allocation meets the SLO throughout) is not judged. The result is
+    written to ``path`` at once, when done (unjudged: the model's file as it is)."""
     doc = read(model)
     apps = doc.get("app_server_schedules", {})
     cands = doc.get("app_server_candidates", {})
@@ -127,7 +121,7 @@ def _judge(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path, scen
                                              {app: by_name[app][name] for app in apps}, trace, scenario)
         if measured[name]["violation_pct"] == 0:
             break  # none can do better: the later candidates are not simulated
-    best = min(measured, key=lambda n: (_rank(measured[n]), names.index(n)))
+    best = min(measured, key=lambda n: _rank(measured[n]))  # the first of the best, in the model's order
     for app, sch in apps.items():
         c = by_name[app][best]
         sch["foresight"] = {**sch["foresight"], "steps": c["steps"], "predicted_violation_pct": c["predicted_violation_pct"]}
@@ -198,22 +192,17 @@ def recorded_schedule(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
 def _hindsight(exp: Experiment, folder: Path, runs: dict[str, Path], trace: Path | Generated,
                scenario: Path | None) -> bool:
     """Make the judged oracle of a comparison folder at least as good as every online
-    arm's allocation: ``runs`` (name → run folder) are the online arms' runs on the
-    folder's oracle file; each that measured fewer SLO violations than the judged
-    oracle's chosen candidate has its recorded allocation (:func:`recorded_schedule`,
-    every app server its own) simulated as a candidate ``hindsight-<arm>``, and the best
-    candidate becomes the schedule with foresight. The oracle is the best schedule
-    known with the run in hand; where the model's own candidates miss one an online
-    policy found, it is that one (docs/algorithms.md, "Judged in the simulator").
-    Returns whether the chosen schedule changed. A folder whose oracle was not judged
-    (infeasible, or one candidate) is left as it is."""
+    arm's allocation: each of ``runs`` (name → run folder) that measured fewer SLO
+    violations than the chosen candidate has its recorded allocation (every app server
+    its own) simulated as a candidate ``hindsight-<arm>``, and the best candidate becomes
+    the schedule with foresight (docs/algorithms.md, "Judged in the simulator"). Whether
+    the chosen schedule changed; a folder whose oracle was not judged is left as it is."""
     path = folder / ORACLE_FILE
     doc = read(path)
     judged = doc.get("judged")
     if not judged:
         return False
-    measured = judged["candidates"]
-    chosen = judged["chosen"]
+    measured, chosen = judged["candidates"], judged["chosen"]
     judge = Arm("oracle", "partitioned", {"name": "oracle"}, judged["dispatch"])
     apps = doc.get("app_server_schedules", {})
     steps: dict[str, dict[str, dict[str, Any]]] = {}
@@ -230,38 +219,20 @@ def _hindsight(exp: Experiment, folder: Path, runs: dict[str, Path], trace: Path
         cand = HINDSIGHT + name
         steps[cand] = {app: {"steps": s, "predicted_violation_pct": None} for app, s in rec.items()}
         measured[cand] = _simulate_candidate(exp, judge, doc, folder / JUDGE_DIR / cand, steps[cand], trace, scenario)
-    order = list(measured)
-    best = min(measured, key=lambda n: (_rank(measured[n]), order.index(n)))
-    if best == chosen:
-        if steps:
-            _write_atomic(path, doc)
-        return False
-    for app, sch in apps.items():
-        sch["foresight"] = {**sch["foresight"], **steps[best][app]}
-    judged["chosen"] = best
-    _write_atomic(path, doc)
-    return True
-
-
-def hindsight_arms(exp: Experiment, folder: Path, runs: list[tuple[Arm, Path]], trace: Path | Generated,
-                   scenario: Path | None) -> list[Arm]:
-    """:func:`_hindsight` on a comparison folder's finished ``runs`` (its online arms:
-    partitioned, a policy whose role is not ``bound``); the arms among ``runs`` applying
-    the oracle (the schedule with foresight) when its chosen schedule changed (their runs
-    are out of date: run them again), else none."""
-    online = {arm.name: d for arm, d in runs if arm.cache_mode == "partitioned" and arm.policy_name is not None
-              and arm.policy_name in allocation.names() and allocation.get(arm.policy_name).role != "bound"}
-    if not online or not (folder / ORACLE_FILE).exists() or not _hindsight(exp, folder, online, trace, scenario):
-        return []
-    return [arm for arm, _ in runs if arm.policy_name == "oracle"]
+    best = min(measured, key=lambda n: _rank(measured[n]))  # the first of the best, in the judge's order
+    if best != chosen:
+        for app, sch in apps.items():
+            sch["foresight"] = {**sch["foresight"], **steps[best][app]}
+        judged["chosen"] = best
+    if steps:
+        _write_atomic(path, doc)
+    return best != chosen
 
 
 @dataclass
 class Comparison:
-    """The finished runs of one comparison folder (the one its oracle file is in), for
-    :func:`hindsight_rerun`: per run the caller's key, the job that ran it and its folder
-    (a link to the judge's run where the zoo linked one). A job in another folder (a zoo
-    noise run) is not judged; it runs again with its arm."""
+    """A comparison folder's finished runs: (the caller's key, the job that ran it, its
+    folder). A job in another folder (a zoo noise run) is not judged, only run again."""
 
     exp: Experiment
     folder: Path
@@ -272,19 +243,21 @@ class Comparison:
 
 def hindsight_rerun(comparisons: list[Comparison], executor: Executor,
                     progress: Callable[[str], None] = lambda s: None) -> Iterator[tuple[Any, Done]]:
-    """Hindsight, then the stale arms again: in each comparison the oracle is made at
-    least as good as every online arm's recorded allocation (:func:`hindsight_arms`); where
-    its schedule changed, each run of an arm applying it is out of date: a link to the
-    judge's run is linked to the new one, any other run is removed and run again on the
-    executor. Yields (key, Done) for each run run again, as it finishes."""
+    """Hindsight, then the stale arms again: in each comparison, :func:`_hindsight` on its
+    online arms' runs (partitioned, a policy whose role is not ``bound``); where the
+    oracle's schedule changed, each run of the ``oracle`` arm is out of date: a link to
+    the judge's run is linked to the new one, any other run is removed and run again on
+    the executor. Yields (key, Done) for each run run again, as it finishes."""
     changed, again = [], []
     for c in comparisons:
-        judged = [(job.arm, d) for _, job, d in c.runs if job.out_dir == c.folder]
-        stale = {a.name for a in hindsight_arms(c.exp, c.folder, judged, c.trace, c.scenario)}
-        if stale:
-            changed.append(f"{c.exp.name} seed {c.exp.seed}")
+        arms = [(job.arm, d) for _, job, d in c.runs if job.out_dir == c.folder and job.arm.cache_mode == "partitioned"]
+        online = {a.name: d for a, d in arms if a.policy_name in allocation.names()
+                  and allocation.get(a.policy_name).role != "bound"}
+        if not (online and (c.folder / ORACLE_FILE).exists() and _hindsight(c.exp, c.folder, online, c.trace, c.scenario)):
+            continue
+        changed.append(f"{c.exp.name} seed {c.exp.seed}")
         for key, job, d in c.runs:
-            if job.arm.name not in stale:
+            if job.arm.policy_name != "oracle":
                 continue
             src = judged_run(c.folder, job.arm) if d.is_symlink() else None
             if src is not None:
