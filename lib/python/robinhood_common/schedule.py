@@ -8,6 +8,7 @@ check whole, and every controller reads it).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -27,23 +28,19 @@ class ScheduleError(ValueError):
     the field when the fault is in one."""
 
 
-def _not_finite(text: str) -> Any:
-    raise ValueError(f"{text} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    v = float(text)
-    if v in (float("inf"), float("-inf")):
-        raise ValueError(f"{text} is not a finite number")
+def _number(text: str) -> float:
+    """A JSON number as a float; not NaN, Infinity or one beyond a float (Go's reader
+    refuses them too)."""
+    if not math.isfinite(v := float(text)):
+        raise ValueError(f"{text} is not a JSON number")
     return v
 
 
 def load(path: str | Path) -> Any:
     """The JSON at ``path``, unchecked. ScheduleError for a file that is no regular file of
-    at most MAX_SCHEDULE_BYTES or is not JSON (NaN, Infinity and numbers beyond a float are
-    not)."""
+    at most MAX_SCHEDULE_BYTES or is not JSON."""
     try:
-        return json.loads(read_bounded(path, MAX_SCHEDULE_BYTES), parse_constant=_not_finite, parse_float=_finite)
+        return json.loads(read_bounded(path, MAX_SCHEDULE_BYTES), parse_constant=_number, parse_float=_number)
     except OSError as e:
         raise ScheduleError(f"cannot read the schedule {path}: {e.strerror or e}") from None
     except RecursionError:
