@@ -9,17 +9,20 @@ package schema
 
 import "embed"
 
-// Files holds topology.schema.yaml, experiment.schema.yaml, hedging.schema.yaml
+// Files holds topology.schema.yaml, experiment.schema.yaml, hedging.schema.yaml,
+// oracle.schema.yaml (the oracle's schedule file, tracegen oracle's output)
 // and policies.schema.yaml (every policy's parameters, generated from the
 // policies' declarations by scripts/genschema.py).
 //
 //go:embed *.schema.yaml
 var Files embed.FS
 
-// Topology, Experiment, Hedging and Policies are the schema file names (their $id).
+// Topology, Experiment, Hedging, Oracle and Policies are the schema file
+// names (their $id).
 const (
 	Topology   = "topology.schema.yaml"
 	Experiment = "experiment.schema.yaml"
 	Hedging    = "hedging.schema.yaml"
+	Oracle     = "oracle.schema.yaml"
 	Policies   = "policies.schema.yaml"
 )

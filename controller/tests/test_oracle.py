@@ -51,10 +51,13 @@ def test_the_oracle_applies_the_schedule_with_foresight(tmp_path: Path) -> None:
         {"a": 64, "b": 64}, {"a": 64, "b": 64}, {"a": 96, "b": 32}, {"a": 96, "b": 32}]
 
 
-def test_the_reactive_oracle_and_lookahead_false_apply_the_reactive_schedule(tmp_path: Path) -> None:
+def test_the_reactive_oracle_applies_the_reactive_schedule(tmp_path: Path) -> None:
     path = schedule_file(tmp_path)
-    for pol in (build("oracle-reactive", path), build("oracle", path, lookahead=False)):
-        assert targets_at(pol, 1000.0, 1029.0, 1030.0) == [{"a": 64, "b": 64}, {"a": 64, "b": 64}, {"a": 112, "b": 16}]
+    assert targets_at(build("oracle-reactive", path), 1000.0, 1029.0, 1030.0) == [
+        {"a": 64, "b": 64}, {"a": 64, "b": 64}, {"a": 112, "b": 16}]
+    # one name for the reactive schedule: the oracle takes no lookahead
+    with pytest.raises(PolicyError, match="lookahead: unknown parameter of policy oracle"):
+        build("oracle", path, lookahead=False)
 
 
 def test_a_schedule_it_cannot_use_is_refused_at_start(tmp_path: Path) -> None:
@@ -64,8 +67,11 @@ def test_a_schedule_it_cannot_use_is_refused_at_start(tmp_path: Path) -> None:
         build("oracle", tmp_path / "missing.json")
     with pytest.raises(PolicyError, match="cannot read"):
         build("oracle", schedule_file(tmp_path, "{not json"))
-    with pytest.raises(PolicyError, match="no foresight schedule for app server app9"):
+    with pytest.raises(PolicyError, match="has no schedule for app server app9"):
         build("oracle", schedule_file(tmp_path), app="app9")
+    only_foresight = {"app_server_schedules": {"app0": {"foresight": SCHEDULES["app_server_schedules"]["app0"]["foresight"]}}}
+    with pytest.raises(PolicyError, match="has no reactive schedule for app server app0"):
+        build("oracle-reactive", schedule_file(tmp_path, only_foresight))
     skipped = {"class": "infeasible", "app_server_schedules": {"app0": {}},
                "schedules_skipped": "the run is infeasible and --feasible-only was given: no schedule"}
     with pytest.raises(PolicyError, match="no schedule for app server app0: the run is infeasible"):
@@ -88,14 +94,14 @@ def one_step(mb: object, at: object = 0) -> str:
     (one_step('{"a": 124, "b": 4}'), "steps[0].mb.b: 4 MB is below controller.min_partition_mb (8 MB)"),
     (one_step('{"a": 64, "b": 32, "zz": 32}'), "steps[0].mb: 'zz' is not a partition of app server app0 (it has a, b)"),
     (one_step('{"a": 128}'), "steps[0].mb: no size for partition 'b'"),
-    (one_step('{"a": 127, "b": true}'), "True is not a whole number of MB"),
-    (one_step('{"a": 64.5, "b": 63.5}'), "64.5 is not a whole number of MB"),
-    (one_step('{"a": [64], "b": 64}'), "[64] is not a whole number of MB"),
-    (one_step('[64, 64]'), "has no foresight schedule for app server app0"),
+    (one_step('{"a": 127, "b": true}'), "steps[0].mb.b: true is not an integer"),
+    (one_step('{"a": 64.5, "b": 63.5}'), "steps[0].mb.a: 64.5 is not an integer"),
+    (one_step('{"a": [64], "b": 64}'), "steps[0].mb.a: a list is not an integer"),
+    (one_step('[64, 64]'), "app_server_schedules.app0.foresight.steps[0].mb: a list is not a mapping"),
     (one_step('{"a": 64, "b": 64}', at="Infinity"), "not JSON: Infinity is not a JSON number"),
     (one_step('{"a": 64, "b": 64}', at="NaN"), "not JSON: NaN is not a JSON number"),
-    (one_step('{"a": 64, "b": 64}', at="1e999"), "at_s inf is not a number of seconds"),
-    (one_step('{"a": 64, "b": 64}', at="-1"), "at_s -1 is not a number of seconds"),
+    (one_step('{"a": 64, "b": 64}', at="1e999"), "not JSON: 1e999 is not a JSON number"),
+    (one_step('{"a": 64, "b": 64}', at="-1"), "steps[0].at_s: -1.0 is below the minimum of 0"),
     ("[" * 1_000_000, "not JSON: nested too deep"),
 ])
 def test_a_schedule_the_policy_cannot_apply_is_refused_at_start(tmp_path: Path, text: str, fault: str) -> None:

@@ -188,8 +188,9 @@ class AllocationPolicy(ABC):
     role: ClassVar[str] = "candidate"
     """What a user should make of it (registry.ROLES): ``recommended`` (the one to run),
     ``paper`` (the paper's algorithm, exactly), ``baseline`` (a competitor or a fixed
-    split), ``bound`` (experiments only: the oracle and its reactive reference) or
-    ``candidate`` (an improvement on trial; a new policy starts as one)."""
+    split), ``bound`` (experiments only: the oracle, the best schedule known, and its
+    reactive reference) or ``candidate`` (an improvement on trial; a new policy starts as
+    one)."""
 
     def __init__(self, params: Params, ctx: PolicyContext) -> None:
         self.params = params

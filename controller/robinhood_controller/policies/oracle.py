@@ -1,5 +1,7 @@
 """Oracle (beyond the paper): the allocation schedule computed in advance from the run's
-trace, topology and capacity scenario — the bound every online policy is measured against.
+trace, topology and capacity scenario — the best schedule known for the run, which every
+online policy is measured against (not a bound: an online arm's allocation that measures
+better becomes it).
 
 ``tracegen oracle`` (``experiment/feasibility``; docs/algorithms.md, "The oracle") steps a
 model of the run through time — each backend's queue (its capacity model under the load its
@@ -13,7 +15,8 @@ testbed runs it once per run, simulates the candidates and keeps the best measur
 schedule with foresight (docs/algorithms.md, "Judged in the simulator"), and names the file in
 ``controller.run.oracle``. After a comparison in the simulator, an online arm that measured
 fewer SLO violations has its recorded allocation judged too (``hindsight-<arm>``), so the
-schedule with foresight is the best one known for the run.
+schedule with foresight is the best one known for the run. The reactive schedule is the
+``oracle-reactive`` policy's.
 
 At every tick the policy applies its app server's schedule at the time since the run's start
 (the start file; else since its first tick). It moves the whole way at once: the mechanism
@@ -21,76 +24,35 @@ still frees memory at memcached's pace.
 """
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from pydantic import Field, StrictBool
-from robinhood_common.files import read_bounded
+from robinhood_common import schedule
 
 from ..plan import MIB
 from .base import AllocationPolicy, Decision, Params, PlanInput, PolicyContext, PolicyError
 from .registry import register
 
 
-class OracleParams(Params):
-    lookahead: StrictBool = Field(True, description="apply the schedule with foresight (the run known in advance: the "
-                                              "bound); false: the reactive one, which learns each phase of the "
-                                              "scenario when it starts and nothing after it")
-
-
-#: The largest schedule file read (a long run's, with every candidate, is about 1 MB).
-MAX_SCHEDULE_BYTES = 4 << 20
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def read_schedule(path: str, app_server: str, variant: str,
                   ctx: PolicyContext | None = None) -> list[tuple[float, dict[str, int]]]:
     """An app server's schedule from ``tracegen oracle``'s JSON: (start s, MB per partition)
-    in time order. PolicyError names what is wrong with the file: one that is not a
-    regular file of at most MAX_SCHEDULE_BYTES, is not JSON (NaN and Infinity are not),
-    or whose steps are not what ctx (when given) can apply — every partition of the app
-    server and no other, whole MB (not booleans) of at least the floor, summing to the
-    budget."""
+    in time order. PolicyError names what is wrong with the file: what
+    robinhood_common.schedule refuses (no regular file of at most its bound, not JSON,
+    the app server's schedules against schema/oracle.schema.yaml), no such schedule, steps
+    out of time order, or steps ctx (when given) cannot apply — every partition of the app
+    server and no other, of at least the floor, summing to the budget."""
     try:
-        doc: Any = json.loads(read_bounded(path, MAX_SCHEDULE_BYTES), parse_constant=_not_json)
-    except OSError as e:
-        raise PolicyError(f"oracle: cannot read the schedule {path}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise PolicyError(f"oracle: cannot read the schedule {path}: not JSON: {e}") from None
-    except RecursionError:
-        raise PolicyError(f"oracle: cannot read the schedule {path}: not JSON: nested too deep") from None
-    try:
-        steps = doc["app_server_schedules"][app_server][variant]["steps"]
-        out = [(_at(s["at_s"]), {str(k): _mb(v) for k, v in s["mb"].items()}) for s in steps]
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        if isinstance(doc, dict) and doc.get("schedules_skipped"):
-            raise PolicyError(f"oracle: {path} has no schedule for app server {app_server}: "
-                              f"{doc['schedules_skipped']}") from None
+        part = schedule.app_server(schedule.load(path), app_server, path)
+    except schedule.ScheduleError as e:
+        raise PolicyError(f"oracle: {e}") from None
+    if variant not in part:
         raise PolicyError(f"oracle: {path} has no {variant} schedule for app server {app_server} "
-                          f"(tracegen oracle writes app_server_schedules.<id>.<variant>.steps): {e!r}") from None
-    if not out or any(b[0] < a[0] for a, b in zip(out, out[1:])):
-        raise PolicyError(f"oracle: {path}: the {variant} schedule of {app_server} is empty or not in time order")
+                          f"(tracegen oracle writes app_server_schedules.<id>.<variant>.steps)")
+    out = [(float(s["at_s"]), {str(k): int(v) for k, v in s["mb"].items()}) for s in part[variant]["steps"]]
+    if any(b[0] < a[0] for a, b in zip(out, out[1:])):
+        raise PolicyError(f"oracle: {path}: the {variant} schedule of {app_server} is not in time order")
     if ctx is not None:
         for i, (_, mb) in enumerate(out):
             _fits(mb, ctx, f"oracle: {path}: app_server_schedules.{app_server}.{variant}.steps[{i}].mb")
     return out
-
-
-def _at(v: Any) -> float:
-    """A step's start: a finite number of seconds ≥ 0 (not a boolean)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-        raise ValueError(f"at_s {v!r} is not a number of seconds ≥ 0")
-    return float(v)
-
-
-def _mb(v: Any) -> int:
-    """A partition's size in a step: a whole number of MB (not a boolean)."""
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{v!r} is not a whole number of MB")
-    return v
 
 
 def _fits(mb: dict[str, int], ctx: PolicyContext, where: str) -> None:
@@ -116,10 +78,9 @@ def _fits(mb: dict[str, int], ctx: PolicyContext, where: str) -> None:
 class Oracle(AllocationPolicy):
     name = "oracle"
     summary = ("the allocation schedule with the fewest SLO violations, computed in advance from the run's trace and "
-               "scenario (tracegen oracle's model; with foresight, the best of its candidates as the simulator measures "
-               "them): with foresight, or reacting to each phase when it starts (lookahead: false); the bound online "
-               "policies are measured against (beyond the paper)")
-    Params = OracleParams
+               "scenario with foresight (tracegen oracle's model; the best of its candidates, and of the online arms' "
+               "recorded allocations, as the simulator measures them): the best schedule known for the run, which "
+               "online policies are measured against (beyond the paper)")
     needs_run = True
     color = "#000000"
     role = "bound"
@@ -138,7 +99,7 @@ class Oracle(AllocationPolicy):
 
     def variant(self) -> str:
         """Which of the run's schedules it applies."""
-        return "foresight" if self.params.lookahead else "reactive"  # type: ignore[attr-defined]
+        return "foresight"
 
     def plan(self, inp: PlanInput) -> Decision:
         if self.start is None:

@@ -23,8 +23,9 @@ ROLES: dict[str, str] = {
     "paper": "the paper's algorithm, exactly as the paper has it",
     "baseline": "a fixed split or one of the paper's competitors: what a policy must beat",
     "candidate": "an improvement on trial for one round: promoted, or it leaves the product",
-    "bound": ("experiments only (it reads the run's trace and scenario): the oracle, what no online policy can beat, "
-              "and its reactive reference"),
+    "bound": ("experiments only (it reads the run's trace and scenario): the oracle, the best schedule known for the "
+              "run (not a bound: an online arm's allocation that measures better becomes it), and its reactive "
+              "reference"),
 }
 """The roles a policy declares (AllocationPolicy.role), in the order they are listed."""
 

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/robinhoodcache/robinhood/lib/config"
+	"github.com/robinhoodcache/robinhood/schema"
 )
 
 // oracleFixture writes a two-backend trace, a topology with two app
@@ -71,6 +74,7 @@ func TestOracleCommand(t *testing.T) {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
+	checkSchema(t, b)
 	if doc.AppS != 2 || len(doc.Phases) != 3 || doc.Class == "" || doc.ConfPct == nil || len(doc.Schedules) != 2 {
 		t.Fatalf("%s", b)
 	}
@@ -150,6 +154,7 @@ func TestOracleFeasibleOnly(t *testing.T) {
 		if err := json.Unmarshal(b, &doc); err != nil {
 			t.Fatal(err)
 		}
+		checkSchema(t, b)
 		if c.class == "infeasible" {
 			if doc["class"] != "infeasible" || len(doc["phases"].([]any)) != 3 || doc["schedules_skipped"] == nil ||
 				doc["app_server_candidates"] != nil || fmt.Sprint(doc["app_server_schedules"]) != "map[app0:map[] app1:map[]]" {
@@ -166,6 +171,19 @@ func TestOracleFeasibleOnly(t *testing.T) {
 		if b2, _ := os.ReadFile(without); string(b) != string(b2) {
 			t.Fatalf("--feasible-only changed a feasible run's file:\n%s\n%s", b, b2)
 		}
+	}
+}
+
+// checkSchema fails the test unless b, a file tracegen oracle wrote, is what
+// schema/oracle.schema.yaml describes (what its readers check it against).
+func checkSchema(t *testing.T, b []byte) {
+	t.Helper()
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Default().Read(schema.Oracle, doc, ""); err != nil {
+		t.Fatalf("tracegen oracle wrote a file its schema refuses: %v", err)
 	}
 }
 

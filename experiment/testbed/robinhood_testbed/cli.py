@@ -19,11 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from collections.abc import Callable
 from pathlib import Path
@@ -38,14 +36,14 @@ from robinhood_common.topology import absolute_files
 from robinhood_common.units import parse_duration
 from robinhood_controller import policies as allocation
 
-from . import analysis, compose, plots, report, zoo
+from . import analysis, compose, oracle, plots, report, zoo
 from .deploy import REPO, Deployment, go_bin
-from .executor import EXECUTORS, make_executor
+from .executor import EXECUTORS, ArmJob, LocalExecutor, make_executor
 from . import seeds as zoo_seeds
 from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
-from .run import RunResult, deployment, hindsight_arms, prepare_inputs, run_arm, run_arm_sim
+from .run import RunResult, deployment, prepare_inputs, run_arm
 
 log = logging.getLogger("robinhood_testbed")
 CACHE_MODES = ("partitioned", "shared", "none")
@@ -260,21 +258,16 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
                       f"{analysis.fmt(viol, '{:.1f}')} % (results in {res.run_dir})")
 
     if sim:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [(arm, pool.submit(run_arm_sim, exp, arm, out, trace, scenario, calibration, sample,
-                                         getattr(args, "full", False)))
-                       for arm in todo]
-            results = []
-            for arm, fut in futures:
-                results.append((arm, fut.result()))
-                done(*results[-1])
+        local, finished = LocalExecutor(jobs), []
+        for d in local.run([ArmJob(exp, arm, out, trace, scenario, calibration, sample, getattr(args, "full", False))
+                            for arm in todo]):
+            finished.append(d)
+            done(d.job.arm, d.result)
         # The oracle made at least as good as every online arm's allocation: where its
-        # schedule changed, its arm runs again (run.hindsight_arms).
-        for arm in hindsight_arms(exp, out, [(a, r.run_dir) for a, r in results], trace, scenario):
-            shutil.rmtree(out / arm.name, ignore_errors=True)
-            console.print(f"[bold]{arm.name}[/]: an online arm's allocation, replayed, measured better than the "
-                          "oracle's candidates; it runs again on that one")
-            done(arm, run_arm_sim(exp, arm, out, trace, scenario, calibration, sample, getattr(args, "full", False)))
+        # schedule changed, its arm runs again.
+        compared = oracle.Comparison(exp, out, trace, scenario, [(d.job.arm, d.job, d.result.run_dir) for d in finished])
+        for arm, d in oracle.hindsight_rerun([compared], local, console.print):
+            done(arm, d.result)
     else:
         for arm in todo:
             with LiveView([b.name for b in exp.backends]) as view:

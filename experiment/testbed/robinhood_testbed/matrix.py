@@ -9,7 +9,6 @@ paper reports for the same experiment.
 from __future__ import annotations
 
 import csv
-import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -23,7 +22,8 @@ from .analysis import PolicyRun
 from .executor import ArmJob, Executor, LocalExecutor
 from .experiment import Arm, Experiment, ExperimentError
 from .plots import _color, plt
-from .run import hindsight_arms, prepare_inputs
+from .oracle import Comparison, hindsight_rerun
+from .run import prepare_inputs
 
 #: What the paper reports for each experiment of examples/paper (§5, quoted from its
 #: text), by experiment name: (what, value) pairs shown beside our numbers.
@@ -84,22 +84,12 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
         progress(f"[{n + 1}/{len(todo)} {time.monotonic() - start:.0f}s] {row['experiment']} seed {row['seed']} "
                  f"{row['arm']}: {row['violation_pct']:.1f}% (max P99 {row['max_p99_ms'] or 0:.0f} ms)"
                  + (f" on {done.worker}" if done.worker else ""))
-    # The oracle made at least as good as every online arm's allocation (run.hindsight_arms):
-    # where its schedule changed, its arm runs again.
-    again = []
-    for point in dict.fromkeys(j.out_dir for j in todo):
-        mine = [(n, j) for n, j in enumerate(todo) if j.out_dir == point and rows[n] is not None]
-        stale = {a.name for a in hindsight_arms(mine[0][1].exp, point, [(j.arm, Path(rows[n]["dir"])) for n, j in mine],
-                                                 mine[0][1].trace, mine[0][1].scenario)} if mine else set()
-        for n, j in mine:
-            if j.arm.name in stale:
-                shutil.rmtree(Path(rows[n]["dir"]), ignore_errors=True)
-                again.append((n, j))
-    if again:
-        progress(f"the oracle replays an online arm's allocation on {len({j.out_dir for _, j in again})} "
-                 f"(experiment, seed) points; {len(again)} oracle runs again")
-    for done in executor.run([j for _, j in again]):
-        n, _ = again[done.index]
+    # The oracle made at least as good as every online arm's allocation: where its
+    # schedule changed, its arm runs again.
+    points = [[(n, j, Path(rows[n]["dir"])) for n, j in enumerate(todo) if j.out_dir == p and rows[n] is not None]
+              for p in dict.fromkeys(j.out_dir for j in todo)]
+    for n, done in hindsight_rerun([Comparison(r[0][1].exp, r[0][1].out_dir, r[0][1].trace, r[0][1].scenario, r)
+                                    for r in points if r], executor, progress):
         rows[n] = {**rows[n], **_figures(done.result.run_dir), "wall_s": round(done.wall_s, 1)}  # type: ignore[dict-item]
     return [r for r in rows if r is not None]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import subprocess
 import threading
 import time
@@ -13,12 +12,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import metrics
-from .analysis import PolicyRun
 from robinhood_common.contract import dump_yaml
 from robinhood_common.units import format_duration, parse_duration
 
 from .deploy import Deployment, build_topology, check_appserver, controller_cmd, go_bin
-from .experiment import Arm, Experiment, ExperimentError, allocation
+from .experiment import Arm, Experiment, ExperimentError
 from .procs import PortAllocator, StartError
 
 log = logging.getLogger(__name__)
@@ -260,270 +258,6 @@ def snapshot_appservers(dep: Deployment) -> tuple[dict[str, float], float | None
 RUN_START = "run-start"
 
 
-#: The oracle's schedules of a run (tracegen oracle), in the comparison's folder:
-#: computed once, read by every arm whose policy needs them (controller.run.oracle).
-ORACLE_FILE = "oracle.json"
-_oracle_locks: dict[Path, threading.Lock] = {}
-_oracle_locks_guard = threading.Lock()
-
-
-def _oracle_lock(path: Path) -> threading.Lock:
-    """One lock per oracle file: its computation happens once, others' alongside."""
-    with _oracle_locks_guard:
-        return _oracle_locks.setdefault(path.resolve(), threading.Lock())
-
-
-def needs_schedule(arm: Arm) -> bool:
-    """Whether the arm's allocation policy applies the oracle's schedule."""
-    name = arm.policy_name
-    return name is not None and name in allocation.names() and allocation.get(name).needs_run
-
-
-def oracle_schedule(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Path | None,
-                    feasible_only: bool = False) -> Path:
-    """The run's oracle schedules (``tracegen oracle``: every partitioned app server, with
-    foresight and reactive), computed once per comparison folder from the arm's topology
-    (every partitioned arm has the same backends, budgets and trace). With
-    ``feasible_only`` (``--feasible-only``), an infeasible run's file has its class and no
-    schedule: an oracle arm cannot run on it."""
-    path = out_dir / ORACLE_FILE
-    with _oracle_lock(path):
-        if path.exists():
-            return path.resolve()
-        topo = out_dir / "oracle-topology.yaml"
-        topo.write_text(dump_yaml(build_topology(exp, arm, FixedPorts()), sort_keys=False))
-        model = out_dir / MODEL_FILE
-        args = [str(go_bin("tracegen")), "oracle", "--topology", str(topo), "--trace", str(trace),
-                "--duration", format_duration(exp.duration), "--seed", str(exp.seed), "--out", str(model)]
-        if scenario is not None:
-            args += ["--scenario", str(scenario)]
-        if feasible_only:
-            args.append("--feasible-only")
-        res = subprocess.run(args, capture_output=True, text=True)
-        (out_dir / "tracegen-oracle.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
-        if res.returncode != 0:
-            raise ExperimentError(f"the oracle's schedule failed ({' '.join(args)}):\n{res.stderr.strip()}")
-        judge_oracle(exp, arm, model, path, trace, scenario)
-        return path.resolve()
-
-
-#: tracegen oracle's file (the model's analysis and candidates) before judge_oracle, and
-#: where judge_oracle simulates the candidates, next to the oracle's file.
-MODEL_FILE, JUDGE_DIR = "oracle-model.json", "oracle-judge"
-
-
-def judge_oracle(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path, scenario: Path | None) -> None:
-    """Judge the oracle's candidate schedules on the memcached model itself: simulate each
-    (bin/sim, the experiment's seed and sampling, the ``oracle`` policy applying it with
-    foresight on every app server) and make the one with the fewest SLO violations (then
-    the lowest request P99) the file's foresight schedule; ``judged`` records every
-    candidate's measured figures. The fluid model cannot tell candidates apart where a
-    partition's worth depends on when it filled (docs/algorithms.md, "The oracle"); the
-    simulator can. The candidates include the reactive schedule and the configured
-    allocation, so the judged oracle is never worse than the reactive oracle or the
-    static split in the simulator. The model's pick is simulated first, and the judging
-    stops at the first candidate without a violation (none can do better). A run the model
-    calls infeasible (no allocation meets the SLO throughout: no bound is claimed there) is
-    not judged. The result is written to ``path`` at once, when done (unjudged: the model's
-    file as it is)."""
-    doc = json.loads(model.read_text())
-    apps = doc.get("app_server_schedules", {})
-    cands = doc.get("app_server_candidates", {})
-    names = [c["name"] for c in next(iter(cands.values()), [])]
-    if len(names) < 2 or doc.get("class") == "infeasible":
-        _write_atomic(path, doc)
-        return
-    judge = Arm("oracle", arm.cache_mode, {"name": "oracle"}, arm.dispatch)
-    by_name = {app: {c["name"]: c for c in cs} for app, cs in cands.items()}
-    measured: dict[str, dict[str, Any]] = {}
-    seen: set[str] = set()
-    for name in names:
-        # Every app server lists every name (tracegen); a combination of the app
-        # servers' schedules simulated already is not simulated again.
-        key = json.dumps({app: by_name[app][name]["steps"] for app in sorted(apps)}, sort_keys=True)
-        if key in seen:
-            continue
-        seen.add(key)
-        measured[name] = _simulate_candidate(exp, judge, doc, model.parent / JUDGE_DIR / name,
-                                             {app: by_name[app][name] for app in apps}, trace, scenario)
-        if measured[name]["violation_pct"] == 0:
-            break  # none can do better: the later candidates are not simulated
-    best = min(measured, key=lambda n: (_rank(measured[n]), names.index(n)))
-    for app, sch in apps.items():
-        c = by_name[app][best]
-        sch["foresight"] = {**sch["foresight"], "steps": c["steps"], "predicted_violation_pct": c["predicted_violation_pct"]}
-    doc["judged"] = {"chosen": best, "candidates": measured, "dispatch": judge.dispatch,
-                     "how": "each candidate simulated with the experiment's seed (bin/sim); the fewest SLO "
-                            "violations, then the lowest request P99"}
-    _write_atomic(path, doc)
-
-
-def _simulate_candidate(exp: Experiment, judge: Arm, doc: dict[str, Any], where: Path,
-                        steps: dict[str, dict[str, Any]], trace: Path | Generated,
-                        scenario: Path | None) -> dict[str, Any]:
-    """Simulate the oracle file ``doc`` with ``steps`` (per app server: its ``steps`` and
-    ``predicted_violation_pct``) as the schedule with foresight, in ``where``; the
-    measured SLO violation % and request P99 after the warm-up."""
-    where.mkdir(parents=True, exist_ok=True)
-    cand = json.loads(json.dumps(doc))
-    for app, sch in cand["app_server_schedules"].items():
-        sch["foresight"] = {"steps": steps[app]["steps"], "predicted_violation_pct": steps[app].get("predicted_violation_pct")}
-    (where / ORACLE_FILE).write_text(json.dumps(cand, indent=1) + "\n")
-    shutil.rmtree(where / judge.name, ignore_errors=True)
-    r = run_arm_sim(exp, judge, where, trace, scenario)
-    slo = r.summary.get("slo", {})
-    return {"violation_pct": float(slo["violation_pct"]) if slo.get("points_counted") else None,
-            "p99_ms": r.summary.get("latency_ms_after_warmup", {}).get("p99")}
-
-
-def _rank(m: dict[str, Any]) -> tuple[float, float]:
-    """A measured candidate's rank: the fewest SLO violations, then the lowest request P99."""
-    return (m["violation_pct"] if m.get("violation_pct") is not None else float("inf"),
-            m["p99_ms"] if m.get("p99_ms") is not None else float("inf"))
-
-
-#: The judge's candidates that replay an online arm's recorded allocation: this prefix
-#: and the arm's name (also their folder in JUDGE_DIR).
-HINDSIGHT = "hindsight-"
-
-
-def recorded_schedule(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """An arm's allocation as it happened, as oracle steps per app server (``at_s``: the
-    time since the run's start; ``mb``: the whole-MB limits it planned), one step at
-    each change: from its controller timelines (``controller-<app>.jsonl``) and the run's
-    start (``run-start``). Empty for an arm without a controller. ExperimentError names
-    a timeline it cannot read."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    try:
-        start = float((run_dir / RUN_START).read_text().split()[0])
-    except (OSError, ValueError, IndexError) as e:
-        raise ExperimentError(f"{run_dir / RUN_START}: no run start to put the timeline on: {e}") from None
-    for f in sorted(run_dir.glob("controller-*.jsonl")):
-        steps: list[dict[str, Any]] = []
-        for n, line in enumerate(f.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                tick = json.loads(line)
-                mb = {name: int(p["planned_limit_bytes"]) // (1 << 20) for name, p in tick["partitions"].items()}
-                at = max(0.0, round(float(tick["time"]) - start, 3))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ExperimentError(f"{f}:{n}: not a controller tick with planned limits: {e!r}") from None
-            if not steps or steps[-1]["mb"] != mb:
-                steps.append({"at_s": at if steps else 0, "mb": mb})
-        if steps:
-            out[str(tick["app_server"])] = steps
-    return out
-
-
-def hindsight_oracle(exp: Experiment, folder: Path, runs: dict[str, Path], trace: Path | Generated,
-                     scenario: Path | None) -> bool:
-    """Make the judged oracle of a comparison folder at least as good as every online
-    arm's allocation: ``runs`` (name → run folder) are the online arms' runs on the
-    folder's oracle file; each that measured fewer SLO violations than the judged
-    oracle's chosen candidate has its recorded allocation (:func:`recorded_schedule`,
-    every app server its own) simulated as a candidate ``hindsight-<arm>``, and the best
-    candidate becomes the schedule with foresight. The oracle is the best schedule
-    known with the run in hand; where the model's own candidates miss one an online
-    policy found, it is that one (docs/algorithms.md, "Judged in the simulator").
-    Returns whether the chosen schedule changed. A folder whose oracle was not judged
-    (infeasible, or one candidate) is left as it is."""
-    path = folder / ORACLE_FILE
-    doc = json.loads(path.read_text())
-    judged = doc.get("judged")
-    if not judged:
-        return False
-    measured = judged["candidates"]
-    chosen = judged["chosen"]
-    judge = Arm("oracle", "partitioned", {"name": "oracle"}, judged["dispatch"])
-    apps = doc.get("app_server_schedules", {})
-    steps: dict[str, dict[str, dict[str, Any]]] = {}
-    for name, run_dir in sorted(runs.items()):
-        try:
-            viol = PolicyRun.load(run_dir).violation_pct()
-        except (OSError, ValueError):
-            continue
-        if viol is None or viol >= _rank(measured[chosen])[0]:
-            continue  # not fewer violations (a lower P99 alone is not replayed)
-        rec = recorded_schedule(run_dir)
-        if set(rec) != set(apps):
-            continue
-        cand = HINDSIGHT + name
-        steps[cand] = {app: {"steps": s, "predicted_violation_pct": None} for app, s in rec.items()}
-        measured[cand] = _simulate_candidate(exp, judge, doc, folder / JUDGE_DIR / cand, steps[cand], trace, scenario)
-    order = list(measured)
-    best = min(measured, key=lambda n: (_rank(measured[n]), order.index(n)))
-    if best == chosen:
-        if steps:
-            _write_atomic(path, doc)
-        return False
-    for app, sch in apps.items():
-        sch["foresight"] = {**sch["foresight"], **steps[best][app]}
-    judged["chosen"] = best
-    _write_atomic(path, doc)
-    return True
-
-
-def applies_foresight(arm: Arm) -> bool:
-    """Whether the arm applies the oracle's schedule with foresight (the judge's choice)."""
-    return arm.policy_name == "oracle" and (arm.policy or {}).get("lookahead", True) is not False
-
-
-def hindsight_arms(exp: Experiment, folder: Path, runs: list[tuple[Arm, Path]], trace: Path | Generated,
-                   scenario: Path | None) -> list[Arm]:
-    """:func:`hindsight_oracle` on a comparison folder's finished ``runs`` (its online
-    arms: partitioned, a policy whose role is not ``bound``); the arms among ``runs``
-    applying the oracle with foresight when its chosen schedule changed (their runs are
-    out of date: run them again), else none."""
-    online = {arm.name: d for arm, d in runs if arm.cache_mode == "partitioned" and arm.policy_name is not None
-              and arm.policy_name in allocation.names() and allocation.get(arm.policy_name).role != "bound"}
-    if not online or not (folder / ORACLE_FILE).exists() or not hindsight_oracle(exp, folder, online, trace, scenario):
-        return []
-    return [arm for arm, _ in runs if applies_foresight(arm)]
-
-
-def judged_run(folder: Path, arm: Arm) -> Path | None:
-    """The judge's simulation of exactly this arm in this comparison folder, when there is
-    one (None otherwise): the oracle with foresight is the chosen candidate's run, the
-    reactive oracle the ``reactive`` candidate's when that was simulated and is the
-    reactive schedule of every app server. Same topology, trace, scenario, seed,
-    dispatch and sampling as the arm's own run would have, so the same results to the
-    byte (checked on the 61 judged evaluation scenarios of the zoo); running it again is
-    spared."""
-    if arm.cache_mode != "partitioned" or arm.policy is None:
-        return None
-    settings = {k: v for k, v in arm.policy.items() if k != "name"}
-    if arm.policy_name == "oracle" and set(settings) <= {"lookahead"}:
-        reactive = settings.get("lookahead", True) is False
-    elif arm.policy_name == "oracle-reactive" and not settings:
-        reactive = True
-    else:
-        return None
-    try:
-        doc = json.loads((folder / ORACLE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    judged = doc.get("judged") or {}
-    if judged.get("dispatch") != arm.dispatch:
-        return None
-    name = "reactive" if reactive else judged.get("chosen")
-    if name not in judged.get("candidates", {}):
-        return None
-    if reactive:
-        for app, sch in doc.get("app_server_schedules", {}).items():
-            cand = {c["name"]: c for c in doc.get("app_server_candidates", {}).get(app, [])}.get(name)
-            if cand is None or cand.get("steps") != (sch.get("reactive") or {}).get("steps"):
-                return None
-    run = folder / JUDGE_DIR / name / "oracle"
-    return run if (run / "replay" / "summary.json").exists() else None
-
-
-def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(path)
-
-
 def deployment(exp: Experiment, arm: Arm, run_dir: Path, data_dir: Path, prometheus: bool = False,
                replay: bool = False, trace: Path | None = None, scenario: Path | None = None) -> Deployment:
     """A deployment (not started) of one arm of an experiment. With a trace, every
@@ -534,8 +268,9 @@ def deployment(exp: Experiment, arm: Arm, run_dir: Path, data_dir: Path, prometh
                "trace": str(Path(trace).resolve()), "topology": str((run_dir / "topology.yaml").resolve())}
         if scenario is not None:
             run["scenario"] = str(Path(scenario).resolve())
-        if needs_schedule(arm):
-            run["oracle"] = str(oracle_schedule(exp, arm, run_dir.parent, Path(trace), scenario))
+        from . import oracle  # it simulates arms: it imports this module
+        if oracle.needs_schedule(arm):
+            run["oracle"] = str(oracle.schedule(exp, arm, run_dir.parent, Path(trace), scenario))
     return Deployment(build_topology(exp, arm, run=run), run_dir, data_dir, memcached_args=list(exp.cache.memcached_args),
                       prometheus=prometheus, replay=replay)
 
@@ -659,11 +394,12 @@ def prepare_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Gene
         run["trace"] = str(Path(trace).resolve())
     if scenario is not None:
         run["scenario"] = str(Path(scenario).resolve())
-    if needs_schedule(arm):
+    from . import oracle  # it simulates arms: it imports this module
+    if oracle.needs_schedule(arm):
         if isinstance(trace, list):
             raise ExperimentError(f"arm {arm.name}: the oracle reads the trace file, and sim.generate writes none "
                                   "(set sim.generate: false, or leave the oracle out)")
-        run["oracle"] = str(oracle_schedule(exp, arm, out_dir, Path(trace), scenario))
+        run["oracle"] = str(oracle.schedule(exp, arm, out_dir, Path(trace), scenario))
     doc = build_topology(exp, arm, FixedPorts(), run=run)
     topo_path.write_text(dump_yaml(doc, sort_keys=False))
     (run_dir / RUN_START).write_text(f"{SIM_EPOCH:.6f}\n")

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import json
-import shutil
 import statistics
 import subprocess
 import time
@@ -43,7 +41,9 @@ from .experiment import Arm, Experiment, ExperimentError
 from .experiment import arms as experiment_arms
 from .plots import _color, plt
 from .procs import StartError
-from .run import HINDSIGHT, ORACLE_FILE, FixedPorts, hindsight_arms, judged_run, oracle_schedule, prepare_inputs
+from . import oracle
+from .oracle import HINDSIGHT, ORACLE_FILE, judged_run
+from .run import FixedPorts, prepare_inputs
 from .seeds import RANGES
 
 #: The development and evaluation seed ranges (inclusive), as experiment/zoo defines them.
@@ -194,11 +194,11 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
     assert scenario is not None and isinstance(trace, Path)
     try:
         # judged with the arms' dispatch (the experiment's first)
-        oracle_schedule(variant, experiment_arms(variant, ["partitioned"], [{"name": ORACLE}])[0], point, trace, scenario,
+        oracle.schedule(variant, experiment_arms(variant, ["partitioned"], [{"name": ORACLE}])[0], point, trace, scenario,
                         feasible_only=feasible_only)
+        check = oracle.read(point / ORACLE_FILE)
     except (ExperimentError, StartError) as e:
         raise ExperimentError(f"seed {seed}: the oracle's analysis: {e}") from None
-    check = json.loads((point / ORACLE_FILE).read_text())
     return Point(seed, variant, variant.cache.app_servers, point, trace, scenario, family_of(text),
                  str(check.get("class", "?")), check.get("worst_utilization"))
 
@@ -209,7 +209,7 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
         infeasible: str = INFEASIBLE_ALL, noise_seeds: int = 1) -> list[dict[str, Any]]:
     """Draw every (experiment, seed)'s scenario (``jobs`` at once), then run every arm on
     each in the simulator (an oracle arm the judge has simulated already is a link to
-    that run: :func:`robinhood_testbed.run.judged_run`); one row per (experiment, seed,
+    that run: :func:`robinhood_testbed.oracle.judged_run`); one row per (experiment, seed,
     arm), in that order. On a scenario the oracle's analysis calls infeasible,
     ``infeasible`` says what runs: every arm (``all``), or (``check``) only the recommended
     policy's arms, the oracle's schedules not computed there (:data:`INFEASIBLE`). With one
@@ -265,6 +265,7 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
                                                   if p.cls in FEASIBLE or infeasible == INFEASIBLE_ALL
                                                   or arm.policy_name == recommended]
     runs: list[list[tuple[Path, float] | None]] = [[None] * noise_seeds for _ in slots]
+    jobs: dict[tuple[int, int], ArmJob] = {}
     todo: list[tuple[int, int, ArmJob]] = []
     linked = 0
     for i, (e, p, arm) in enumerate(slots):
@@ -274,9 +275,10 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
                 where.mkdir()
                 if (p.dir / ORACLE_FILE).exists():  # the oracle arms apply the drawn point's schedules
                     (where / ORACLE_FILE).symlink_to(Path("..") / ORACLE_FILE)
+            jobs[i, k] = ArmJob(noise_variant(p.exp, k), arm, where, p.trace, p.scenario)
             src = judged_run(p.dir, arm) if k == 0 else None
             if src is None:
-                todo.append((i, k, ArmJob(noise_variant(p.exp, k), arm, where, p.trace, p.scenario)))
+                todo.append((i, k, jobs[i, k]))
                 continue
             link = p.dir / arm.name
             if link.exists() or link.is_symlink():
@@ -293,51 +295,22 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
         runs[i][k] = (done.result.run_dir, done.wall_s)
         if (n + 1) % 50 == 0 or n + 1 == len(todo):
             progress(f"[{n + 1}/{len(todo)} {time.monotonic() - start:.0f}s]")
-    _hindsight(points, slots, runs, executor, progress)
-    return [row(e, p, arm.name, [g for g in got if g is not None]) for (e, p, arm), got in zip(slots, runs)]
-
-
-def _hindsight(points: list[tuple[Experiment, Point]], slots: list[tuple[Experiment, Point, Arm]],
-               runs: list[list[tuple[Path, float] | None]], executor: Executor,
-               progress: Callable[[str], None]) -> None:
-    """The oracle made at least as good as every online arm's allocation, point by point
-    (:func:`robinhood_testbed.run.hindsight_oracle`): where the chosen schedule changes,
-    the oracle arm linked to the judge's run is linked to the new one, and its noise runs
-    run again on it."""
-    changed, again = [], []
-    for e, p in points:
-        if p.cls not in FEASIBLE:
-            continue
-        mine = {arm.name: i for i, (_, q, arm) in enumerate(slots) if q is p and runs[i][0] is not None}
-        stale = hindsight_arms(p.exp, p.dir, [(slots[i][2], runs[i][0][0]) for i in mine.values()],  # type: ignore[index]
-                               p.trace, p.scenario)
-        if stale:
-            changed.append(_label((e.name, p.seed)))
-        for arm in stale:
-            i = mine[arm.name]
-            link, src = p.dir / arm.name, judged_run(p.dir, arm)
-            if link.is_symlink() and src is not None:
-                link.unlink()
-                link.symlink_to(src.relative_to(p.dir))
-            else:
-                shutil.rmtree(link, ignore_errors=True)
-                again.append((i, 0, ArmJob(p.exp, arm, p.dir, p.trace, p.scenario)))
-            for k in range(1, len(runs[i])):
-                shutil.rmtree(p.dir / f"noise-{k}" / arm.name, ignore_errors=True)
-                again.append((i, k, ArmJob(noise_variant(p.exp, k), arm, p.dir / f"noise-{k}", p.trace, p.scenario)))
-    if changed:
-        progress(f"the oracle replays an online arm's allocation on {len(changed)} scenarios ({', '.join(changed)})"
-                 + (f"; {len(again)} oracle runs again" if again else ""))
-    for done in executor.run([j for _, _, j in again]):
-        i, k, _ = again[done.index]
+    # The oracle made at least as good as every online arm's allocation, point by point:
+    # where its schedule changed, its arm (linked to the judge's run: to the new one) and its
+    # noise runs run again.
+    compared = [oracle.Comparison(p.exp, p.dir, p.trace, p.scenario, [
+        ((i, k), jobs[i, k], got[0]) for i, (_, q, _) in enumerate(slots) if q is p for k, got in enumerate(runs[i])
+        if got is not None]) for _, p in points if p.cls in FEASIBLE]
+    for (i, k), done in oracle.hindsight_rerun(compared, executor, progress):
         runs[i][k] = (done.result.run_dir, done.wall_s)
+    return [row(e, p, arm.name, [g for g in got if g is not None]) for (e, p, arm), got in zip(slots, runs)]
 
 
 def _chosen(point: Path) -> str | None:
     """The candidate the oracle's schedule with foresight is on a point (None: not judged)."""
     try:
-        return json.loads((point / ORACLE_FILE).read_text())["judged"]["chosen"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return oracle.read(point / ORACLE_FILE)["judged"]["chosen"]
+    except (ExperimentError, KeyError):  # no file, or not judged
         return None
 
 

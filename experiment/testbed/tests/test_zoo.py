@@ -255,7 +255,7 @@ def zoo_experiment(path: Path):  # type: ignore[no-untyped-def]
 
 def test_an_oracle_arm_is_the_judges_run_only_when_it_is_the_same_run(tmp_path: Path) -> None:
     from robinhood_testbed.experiment import Arm
-    from robinhood_testbed.run import JUDGE_DIR, ORACLE_FILE, judged_run
+    from robinhood_testbed.oracle import JUDGE_DIR, ORACLE_FILE, judged_run
 
     steps = {"model-pick": [{"at_s": 0, "mb": {"a": 10}}], "reactive": [{"at_s": 5, "mb": {"a": 20}}]}
     doc = {"app_server_schedules": {"app0": {"foresight": {"steps": steps["model-pick"]},
@@ -272,10 +272,10 @@ def test_an_oracle_arm_is_the_judges_run_only_when_it_is_the_same_run(tmp_path: 
         return judged_run(tmp_path, Arm("x", mode, policy, {"policy": dispatch}))
 
     chosen, reactive = (tmp_path / JUDGE_DIR / n / "oracle" for n in ("model-pick", "reactive"))
-    assert arm({"name": "oracle"}) == arm({"name": "oracle", "lookahead": True}) == chosen
-    assert arm({"name": "oracle-reactive"}) == arm({"name": "oracle", "lookahead": False}) == reactive
+    assert arm({"name": "oracle"}) == chosen
+    assert arm({"name": "oracle-reactive"}) == reactive
     # another dispatch, another setting, another policy or cache: another run
-    assert arm({"name": "oracle"}, dispatch="hedge") is None
+    assert arm({"name": "oracle"}, dispatch="hedge") is None and arm({"name": "oracle", "lookahead": False}) is None
     assert arm({"name": "oracle-reactive", "x": 1}) is None and arm({"name": "static"}) is None
     assert arm(None, mode="shared") is None
     # a "reactive" candidate that is not the reactive schedule is not the reactive arm's run
@@ -288,6 +288,12 @@ def test_an_oracle_arm_is_the_judges_run_only_when_it_is_the_same_run(tmp_path: 
     del doc["judged"]
     (tmp_path / ORACLE_FILE).write_text(json.dumps(doc))
     assert arm({"name": "oracle"}) is None
+    # a file that is not tracegen oracle's is refused, naming the file and the field
+    doc["judged"] = {"chosen": 5, "candidates": {}, "dispatch": {}}
+    (tmp_path / ORACLE_FILE).write_text(json.dumps(doc))
+    with pytest.raises(ExperimentError, match=f"the schedule {tmp_path / ORACLE_FILE} is not tracegen oracle's: "
+                                              "judged.chosen: 5 is not a string"):
+        arm({"name": "oracle"})
 
 
 def test_the_class_check_reads_every_noise_run() -> None:
@@ -305,7 +311,8 @@ def _tick(app: str, t: float, mb: dict[str, int]) -> str:
 
 
 def test_an_arms_recorded_allocation_is_oracle_steps(tmp_path: Path) -> None:
-    from robinhood_testbed.run import RUN_START, recorded_schedule
+    from robinhood_testbed.oracle import recorded_schedule
+    from robinhood_testbed.run import RUN_START
 
     (tmp_path / RUN_START).write_text("1000000000.000000\n")
     (tmp_path / "controller-app0.jsonl").write_text("\n".join([
@@ -326,12 +333,15 @@ def test_an_arms_recorded_allocation_is_oracle_steps(tmp_path: Path) -> None:
 
 
 def test_the_oracle_takes_an_online_arms_allocation_that_measured_better(tmp_path: Path, built: None) -> None:
-    """hindsight_oracle on a real comparison folder (two app servers, the simulator): the
+    """hindsight_rerun on a real comparison folder (two app servers, the simulator): the
     judge's candidates are made to look worse than RobinHood's run, so RobinHood's recorded
     allocation is simulated as a candidate, measures what RobinHood's own run measured, and
-    becomes the oracle's schedule with foresight; an arm that measured worse changes nothing."""
+    becomes the oracle's schedule with foresight, and the oracle arm runs again on it; an arm
+    that measured worse changes nothing."""
+    from robinhood_testbed import oracle
+    from robinhood_testbed.executor import ArmJob, LocalExecutor
     from robinhood_testbed.experiment import Arm
-    from robinhood_testbed.run import HINDSIGHT, JUDGE_DIR, ORACLE_FILE, hindsight_arms, judged_run, recorded_schedule
+    from robinhood_testbed.oracle import HINDSIGHT, JUDGE_DIR, ORACLE_FILE, judged_run, recorded_schedule
 
     exp_path = tmp_path / "small.yaml"
     exp_path.write_text(yaml.safe_dump(dict(SMALL, cache={"budget_mb": 60, "app_servers": 2})))
@@ -350,10 +360,13 @@ def test_the_oracle_takes_an_online_arms_allocation_that_measured_better(tmp_pat
     (out / ORACLE_FILE).write_text(json.dumps(doc))
     exp = zoo_experiment(exp_path)
     arms = {n: Arm(n, "partitioned", {"name": n}, before["dispatch"]) for n in ("robinhood", "oracle")}
-    runs = [(a, out / n) for n, a in arms.items()]
     trace, scenario = out / "trace.jsonl", out / "scenario.yaml"
-    assert hindsight_arms(exp, out, runs, trace, scenario if scenario.exists() else None) == [arms["oracle"]]
-    after = json.loads((out / ORACLE_FILE).read_text())
+    compared = [oracle.Comparison(exp, out, trace, scenario if scenario.exists() else None, [
+        (n, ArmJob(exp, a, out, trace, scenario if scenario.exists() else None), out / n) for n, a in arms.items()])]
+    said: list[str] = []
+    again = list(oracle.hindsight_rerun(compared, LocalExecutor(1), said.append))
+    assert [n for n, _ in again] == ["oracle"] and "the oracle replays an online arm's allocation" in said[0], said
+    after = oracle.read(out / ORACLE_FILE)
     assert after["judged"]["chosen"] == HINDSIGHT + "robinhood"
     assert after["judged"]["candidates"][HINDSIGHT + "robinhood"]["violation_pct"] == pytest.approx(own)
     rec = recorded_schedule(out / "robinhood")
@@ -361,10 +374,12 @@ def test_the_oracle_takes_an_online_arms_allocation_that_measured_better(tmp_pat
     for app, sch in after["app_server_schedules"].items():
         assert sch["foresight"]["steps"] == rec[app]
     assert judged_run(out, arms["oracle"]) == out / JUDGE_DIR / (HINDSIGHT + "robinhood") / "oracle"
+    # the oracle arm ran again on the new schedule: the judge's run of it, to the byte
+    ran = out / JUDGE_DIR / (HINDSIGHT + "robinhood") / "oracle" / "replay" / "summary.json"
+    assert (out / "oracle" / "replay" / "summary.json").read_text() == ran.read_text()
     # the arm measured no fewer violations than the chosen one now: nothing is simulated again,
     # nothing changes
-    ran = out / JUDGE_DIR / (HINDSIGHT + "robinhood") / "oracle" / "replay" / "summary.json"
     stamp = ran.stat().st_mtime_ns
-    assert hindsight_arms(exp, out, runs, trace, scenario if scenario.exists() else None) == []
+    assert list(oracle.hindsight_rerun(compared, LocalExecutor(1))) == []
     assert ran.stat().st_mtime_ns == stamp
     assert json.loads((out / ORACLE_FILE).read_text())["judged"]["chosen"] == HINDSIGHT + "robinhood"

@@ -452,7 +452,8 @@ class Contract:
         node = self.resolve("#" + pointer, file) if pointer else self.docs[file]
         r = _Reader(self, file)
         norm, celv, walk = r.check(node, file, doc, path)
-        r.rules(walk, celv_root=celv)
+        if r.has_rules:  # a document without rules is not converted to CEL values
+            r.rules(walk, celv_root=celv)
         return norm, celv
 
     def properties(self, target: str) -> list[str]:
@@ -531,12 +532,14 @@ def _bound_text(b: Any) -> str:
 class _Reader:
     def __init__(self, contract: Contract, base: str) -> None:
         self.c = contract
+        self.has_rules = False
 
     def msg(self, s: dict[str, Any], kw: str, default: str) -> str:
         return (s.get("x-messages") or {}).get(kw, default)
 
     def check(self, node: dict[str, Any], base: str, v: Any, path: str) -> tuple[Any, Any, _Node]:
         s, base = self.c.effective(node, base)
+        self.has_rules = self.has_rules or "x-rules" in s
         if "x-shorthand" in s and v is not None and not isinstance(v, (dict, list)):
             v = {s["x-shorthand"]: v}
         types = s.get("type")
