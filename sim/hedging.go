@@ -74,6 +74,15 @@ type HedgingConfig struct {
 	// default) or ms.
 	Unit     string        `json:"unit"`
 	Policies []BenchPolicy `json:"policies"`
+
+	// hooks for tests that compare the bench with a reference model event
+	// for event: hiccupOf decides whether copy c of query q (numbered in
+	// arrival order from 0) hiccups instead of the replica's draw; onQuery
+	// sees each query's arrival, shard and inherent cost and onAnswer its
+	// answer.
+	hiccupOf func(q, c int) bool
+	onQuery  func(q int, at time.Duration, shard int, cost float64)
+	onAnswer func(q int, at time.Duration)
 }
 
 // ServiceDist is the inherent cost's distribution, in ms.
@@ -475,6 +484,17 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 						*h = append(*h, ms)
 					}
 				}
+			}
+			if c.hiccupOf != nil {
+				qn := queries
+				j.hiccup = func(cp, _ int) bool { return c.hiccupOf(qn, cp) }
+			}
+			if c.onQuery != nil {
+				c.onQuery(queries, t0, perm[i], x)
+			}
+			if c.onAnswer != nil {
+				qn, inner := queries, j.answer
+				j.answer = func(j *job, run *copyRun, ok bool) { c.onAnswer(qn, eng.Now()); inner(j, run, ok) }
 			}
 			queries++
 			starts[perm[i]](j)
