@@ -122,7 +122,7 @@ sim-demo: build venv
 ## hedging: the replicated-backend reproductions in the simulator's hedging bench (docs/hedging.md):
 ## LÆDGE §3-4, SingleR §5 (the fit, then the policy on the independent and queueing workloads) and
 ## DAS §6; each experiment's table in runs/hedging/<name>/table.md (about 6 minutes on 2 cores)
-HEDGING_EXPERIMENTS = laedge laedge-collapse singler-independent singler-queueing das das-purge-delay das-purge-cost
+HEDGING_EXPERIMENTS = laedge laedge-collapse laedge-dhedge-long singler-independent singler-queueing das das-purge-delay das-purge-cost
 HEDGING_OUT ?= runs/hedging
 hedging: build
 	go test -count=1 -run TestFitSingleRReproducesThePaperOnPareto -v ./lib/dispatch/ | grep -E "d\*|^(ok|FAIL)"

@@ -178,6 +178,8 @@ type job struct {
 	answer  func(j *job, run *copyRun, ok bool)
 	// refused: a copy could not be sent (queue full).
 	refused bool
+	// sent, when set, is told each copy sent and its replica (tests).
+	sent func(c, replica int)
 }
 
 // n is the number of queries.
@@ -276,6 +278,9 @@ func (d *driver) do(a dispatch.Action) {
 func (d *driver) send(j *job, c int) {
 	cp := j.batch.Copies[c]
 	r := d.f.reps[cp.Replica]
+	if j.sent != nil {
+		j.sent(c, cp.Replica)
+	}
 	prio := capacity.Normal
 	if cp.Priority == dispatch.Low {
 		prio = capacity.Low

@@ -83,6 +83,7 @@ type HedgingConfig struct {
 	hiccupOf func(q, c int) bool
 	onQuery  func(q int, at time.Duration, shard int, cost float64)
 	onAnswer func(q int, at time.Duration)
+	onSend   func(q, c, replica int)
 }
 
 // ServiceDist is the inherent cost's distribution, in ms.
@@ -488,6 +489,10 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 			if c.hiccupOf != nil {
 				qn := queries
 				j.hiccup = func(cp, _ int) bool { return c.hiccupOf(qn, cp) }
+			}
+			if c.onSend != nil {
+				qn := queries
+				j.sent = func(cp, r int) { c.onSend(qn, cp, r) }
 			}
 			if c.onQuery != nil {
 				c.onQuery(queries, t0, perm[i], x)
