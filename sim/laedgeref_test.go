@@ -86,6 +86,7 @@ type refEvent struct {
 	leaf  int
 	ver   uint64
 	n     int
+	q     *refQuery
 }
 
 type refHeap []refEvent
