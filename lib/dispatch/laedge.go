@@ -57,7 +57,7 @@ type laedge struct {
 	// is the batch's Tag.
 	preemptMax int
 	queue      fifo
-	running []*Batch // sent and unanswered, oldest first (answered ones dropped lazily)
+	running    []*Batch // sent and unanswered, oldest first (answered ones dropped lazily)
 }
 
 func (p *laedge) Arrive(now time.Duration, b *Batch) {
