@@ -121,13 +121,15 @@ sim-demo: build venv
 
 ## hedging: the replicated-backend reproductions in the simulator's hedging bench (docs/hedging.md):
 ## LÆDGE §3-4, SingleR §5 (the fit, then the policy on the independent and queueing workloads) and
-## DAS §6; each experiment's table in runs/hedging/<name>/table.md (about 6 minutes on 2 cores)
-HEDGING_EXPERIMENTS = laedge laedge-collapse singler-independent singler-queueing das das-purge-delay das-purge-cost
+## DAS §6; each experiment's table in runs/hedging/<name>/table.md, DAS's gains per model in
+## runs/hedging/das-gains.md (about 9 minutes on 2 cores)
+HEDGING_EXPERIMENTS = laedge laedge-collapse laedge-dhedge-long singler-independent singler-queueing das das-purge-delay das-purge-cost das-response
 HEDGING_OUT ?= runs/hedging
 hedging: build
 	go test -count=1 -run TestFitSingleRReproducesThePaperOnPareto -v ./lib/dispatch/ | grep -E "d\*|^(ok|FAIL)"
 	@for e in $(HEDGING_EXPERIMENTS); do \
 		bin/sim hedging --experiment examples/hedging/$$e.yaml --out $(HEDGING_OUT)/$$e || exit 1; echo; done
+	python3 scripts/hedging_das_gains.py $(HEDGING_OUT) | tee $(HEDGING_OUT)/das-gains.md
 
 ## zoo: every allocation policy and the shared cache on scenarios drawn from the zoo's family, on
 ## two key sources (the Zipf keys of examples/zoo.yaml, the real ARC streams of examples/zoo-real.yaml)

@@ -45,6 +45,11 @@ type op struct {
 	release *Event
 	end     time.Duration // when release fires
 	gone    bool          // finished, purged or stopped
+	// after is the time the answer takes once the service ends, its
+	// worker already free (the hedging bench's hiccup_at: response);
+	// responding while that runs.
+	after      time.Duration
+	responding bool
 }
 
 func (r *replica) add(p capacity.Priority, ops []*op) {
@@ -90,7 +95,22 @@ func (f *fleet) finish(o *op, r *replica) {
 		o.release = f.eng.After(ext, func() { f.finish(o, r) })
 		return
 	}
+	if o.after > 0 { // the worker is free; the answer comes later
+		d := o.after
+		o.after, o.responding = 0, true
+		o.ticket.Release()
+		o.end = f.eng.Now() + d
+		o.release = f.eng.After(d, func() { f.respond(o) })
+		f.drain(r)
+		return
+	}
 	o.ticket.Release()
+	f.respond(o)
+	f.drain(r)
+}
+
+// respond ends a query whose service and answer are done.
+func (f *fleet) respond(o *op) {
 	o.gone = true
 	run := o.run
 	run.left--
@@ -102,7 +122,6 @@ func (f *fleet) finish(o *op, r *replica) {
 			j.answer(j, run, true)
 		}
 	}
-	f.drain(r)
 }
 
 // stop takes a query out: out of the queue when it waits, out of service
@@ -132,6 +151,9 @@ func (f *fleet) stop(o *op, force bool) bool {
 		return false // finishing at this instant
 	}
 	o.gone = true
+	if o.responding { // its worker is already free: the answer is dropped
+		return true
+	}
 	if o.release != nil { // stopping a running query may cost its worker
 		r := o.run.r
 		if c := r.model.StopCost(o.end - f.eng.Now()); c > 0 {
@@ -178,6 +200,12 @@ type job struct {
 	answer  func(j *job, run *copyRun, ok bool)
 	// refused: a copy could not be sent (queue full).
 	refused bool
+	// sent, when set, is told each copy sent and its replica (tests).
+	sent func(c, replica int)
+	// after, when set, is the time query q of copy c takes to answer once
+	// its service ends, its worker free (hedging bench, hiccup_at:
+	// response).
+	after func(c, q int) time.Duration
 }
 
 // n is the number of queries.
@@ -276,6 +304,9 @@ func (d *driver) do(a dispatch.Action) {
 func (d *driver) send(j *job, c int) {
 	cp := j.batch.Copies[c]
 	r := d.f.reps[cp.Replica]
+	if j.sent != nil {
+		j.sent(c, cp.Replica)
+	}
 	prio := capacity.Normal
 	if cp.Priority == dispatch.Low {
 		prio = capacity.Low
@@ -307,6 +338,9 @@ func (d *driver) send(j *job, c int) {
 	vals := make([]op, len(tickets))
 	for q, t := range tickets {
 		vals[q] = op{ticket: t, run: run, size: j.size(q)}
+		if j.after != nil {
+			vals[q].after = j.after(c, q)
+		}
 		run.ops[q] = &vals[q]
 	}
 	run.left = len(run.ops)

@@ -51,6 +51,10 @@ type HedgingConfig struct {
 	Correlation float64 `json:"correlation"`
 	HiccupProb  float64 `json:"hiccup_prob"`
 	HiccupMs    float64 `json:"hiccup_ms"`
+	// HiccupAt: service (a hiccup holds the worker: S = P + J) or
+	// response (the worker is freed after P and the answer comes HiccupMs
+	// later: the DAS paper's noise model, a sleep before responding).
+	HiccupAt string `json:"hiccup_at"`
 	// Measured is a `backendload --measure --json` result (a path relative
 	// to the experiment file): its stall probability and duration become
 	// the hiccups (hiccup_ms = stall_x mean service times).
@@ -74,6 +78,16 @@ type HedgingConfig struct {
 	// default) or ms.
 	Unit     string        `json:"unit"`
 	Policies []BenchPolicy `json:"policies"`
+
+	// hooks for tests that compare the bench with a reference model event
+	// for event: hiccupOf decides whether copy c of query q (numbered in
+	// arrival order from 0) hiccups instead of the replica's draw; onQuery
+	// sees each query's arrival, shard and inherent cost and onAnswer its
+	// answer.
+	hiccupOf func(q, c int) bool
+	onQuery  func(q int, at time.Duration, shard int, cost float64)
+	onAnswer func(q int, at time.Duration)
+	onSend   func(q, c, replica int)
 }
 
 // ServiceDist is the inherent cost's distribution, in ms.
@@ -103,6 +117,9 @@ type BenchPolicy struct {
 func (c *HedgingConfig) limits(p BenchPolicy) capacity.Limits {
 	lim := capacity.Limits{Workers: c.Workers, HiccupProb: c.HiccupProb, HiccupMs: c.HiccupMs, StallProb: c.StallProb, StallMs: c.StallMs,
 		PurgeDelayMs: c.PurgeDelayMs, PurgeCostMs: c.PurgeCostMs}
+	if c.HiccupAt == "response" { // the bench draws them (RunBench)
+		lim.HiccupProb, lim.HiccupMs = 0, 0
+	}
 	if p.PurgeDelayMs != nil {
 		lim.PurgeDelayMs = *p.PurgeDelayMs
 	}
@@ -244,6 +261,9 @@ func (c *HedgingConfig) Validate() error {
 	if err := oneOf("cancel", &c.Cancel, "running", "queued"); err != nil {
 		return err
 	}
+	if err := oneOf("hiccup_at", &c.HiccupAt, "service", "response"); err != nil {
+		return err
+	}
 	if len(c.Utilizations) == 0 {
 		return errors.New("utilizations: at least one is needed")
 	}
@@ -296,8 +316,8 @@ func (c *HedgingConfig) Validate() error {
 			if len(p.Dispatch) > 1 {
 				return fmt.Errorf("policies[%d].dispatch: ideal takes no parameters", i)
 			}
-			if c.StallProb > 0 || c.Workers != 1 {
-				return fmt.Errorf("policies[%d]: the idealized hedge needs single-worker replicas (workers: 1) and no stalls (stall_prob: 0)", i)
+			if c.StallProb > 0 || c.Workers != 1 || c.HiccupAt == "response" {
+				return fmt.Errorf("policies[%d]: the idealized hedge needs single-worker replicas (workers: 1), no stalls (stall_prob: 0) and hiccups in service (hiccup_at: service)", i)
 			}
 			continue
 		}
@@ -341,9 +361,19 @@ func (c *HedgingConfig) MeanService() float64 {
 	return c.Service.Mean() + c.HiccupProb*c.HiccupMs
 }
 
-// Rate is the request rate giving utilization u to the primaries alone.
+// HoldMean is the mean time a query holds its worker: MeanService, less
+// the hiccups when they are spent in the response (hiccup_at: response).
+func (c *HedgingConfig) HoldMean() float64 {
+	if c.HiccupAt == "response" {
+		return c.Service.Mean()
+	}
+	return c.MeanService()
+}
+
+// Rate is the request rate giving utilization u to the primaries alone:
+// of the workers' time, as the replicas' capacity is measured.
 func (c *HedgingConfig) Rate(u float64) float64 {
-	return u * float64(c.Shards*c.Replicas*c.Workers) / (float64(c.Fanout) * c.MeanService() / 1000)
+	return u * float64(c.Shards*c.Replicas*c.Workers) / (float64(c.Fanout) * c.HoldMean() / 1000)
 }
 
 // BenchRun is one arm at one utilization and seed.
@@ -386,7 +416,8 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	start := time.Now()
 	eng := &Engine{}
 	epoch := time.Unix(1_000_000_000, 0)
-	rng := rand.New(rand.NewPCG(seed, 0x68656467)) // "hedg"
+	rng := rand.New(rand.NewPCG(seed, 0x68656467))  // "hedg"
+	resp := rand.New(rand.NewPCG(seed, 0x72657370)) // "resp": response hiccups
 	lim := c.limits(p)
 	spec := p.spec()
 	ideal := spec.Policy == Ideal
@@ -475,6 +506,30 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 						*h = append(*h, ms)
 					}
 				}
+			}
+			if c.HiccupAt == "response" && c.HiccupProb > 0 {
+				hms := time.Duration(c.HiccupMs * float64(time.Millisecond))
+				j.after = func(int, int) time.Duration {
+					if resp.Float64() < c.HiccupProb {
+						return hms
+					}
+					return 0
+				}
+			}
+			if c.hiccupOf != nil {
+				qn := queries
+				j.hiccup = func(cp, _ int) bool { return c.hiccupOf(qn, cp) }
+			}
+			if c.onSend != nil {
+				qn := queries
+				j.sent = func(cp, r int) { c.onSend(qn, cp, r) }
+			}
+			if c.onQuery != nil {
+				c.onQuery(queries, t0, perm[i], x)
+			}
+			if c.onAnswer != nil {
+				qn, inner := queries, j.answer
+				j.answer = func(j *job, run *copyRun, ok bool) { c.onAnswer(qn, eng.Now()); inner(j, run, ok) }
 			}
 			queries++
 			starts[perm[i]](j)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func benchConfig(policies ...string) *HedgingConfig {
@@ -236,4 +237,47 @@ func TestAnArmsPurgeLimitsAreValidated(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "purge_cost_ms") {
 		t.Fatalf("Validate = %v, want purge_cost_ms refused", err)
 	}
+}
+
+// With hiccup_at: response a hiccup delays the answer, not the worker: on
+// one FIFO replica every query's service ends at max(its arrival, the
+// previous end) + P, and it is answered hiccup_ms after that when it
+// hiccups, and at once otherwise (the FIFO recurrence, checked query by
+// query; hiccup_at: service would also delay the next query's start).
+func TestAResponseHiccupFreesTheWorker(t *testing.T) {
+	c := benchConfig("random")
+	c.HiccupProb, c.HiccupMs, c.HiccupAt = 0.3, 5, "response"
+	c.Requests, c.Warmup = 3000, 0
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	type q struct{ at, p, ans float64 }
+	var qs []q
+	c.onQuery = func(n int, at time.Duration, _ int, cost float64) {
+		qs = append(qs, q{at: float64(at) / 1e6, p: float64(time.Duration(cost*1e6)) / 1e6})
+	}
+	c.onAnswer = func(n int, at time.Duration) { qs[n].ans = float64(at) / 1e6 }
+	r, err := c.RunBench(c.Policies[0], 0.7, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, hiccups := 0.0, 0
+	for i, x := range qs {
+		end = math.Max(end, x.at) + x.p
+		switch d := x.ans - end; {
+		case math.Abs(d) < 1e-5:
+		case math.Abs(d-5) < 1e-5:
+			hiccups++
+		default:
+			t.Fatalf("query %d: answered %.6f ms after its service ended at %.6f; want 0 or 5", i, d, end)
+		}
+	}
+	if f := float64(hiccups) / float64(len(qs)); f < 0.25 || f > 0.35 {
+		t.Fatalf("%.3f of the queries hiccupped; want about 0.3", f)
+	}
+	// utilization counts P alone: 0.7 of one worker means 0.7 requests per ms
+	if span := qs[len(qs)-1].at - qs[0].at; math.Abs(float64(len(qs))/span-0.7) > 0.05 {
+		t.Fatalf("rate %.3f per ms, want 0.7 (P alone)", float64(len(qs))/span)
+	}
+	_ = r
 }

@@ -22,7 +22,7 @@ func init() {
 				if err := lp.apply(m); err != nil {
 					return nil, err
 				}
-				return &laedge{m: m, rng: rng(env), cc: cc, preempt: lp.Preempt}, nil
+				return &laedge{m: m, rng: rng(env), cc: cc, preempt: lp.Preempt, preemptMax: lp.PreemptMax}, nil
 			},
 		})
 	}
@@ -32,6 +32,9 @@ func init() {
 type LaedgeParams struct {
 	BudgetParams
 	Preempt bool `json:"preempt" doc:"pre-emptive cancellation (LÆDGE §4's PC): a batch that must wait cancels the most recently started copy of a running batch that has two, so that replica serves it"`
+	// PreemptMax bounds the pre-emptions per batch; 0 is the paper's PC,
+	// which pre-empts a batch's hedge as often as one waits.
+	PreemptMax int `json:"preempt_max" range:"[0,100]" doc:"with preempt, a batch's copies are pre-empted at most this many times (0: no limit, the paper's PC); a batch pre-empted that often keeps its later hedges"`
 }
 
 // laedge is LÆDGE (Primorac et al., "When to Hedge in Interactive
@@ -50,8 +53,11 @@ type laedge struct {
 	rng     *rand.Rand
 	cc      bool
 	preempt bool
-	queue   fifo
-	running []*Batch // sent and unanswered, oldest first (answered ones dropped lazily)
+	// preemptMax: pre-emptions per batch at most (0: no limit); the count
+	// is the batch's Tag.
+	preemptMax int
+	queue      fifo
+	running    []*Batch // sent and unanswered, oldest first (answered ones dropped lazily)
 }
 
 func (p *laedge) Arrive(now time.Duration, b *Batch) {
@@ -125,28 +131,36 @@ func singleCopy(b *Batch) bool {
 }
 
 // preemptOne is the pre-emptive cancellation: the most recently started
-// copy of a running batch with two open copies (none being cancelled) is
-// cancelled; its replica takes the waiting batch when the cancel is done.
+// copy of a running batch with two open copies (none of them being
+// cancelled) is cancelled; its replica takes the waiting batch when the
+// cancel is done. A copy cancelled earlier and already closed does not
+// protect the batch: a batch is pre-empted as often as it is hedged again
+// (Fig. 3: S1→S2, then S4→S2 each time), unless preemptMax bounds it.
 func (p *laedge) preemptOne() {
 	if !p.preempt {
 		return
 	}
 	p.compact()
 	for _, b := range p.running {
+		if p.preemptMax > 0 && b.Tag >= p.preemptMax {
+			continue
+		}
 		open, last := 0, -1
 		for i := range b.Copies {
 			c := &b.Copies[i]
+			if !c.Open {
+				continue
+			}
 			if c.Cancelling {
 				open = -10
 			}
-			if c.Open {
-				open++
-				if last < 0 || c.Sent >= b.Copies[last].Sent {
-					last = i
-				}
+			open++
+			if last < 0 || c.Sent >= b.Copies[last].Sent {
+				last = i
 			}
 		}
 		if open >= 2 {
+			b.Tag++
 			p.m.Cancel(b, last)
 			return
 		}

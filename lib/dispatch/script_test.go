@@ -256,3 +256,28 @@ func TestLaedgeHedgesAgainAfterPreemption(t *testing.T) {
 	s.expect("b answers while a still runs: a is hedged again on the freed replica", s.m.Done(3*ms, b, 0, OK),
 		fmt.Sprintf("complete b1 c0; send b0 c2 r%d low extra", rh))
 }
+
+// A batch hedged again after a pre-emption is pre-empted again by the next
+// batch that must wait (Fig. 3: S4→S2, every time): the closed copy that
+// was cancelled first does not count as one "being cancelled". With
+// preempt_max 1 the second hedge is kept and the batch waits.
+func TestLaedgePreemptsAgainAfterHedgingAgain(t *testing.T) {
+	for _, max := range []int{0, 1} {
+		p := &LaedgeParams{BudgetParams: budgetOf(1), Preempt: true, PreemptMax: max}
+		s := newScript(t, "laedge-cc", p, 2)
+		a := NewBatch(0, 0)
+		acts := s.m.Arrive(0, a)
+		ra, rh := replicaOf(a, 0), replicaOf(a, 1)
+		s.expect("a on both idle replicas", acts, fmt.Sprintf("send b0 c0 r%d normal; send b0 c1 r%d low extra", ra, rh))
+		b := NewBatch(1, ms)
+		s.expect("b pre-empts a's later copy", s.m.Arrive(ms, b), "cancel b0 c1")
+		s.expect("b takes the replica", s.m.Done(ms, a, 1, Cancelled), fmt.Sprintf("send b1 c0 r%d normal", rh))
+		s.expect("b answers: a is hedged again", s.m.Done(2*ms, b, 0, OK), fmt.Sprintf("complete b1 c0; send b0 c2 r%d low extra", rh))
+		c := NewBatch(2, 3*ms)
+		if max == 0 {
+			s.expect("c pre-empts a's new hedge", s.m.Arrive(3*ms, c), "cancel b0 c2")
+		} else {
+			s.expect("c waits: a was pre-empted once already", s.m.Arrive(3*ms, c), "")
+		}
+	}
+}
