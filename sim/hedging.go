@@ -418,44 +418,9 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	epoch := time.Unix(1_000_000_000, 0)
 	rng := rand.New(rand.NewPCG(seed, 0x68656467))  // "hedg"
 	resp := rand.New(rand.NewPCG(seed, 0x72657370)) // "resp": response hiccups
-	lim := c.limits(p)
-	spec := p.spec()
-	ideal := spec.Policy == Ideal
-	var starts []func(*job)
-	fleets := make([]*fleet, c.Shards)
-	drivers := make([]*driver, c.Shards)
-	for s := range fleets {
-		cancel := c.Cancel
-		if p.Cancel != "" {
-			cancel = p.Cancel
-		}
-		f := &fleet{eng: eng, keepRunning: cancel == "queued"}
-		for r := 0; r < c.Replicas; r++ {
-			rep := &replica{}
-			clk := &Clock{Engine: eng, Epoch: epoch}
-			m, err := capacity.New(lim, seed*1_000_003+uint64(s*c.Replicas+r), clk)
-			if err != nil {
-				return BenchRun{}, err
-			}
-			rep.model = m
-			clk.After = func() { f.drain(rep) }
-			f.reps = append(f.reps, rep)
-		}
-		fleets[s] = f
-		if ideal {
-			starts = append(starts, newIdealHedge(f).start)
-			continue
-		}
-		params, err := dispatch.Params(spec)
-		if err != nil {
-			return BenchRun{}, err
-		}
-		d, err := newDriver(f, spec.Policy, params, seed^uint64(s+1)*0x9e3779b97f4a7c15)
-		if err != nil {
-			return BenchRun{}, err
-		}
-		drivers[s] = d
-		starts = append(starts, d.start)
+	starts, drivers, err := c.benchShards(p, seed, eng, epoch)
+	if err != nil {
+		return BenchRun{}, err
 	}
 	// Requests: Poisson arrivals; each queries Fanout distinct shards.
 	rate := c.Rate(u)
@@ -545,6 +510,59 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	eng.RunUntil(span * 11)
 	run := BenchRun{Policy: p.Label, Utilization: u, Seed: seed, Requests: len(lat), Unfinished: c.Requests - len(lat),
 		WallS: time.Since(start).Seconds()}
+	c.summarizeBench(&run, lat, halves, drivers, queries)
+	return run, nil
+}
+
+// benchShards builds one arm's shards: each a fleet of Replicas replicas
+// with the arm's capacity limits, and its dispatch (the policy's driver, or
+// the idealized hedge). It returns each shard's start function and its
+// driver (nil for the idealized hedge).
+func (c *HedgingConfig) benchShards(p BenchPolicy, seed uint64, eng *Engine, epoch time.Time) ([]func(*job), []*driver, error) {
+	lim := c.limits(p)
+	spec := p.spec()
+	ideal := spec.Policy == Ideal
+	var starts []func(*job)
+	drivers := make([]*driver, c.Shards)
+	for s := range c.Shards {
+		cancel := c.Cancel
+		if p.Cancel != "" {
+			cancel = p.Cancel
+		}
+		f := &fleet{eng: eng, keepRunning: cancel == "queued"}
+		for r := 0; r < c.Replicas; r++ {
+			rep := &replica{}
+			clk := &Clock{Engine: eng, Epoch: epoch}
+			m, err := capacity.New(lim, seed*1_000_003+uint64(s*c.Replicas+r), clk)
+			if err != nil {
+				return nil, nil, err
+			}
+			rep.model = m
+			clk.After = func() { f.drain(rep) }
+			f.reps = append(f.reps, rep)
+		}
+		if ideal {
+			starts = append(starts, newIdealHedge(f).start)
+			continue
+		}
+		params, err := dispatch.Params(spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		d, err := newDriver(f, spec.Policy, params, seed^uint64(s+1)*0x9e3779b97f4a7c15)
+		if err != nil {
+			return nil, nil, err
+		}
+		drivers[s] = d
+		starts = append(starts, d.start)
+	}
+	return starts, drivers, nil
+}
+
+// summarizeBench fills an arm's figures from its measured latencies (lat,
+// and by the half of the arrivals they arrived in), its drivers' copy
+// counts and the queries sent.
+func (c *HedgingConfig) summarizeBench(run *BenchRun, lat []float64, halves [2][]float64, drivers []*driver, queries int) {
 	// The unfinished requests are slower than any finished one: the
 	// percentile is exact while it does not reach them.
 	rank := percentile.Rank(c.Requests, c.Percentile/100)
@@ -577,7 +595,6 @@ func (c *HedgingConfig) RunBench(p BenchPolicy, u float64, seed uint64) (BenchRu
 	}
 	run.CopiesPerQuery = float64(copies) / float64(queries)
 	run.ExtraPerQuery = float64(extra) / float64(queries)
-	return run, nil
 }
 
 // idealHedge is LÆDGE's Idealized Hedge (its §3.2), for one shard of
