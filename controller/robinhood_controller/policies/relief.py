@@ -163,7 +163,7 @@ def utilization(o: Observed, baseline_us: float) -> float:
     """What a backend is sent over what it can answer: sent/answered when it is
     backlogged (sent more than it answered), else ρ ≈ 1 − L₀/L from the spread of its
     latency (a queue's sojourn, and its spread, grow as 1/(1 − ρ)), at most 0.99."""
-    if o.served > 0 and o.offered > o.served:
+    if backlogged(o):
         return o.offered / o.served
     if baseline_us <= 0 or o.spread_us <= 0:
         return 0.0
