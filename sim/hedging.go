@@ -2,7 +2,6 @@ package sim
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -34,56 +33,62 @@ import (
 // finish first (simulator only: docs/hedging.md).
 const Ideal = "ideal"
 
-// HedgingConfig is a hedging bench experiment (examples/hedging/*.yaml).
+// HedgingConfig is a hedging bench experiment (examples/hedging/*.yaml);
+// a zero field stands for an absent one (the schema's default: Validate).
 type HedgingConfig struct {
-	Name     string `json:"name"`
-	Shards   int    `json:"shards"`
-	Replicas int    `json:"replicas"`
-	Workers  int    `json:"workers"`
+	Name     string `json:"name,omitempty"`
+	Shards   int    `json:"shards,omitempty"`
+	Replicas int    `json:"replicas,omitempty"`
+	Workers  int    `json:"workers,omitempty"`
 	// Fanout is the shards a request queries (distinct, uniformly chosen);
 	// 0: all of them.
-	Fanout  int         `json:"fanout"`
+	Fanout  int         `json:"fanout,omitempty"`
 	Service ServiceDist `json:"service"`
 	// Copies: how a query's later copies cost: shared (the same inherent
 	// cost, LÆDGE's model), independent (a fresh draw), correlated
 	// (r·x + a fresh draw, SingleR §5.1, r = Correlation).
-	Copies      string  `json:"copies"`
-	Correlation float64 `json:"correlation"`
-	HiccupProb  float64 `json:"hiccup_prob"`
-	HiccupMs    float64 `json:"hiccup_ms"`
+	Copies      string  `json:"copies,omitempty"`
+	Correlation float64 `json:"correlation,omitempty"`
+	HiccupProb  float64 `json:"hiccup_prob,omitempty"`
+	HiccupMs    float64 `json:"hiccup_ms,omitempty"`
 	// HiccupAt: service (a hiccup holds the worker: S = P + J) or
 	// response (the worker is freed after P and the answer comes HiccupMs
 	// later: the DAS paper's noise model, a sleep before responding).
-	HiccupAt string `json:"hiccup_at"`
+	HiccupAt string `json:"hiccup_at,omitempty"`
 	// Measured is a `backendload --measure --json` result (a path relative
 	// to the experiment file): its stall probability and duration become
-	// the hiccups (hiccup_ms = stall_x mean service times).
-	Measured  string  `json:"measured"`
-	StallProb float64 `json:"stall_prob"`
-	StallMs   float64 `json:"stall_ms"`
+	// the hiccups (hiccup_ms = stall_x mean service times); LoadHedging
+	// then clears it.
+	Measured  string  `json:"measured,omitempty"`
+	StallProb float64 `json:"stall_prob,omitempty"`
+	StallMs   float64 `json:"stall_ms,omitempty"`
 	// Cancel: running (a cancelled copy stops, queued or running) or
 	// queued (only queued copies are purged; running ones finish).
-	Cancel string `json:"cancel"`
+	Cancel string `json:"cancel,omitempty"`
 	// PurgeDelayMs and PurgeCostMs are the replicas' purge limits
 	// (capacity.Limits): how long a purge takes to reach a replica, and the
 	// worker time stopping a running query costs.
-	PurgeDelayMs float64   `json:"purge_delay_ms"`
-	PurgeCostMs  float64   `json:"purge_cost_ms"`
-	Utilizations []float64 `json:"utilizations"`
-	Requests     int       `json:"requests"`
-	Warmup       int       `json:"warmup"`
-	Percentile   float64   `json:"percentile"`
-	Seeds        []uint64  `json:"seeds"`
+	PurgeDelayMs float64   `json:"purge_delay_ms,omitempty"`
+	PurgeCostMs  float64   `json:"purge_cost_ms,omitempty"`
+	Utilizations []float64 `json:"utilizations,omitempty"`
+	Requests     int       `json:"requests,omitempty"`
+	Warmup       int       `json:"warmup,omitempty"`
+	Percentile   float64   `json:"percentile,omitempty"`
+	Seeds        []uint64  `json:"seeds,omitempty"`
 	// Unit of the table: mean (multiples of the mean service time, the
 	// default) or ms.
-	Unit     string        `json:"unit"`
-	Policies []BenchPolicy `json:"policies"`
+	Unit     string        `json:"unit,omitempty"`
+	Policies []BenchPolicy `json:"policies,omitempty"`
 
-	// hooks for tests that compare the bench with a reference model event
-	// for event: hiccupOf decides whether copy c of query q (numbered in
-	// arrival order from 0) hiccups instead of the replica's draw; onQuery
-	// sees each query's arrival, shard and inherent cost and onAnswer its
-	// answer.
+	benchHooks
+}
+
+// benchHooks are for tests that compare the bench with a reference model
+// event for event: hiccupOf decides whether copy c of query q (numbered in
+// arrival order from 0) hiccups instead of the replica's draw; onQuery
+// sees each query's arrival, shard and inherent cost and onAnswer its
+// answer.
+type benchHooks struct {
 	hiccupOf func(q, c int) bool
 	onQuery  func(q int, at time.Duration, shard int, cost float64)
 	onAnswer func(q int, at time.Duration)
@@ -94,23 +99,23 @@ type HedgingConfig struct {
 type ServiceDist struct {
 	// Dist: exponential (MeanMs), pareto (Shape, ModeMs), lognormal (Mu,
 	// Sigma of the log of ms).
-	Dist   string  `json:"dist"`
-	MeanMs float64 `json:"mean_ms"`
-	Shape  float64 `json:"shape"`
-	ModeMs float64 `json:"mode_ms"`
+	Dist   string  `json:"dist,omitempty"`
+	MeanMs float64 `json:"mean_ms,omitempty"`
+	Shape  float64 `json:"shape,omitempty"`
+	ModeMs float64 `json:"mode_ms,omitempty"`
 	Mu     float64 `json:"mu"`
 	Sigma  float64 `json:"sigma"`
 }
 
 // BenchPolicy is one arm: a label and a dispatch block (or ideal).
 type BenchPolicy struct {
-	Label    string         `json:"label"`
+	Label    string         `json:"label,omitempty"`
 	Dispatch map[string]any `json:"dispatch"`
 	// Cancel overrides the experiment's cancel semantics for this arm.
-	Cancel string `json:"cancel"`
+	Cancel string `json:"cancel,omitempty"`
 	// PurgeDelayMs and PurgeCostMs, when set, override the experiment's.
-	PurgeDelayMs *float64 `json:"purge_delay_ms"`
-	PurgeCostMs  *float64 `json:"purge_cost_ms"`
+	PurgeDelayMs *float64 `json:"purge_delay_ms,omitempty"`
+	PurgeCostMs  *float64 `json:"purge_cost_ms,omitempty"`
 }
 
 // limits are the replicas' capacity limits for arm p.
@@ -153,31 +158,8 @@ func (d ServiceDist) draw(rng *rand.Rand) float64 {
 	}
 }
 
-func (d ServiceDist) validate() error {
-	switch d.Dist {
-	case "exponential":
-		if !(d.MeanMs > 0) {
-			return fmt.Errorf("service.mean_ms: %g must be positive", d.MeanMs)
-		}
-	case "pareto":
-		if !(d.Shape > 1) || !(d.ModeMs > 0) {
-			return fmt.Errorf("service: pareto needs shape > 1 (a finite mean) and mode_ms > 0, got shape %g, mode_ms %g", d.Shape, d.ModeMs)
-		}
-	case "lognormal":
-		if !(d.Sigma >= 0) || math.IsNaN(d.Mu) {
-			return fmt.Errorf("service: lognormal needs mu and sigma >= 0, got mu %g, sigma %g", d.Mu, d.Sigma)
-		}
-	default:
-		return fmt.Errorf("service.dist: %q is not one of exponential, pareto, lognormal", d.Dist)
-	}
-	return nil
-}
-
-// LoadHedging reads and checks a bench experiment through the
-// configuration contract (schema/hedging.schema.yaml: its fields, ranges,
-// defaults and rules, with the shared reader's bounds and named errors),
-// then what only the bench knows (each arm's dispatch parameters, the
-// idealized hedge's conditions).
+// LoadHedging reads and checks a bench experiment file (ReadHedging), with
+// its measured hiccups.
 func LoadHedging(path string) (*HedgingConfig, error) {
 	b, err := config.ReadConfigFile(path)
 	if err != nil {
@@ -187,30 +169,38 @@ func LoadHedging(path string) (*HedgingConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	norm, err := config.Default().Read(schema.Hedging, doc, "")
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	c := &HedgingConfig{}
-	if err := config.Decode(norm, c); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if c.Measured != "" {
-		if err := c.applyMeasured(filepath.Join(filepath.Dir(path), c.Measured)); err != nil {
-			return nil, fmt.Errorf("%s: measured: %w", path, err)
+	c, err := ReadHedging(doc)
+	if err == nil && c.Measured != "" {
+		if err = c.applyMeasured(filepath.Join(filepath.Dir(path), c.Measured)); err != nil {
+			err = fmt.Errorf("measured: %w", err)
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
 }
 
-// applyMeasured takes the hiccups from a jitter measurement.
-func (c *HedgingConfig) applyMeasured(path string) error {
-	if c.HiccupProb != 0 || c.HiccupMs != 0 {
-		return errors.New("give hiccup_prob and hiccup_ms, or a measurement, not both")
+// ReadHedging reads a bench experiment document (a parsed file, or what
+// sim advise builds from its flags) through the configuration contract
+// (schema/hedging.schema.yaml: its fields, ranges, defaults and rules, with
+// the shared reader's bounds and named errors), then checks what only the
+// bench knows (check).
+func ReadHedging(doc any) (*HedgingConfig, error) {
+	norm, err := config.Default().Read(schema.Hedging, doc, "")
+	if err != nil {
+		return nil, err
 	}
+	c := &HedgingConfig{}
+	if err := config.Decode(norm, c); err != nil {
+		return nil, err
+	}
+	return c, c.check()
+}
+
+// applyMeasured takes the hiccups from a jitter measurement (the contract
+// has checked that the experiment gives none of its own) and checks them.
+func (c *HedgingConfig) applyMeasured(path string) error {
 	b, err := safefile.ReadFile(path, 1<<20)
 	if err != nil {
 		return err
@@ -222,76 +212,36 @@ func (c *HedgingConfig) applyMeasured(path string) error {
 	if err := json.Unmarshal(b, &m); err != nil || m.Prob == nil || m.Stall == nil {
 		return fmt.Errorf("%s is not a `backendload --measure --json` result (stall_prob, stall_x)", path)
 	}
-	if err := c.Service.validate(); err != nil {
+	c.HiccupProb, c.HiccupMs, c.Measured = *m.Prob, *m.Stall*c.Service.Mean(), ""
+	return c.Validate()
+}
+
+// Validate reads the experiment through the contract as ReadHedging reads
+// a file, a zero field being an absent one, and fills in the defaults.
+func (c *HedgingConfig) Validate() error {
+	b, err := json.Marshal(c)
+	if err != nil {
 		return err
 	}
-	c.HiccupProb, c.HiccupMs = *m.Prob, *m.Stall*c.Service.Mean()
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	r, err := ReadHedging(doc)
+	if err != nil {
+		return err
+	}
+	r.benchHooks = c.benchHooks
+	*c = *r
 	return nil
 }
 
-// Validate checks the experiment and fills defaults.
-func (c *HedgingConfig) Validate() error {
-	if c.Shards < 1 || c.Shards > 10000 {
-		return fmt.Errorf("shards: %d is not between 1 and 10000", c.Shards)
-	}
-	if c.Replicas < 1 || c.Replicas > 64 {
-		return fmt.Errorf("replicas: %d is not between 1 and 64", c.Replicas)
-	}
-	if c.Workers < 1 || c.Workers > 1_000_000 {
-		return fmt.Errorf("workers: %d is not between 1 and 1000000", c.Workers)
-	}
+// check is what the schema cannot say: fanout 0 is every shard, an arm's
+// label defaults to its policy's name and is unique, the idealized hedge's
+// conditions, and each arm's dispatch parameters (lib/dispatch).
+func (c *HedgingConfig) check() error {
 	if c.Fanout == 0 {
 		c.Fanout = c.Shards
-	}
-	if c.Fanout < 1 || c.Fanout > c.Shards {
-		return fmt.Errorf("fanout: %d is not between 1 and shards (%d)", c.Fanout, c.Shards)
-	}
-	if err := c.Service.validate(); err != nil {
-		return err
-	}
-	if err := oneOf("copies", &c.Copies, "shared", "independent", "correlated"); err != nil {
-		return err
-	}
-	if c.Copies == "correlated" && !(c.Correlation >= 0 && c.Correlation <= 1) {
-		return fmt.Errorf("correlation: %g is not between 0 and 1", c.Correlation)
-	}
-	if err := c.limits(BenchPolicy{}).Validate(); err != nil {
-		return fmt.Errorf("replica limits: %w", err)
-	}
-	if err := oneOf("cancel", &c.Cancel, "running", "queued"); err != nil {
-		return err
-	}
-	if err := oneOf("hiccup_at", &c.HiccupAt, "service", "response"); err != nil {
-		return err
-	}
-	if len(c.Utilizations) == 0 {
-		return errors.New("utilizations: at least one is needed")
-	}
-	for i, u := range c.Utilizations {
-		if !(u > 0 && u < 1) {
-			return fmt.Errorf("utilizations[%d]: %g is not in (0, 1)", i, u)
-		}
-	}
-	if c.Requests < 100 || c.Requests > 10_000_000 {
-		return fmt.Errorf("requests: %d is not between 100 and 10000000", c.Requests)
-	}
-	if c.Warmup < 0 || c.Warmup > c.Requests {
-		return fmt.Errorf("warmup: %d is not between 0 and requests", c.Warmup)
-	}
-	if c.Percentile == 0 {
-		c.Percentile = 99
-	}
-	if !(c.Percentile > 0 && c.Percentile < 100) {
-		return fmt.Errorf("percentile: %g is not in (0, 100)", c.Percentile)
-	}
-	if len(c.Seeds) == 0 {
-		c.Seeds = []uint64{1}
-	}
-	if err := oneOf("unit", &c.Unit, "mean", "ms"); err != nil {
-		return err
-	}
-	if len(c.Policies) == 0 {
-		return errors.New("policies: at least one is needed")
 	}
 	seen := map[string]bool{}
 	for i := range c.Policies {
@@ -304,14 +254,6 @@ func (c *HedgingConfig) Validate() error {
 			return fmt.Errorf("policies[%d].label: %q appears twice", i, p.Label)
 		}
 		seen[p.Label] = true
-		if p.Cancel != "" {
-			if err := oneOf(fmt.Sprintf("policies[%d].cancel", i), &p.Cancel, "running", "queued"); err != nil {
-				return err
-			}
-		}
-		if err := c.limits(*p).Validate(); err != nil {
-			return fmt.Errorf("policies[%d]: %w", i, err)
-		}
 		if name == Ideal {
 			if len(p.Dispatch) > 1 {
 				return fmt.Errorf("policies[%d].dispatch: ideal takes no parameters", i)
@@ -326,21 +268,6 @@ func (c *HedgingConfig) Validate() error {
 		}
 	}
 	return nil
-}
-
-// oneOf checks that *v is one of allowed, the first being the default of
-// an empty value.
-func oneOf(field string, v *string, allowed ...string) error {
-	if *v == "" {
-		*v = allowed[0]
-		return nil
-	}
-	for _, a := range allowed {
-		if *v == a {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s: %q is not one of %s", field, *v, strings.Join(allowed, ", "))
 }
 
 func (p BenchPolicy) spec() config.Dispatch {

@@ -151,6 +151,14 @@ func TestBenchTakesAMeasurement(t *testing.T) {
 	if c.HiccupProb != 0.002 || c.HiccupMs != 24 {
 		t.Fatalf("hiccups %g, %g ms; want 0.002, 24 ms (12 mean service times of 2 ms)", c.HiccupProb, c.HiccupMs)
 	}
+	if err := c.Validate(); err != nil { // as sim hedging --requests does
+		t.Fatalf("a measured experiment, validated again: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "jitter.json"), []byte(`{"stall_prob": 2, "stall_x": 12}`), 0o644)
+	if _, err := LoadHedging(exp); err == nil || !strings.Contains(err.Error(), "measured: hiccup_prob: 2.0 is out of range [0, 1]") {
+		t.Fatalf("a measured probability of 2: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "jitter.json"), []byte(`{"stall_prob": 0.002, "stall_x": 12}`), 0o644)
 	os.WriteFile(exp, []byte(doc+"hiccup_prob: 0.1\n"), 0o644)
 	if _, err := LoadHedging(exp); err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Fatalf("a measurement and hiccups together: %v", err)
@@ -229,11 +237,11 @@ func TestASlowPurgeDestabilizesHedgedNotDAS(t *testing.T) {
 // An arm's purge limits are checked like the experiment's.
 func TestAnArmsPurgeLimitsAreValidated(t *testing.T) {
 	c := dasBench(BenchPolicy{Label: "bad", Dispatch: cloningArm, PurgeDelayMs: ms(-1)})
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "policies[0]: purge_delay_ms") {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "policies[0].purge_delay_ms: -1.0 is out of range") {
 		t.Fatalf("Validate = %v, want policies[0]'s purge_delay_ms refused", err)
 	}
 	c = dasBench(BenchPolicy{Label: "ok", Dispatch: cloningArm})
-	c.PurgeCostMs = math.Inf(1)
+	c.PurgeCostMs = 60001
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "purge_cost_ms") {
 		t.Fatalf("Validate = %v, want purge_cost_ms refused", err)
 	}

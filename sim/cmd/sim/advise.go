@@ -14,21 +14,23 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/sim"
 )
 
 // adviseCandidates are the implementable policies advise compares, with
 // the idealized hedge as the bound (docs/hedging.md, "Which policy").
-var adviseCandidates = []sim.BenchPolicy{
-	{Label: "random", Dispatch: map[string]any{"policy": "random"}},
-	{Label: "jsq", Dispatch: map[string]any{"policy": "jsq"}},
-	{Label: "psq", Dispatch: map[string]any{"policy": "psq"}},
-	{Label: "hedge", Dispatch: map[string]any{"policy": "hedge", "budget": 1.0, "cancel": true}},
-	{Label: "d-hedge-5P", Dispatch: map[string]any{"policy": "d-hedge", "delay": "5ms", "percentile": 0.0, "budget": 10.0, "cancel": true}},
-	{Label: "laedge", Dispatch: map[string]any{"policy": "laedge"}},
-	{Label: "laedge-cc", Dispatch: map[string]any{"policy": "laedge-cc"}},
-	{Label: sim.Ideal, Dispatch: map[string]any{"policy": sim.Ideal}},
+// (documents of the experiment file's policies list).
+var adviseCandidates = []any{
+	map[string]any{"dispatch": "random"},
+	map[string]any{"dispatch": "jsq"},
+	map[string]any{"dispatch": "psq"},
+	map[string]any{"label": "hedge", "dispatch": map[string]any{"policy": "hedge", "budget": 1.0, "cancel": true}},
+	map[string]any{"label": "d-hedge-5P", "dispatch": map[string]any{"policy": "d-hedge", "delay": "5ms", "percentile": 0.0, "budget": 10.0, "cancel": true}},
+	map[string]any{"dispatch": "laedge"},
+	map[string]any{"dispatch": "laedge-cc"},
+	map[string]any{"dispatch": sim.Ideal},
 }
 
 // cmdAdvise answers which dispatch policy the bench finds best for a
@@ -52,7 +54,11 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	// the flags behind the experiment's fields, named in the contract's errors
+	flags := map[string]string{"shards": "--shards", "replicas": "--replicas", "requests": "--requests",
+		"utilizations[0]": "--utilization", "hiccup_prob": "--stall-prob", "hiccup_ms": "--stall-x"}
 	if *measured != "" {
+		flags["hiccup_prob"], flags["hiccup_ms"] = "--measured's stall_prob", "--measured's stall_x"
 		b, err := safefile.ReadFile(*measured, 1<<20)
 		if err != nil {
 			return fmt.Errorf("--measured: %w", err)
@@ -69,23 +75,27 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 	if *heat != "" && *stallX < 0 {
 		*stallX = 15
 	}
-	if *heat == "" && (*prob < 0 || *prob > 1) {
+	if *heat == "" && (*prob == -1 || *stallX == -1) {
 		return errors.New("give --measured FILE, or --stall-prob in [0, 1] and --stall-x")
-	}
-	if !(*stallX >= 0) || *stallX > 1e5 {
-		return fmt.Errorf("--stall-x: %g is not between 0 and 100000", *stallX)
 	}
 	if *seeds < 1 || *seeds > 100 {
 		return fmt.Errorf("--seeds: %d is not between 1 and 100", *seeds)
 	}
-	base := func(p float64, u float64, pols []sim.BenchPolicy) (*sim.HedgingConfig, error) {
-		c := &sim.HedgingConfig{Name: "advise", Shards: *shards, Replicas: *replicas, Workers: 1,
-			Service: sim.ServiceDist{Dist: "exponential", MeanMs: 1}, HiccupProb: p, HiccupMs: *stallX,
-			Utilizations: []float64{u}, Requests: *requests, Warmup: *requests / 10, Policies: pols}
-		for s := 1; s <= *seeds; s++ {
-			c.Seeds = append(c.Seeds, uint64(s))
+	seedList := make([]any, *seeds)
+	for s := range seedList {
+		seedList[s] = s + 1
+	}
+	// An experiment document (a stall of stall-x mean service times is
+	// stall-x ms), read through the contract as the experiment files are.
+	base := func(p float64, u float64, pols []any) (*sim.HedgingConfig, error) {
+		c, err := sim.ReadHedging(map[string]any{"name": "advise", "shards": *shards, "replicas": *replicas, "workers": 1,
+			"service": map[string]any{"dist": "exponential", "mean_ms": 1}, "hiccup_prob": p, "hiccup_ms": *stallX,
+			"utilizations": []any{u}, "requests": *requests, "warmup": *requests / 10, "seeds": seedList, "policies": pols})
+		var e *config.Error
+		if errors.As(err, &e) && flags[e.Path] != "" {
+			return nil, fmt.Errorf("%s: %s (%s)", flags[e.Path], e.Message, e.Path)
 		}
-		return c, c.Validate()
+		return c, err
 	}
 	if *heat != "" {
 		return heatmap(*heat, *stallX, base, stdout)
@@ -207,10 +217,10 @@ type heatCell struct {
 	DHedgeGain float64 `json:"dhedge_gain"`
 }
 
-func heatmap(dir string, stallX float64, base func(float64, float64, []sim.BenchPolicy) (*sim.HedgingConfig, error), stdout io.Writer) error {
+func heatmap(dir string, stallX float64, base func(float64, float64, []any) (*sim.HedgingConfig, error), stdout io.Writer) error {
 	probs := []float64{1e-1, 1e-2, 1e-3, 1e-4}
 	utils := []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}
-	pols := []sim.BenchPolicy{adviseCandidates[2], adviseCandidates[4], adviseCandidates[5], adviseCandidates[7]}
+	pols := []any{adviseCandidates[2], adviseCandidates[4], adviseCandidates[5], adviseCandidates[7]}
 	var cells []heatCell
 	for _, p := range probs {
 		c, err := base(p, utils[0], pols)

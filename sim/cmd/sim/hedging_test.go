@@ -76,14 +76,18 @@ func TestAdviseNamesTheBestPolicy(t *testing.T) {
 		!strings.Contains(out.String(), "not established: 1 seed(s) give no spread") {
 		t.Fatalf("output:\n%s", out.String())
 	}
-	for _, bad := range [][]string{
-		{"advise"},
-		{"advise", "--stall-prob", "2", "--stall-x", "15"},
-		{"advise", "--stall-prob", "0.1", "--stall-x", "-3"},
-		{"advise", "--measured", "/nonexistent.json"},
+	// The flags go through the experiment file's contract; its errors name the flag.
+	for _, bad := range []struct{ args, want string }{
+		{"advise", "give --measured FILE"},
+		{"advise --stall-prob 2 --stall-x 15", "--stall-prob: 2.0 is out of range [0, 1]"},
+		{"advise --stall-prob 0.1 --stall-x -3", "--stall-x: -3.0 is out of range"},
+		{"advise --stall-prob 0.1 --stall-x 15 --shards 0", "--shards: 0 is out of range [1, 10000]"},
+		{"advise --stall-prob 0.1 --stall-x 15 --utilization 1", "--utilization: 1.0 is out of range (0, 1)"},
+		{"advise --stall-prob 0.1 --stall-x 15 --seeds 0", "--seeds: 0 is not between 1 and 100"},
+		{"advise --measured /nonexistent.json", "--measured"},
 	} {
-		if err := mainErr(bad, &out, &errb); err == nil {
-			t.Errorf("%v: accepted", bad)
+		if err := mainErr(strings.Fields(bad.args), &out, &errb); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: error %v, want %q", bad.args, err, bad.want)
 		}
 	}
 }
