@@ -143,7 +143,7 @@ type BackendStats struct {
 	// bytes: its LRU stack distance scaled by the partition's limit over its
 	// effective size (appserver/shadow), so a partition with a limit of x
 	// bytes hits the queries at most x away: the partition's miss-ratio curve
-	// (docs/algorithms.md, "Online estimates"). Empty without a shadow model.
+	// (docs/algorithms.md, "The model"). Empty without a shadow model.
 	DistanceBucket []uint32 `protobuf:"varint,9,rep,packed,name=distance_bucket,json=distanceBucket,proto3" json:"distance_bucket,omitempty"`
 	DistanceCount  []uint64 `protobuf:"varint,10,rep,packed,name=distance_count,json=distanceCount,proto3" json:"distance_count,omitempty"`
 	unknownFields  protoimpl.UnknownFields
