@@ -119,8 +119,13 @@ def test_run_on_redis_partitions(tmp_path: Path, built: None) -> None:
     assert set(parts) == {"alpha", "beta"} and all("redis" in p and "addr" not in p for p in parts.values())
     assert sorted(p.name for p in (d / "logs").glob("redis-app0-*")) == ["redis-app0-alpha.log", "redis-app0-beta.log"]
     summary = json.loads((d / "replay" / "summary.json").read_text())
-    # (A few 502s when beta is cut to 40 queries/s are the backend's, as on memcached.)
-    assert summary["sent"] > 500 and summary["ok"] >= 0.95 * summary["sent"], summary
+    # The 502s when beta is cut to 40 queries/s are the backend's, as on memcached: 4.5% of
+    # the requests on a quiet machine, more on a busy one (the throttled backend's queue
+    # grows while the cores are taken). Every other request is answered, and nothing else
+    # fails: no timeout, no transport error, no other status.
+    assert set(summary["status"]) <= {"200", "502"} and summary["errors"]["timeout"] == 0, summary
+    assert summary["errors"]["transport"] == 0 and summary["errors"]["dropped"] == 0, summary
+    assert summary["sent"] > 500 and summary["ok"] >= 0.8 * summary["sent"], summary
     result = json.loads((d / "result.json").read_text())
     assert all(h > 0.1 for h in result["hit_ratio"].values()), f"Redis partitions serve hits: {result['hit_ratio']}"
     ticks = [json.loads(line) for line in (d / "controller-app0.jsonl").read_text().splitlines()]
