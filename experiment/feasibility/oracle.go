@@ -88,7 +88,7 @@ type Options struct {
 	// FeasibleOnly computes the schedules only when the run is feasible
 	// (ClassMargin or ClassTight): an infeasible run's report has its
 	// class and phases and no schedule (no allocation meets the SLO
-	// throughout there, so there is no bound to compute; the schedule
+	// throughout there, so there is no schedule to compute; the schedule
 	// searches are most of the analysis' time).
 	FeasibleOnly bool
 }

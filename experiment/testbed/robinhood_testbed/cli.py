@@ -648,7 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
     zo.add_argument("--jobs", type=int, default=1, help="runs simulated at once here (default 1)")
     zo.add_argument("--infeasible", choices=zoo.INFEASIBLE, default=zoo.INFEASIBLE_ALL,
                     help="what runs on a scenario the oracle's analysis calls infeasible (no allocation meets the "
-                         "SLO throughout: there is no bound there): all, every arm and the oracle's schedules; "
+                         "SLO throughout: nothing to compare the arms with): all, every arm and the oracle's schedules; "
                          "check, only the recommended policy, which checks the class (an arm meeting the SLO "
                          "there proves the analysis wrong), and no schedule is computed (default all)")
     zo.add_argument("--noise-seeds", type=int, default=1, metavar="K",

@@ -55,11 +55,12 @@ FEASIBLE = ("margin", "tight")
 #: (with foresight) and the reactive oracle.
 ORACLE, REACTIVE = "oracle", "oracle-reactive"
 OFFLINE = (ORACLE, REACTIVE)
-#: An online arm beating the oracle by more than this many points means the bound is wrong.
-BOUND_POINTS = 3.0
+#: An online arm beating the oracle by more than this many points means the oracle is not the
+#: best schedule known there (the oracle check).
+CHECK_POINTS = 3.0
 #: What runs on a scenario the oracle's analysis calls infeasible (--infeasible): every arm,
 #: or only the recommended policy, which checks the class (an arm meeting the SLO there
-#: proves the analysis wrong), with no oracle schedule computed (there is no bound there).
+#: proves the analysis wrong), with no oracle schedule computed (there is nothing to compare with).
 INFEASIBLE_ALL, INFEASIBLE_CHECK = "all", "check"
 INFEASIBLE = (INFEASIBLE_ALL, INFEASIBLE_CHECK)
 #: The experiment seed of noise run k > 0 (--noise-seeds) is the scenario's seed plus k times
@@ -345,7 +346,7 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per arm, over the feasible scenarios: median, P90, best-online share, worst scenario
     (the most points above the oracle), and for an online arm its distance to the oracle
     split into reaction (arm − reactive oracle) and foresight (reactive oracle − oracle),
-    median and P90 of each, and how often it beats the oracle by more than BOUND_POINTS."""
+    median and P90 of each, and how often it beats the oracle by more than CHECK_POINTS."""
     per = table(rows)
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     family = {_key(r): r["family"] for r in rows}
@@ -372,8 +373,8 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row.update(reaction=(statistics.median(react), _pct(react, 0.9)),
                        foresight=(statistics.median(fore), _pct(fore, 0.9)),
                        to_oracle=(statistics.median(dist), _pct(dist, 0.9)),
-                       beats_oracle=[k for k in both if per[k][a] < per[k][ORACLE] - BOUND_POINTS],
-                       beats_reactive=[k for k in both if per[k][a] < per[k][REACTIVE] - BOUND_POINTS])
+                       beats_oracle=[k for k in both if per[k][a] < per[k][ORACLE] - CHECK_POINTS],
+                       beats_reactive=[k for k in both if per[k][a] < per[k][REACTIVE] - CHECK_POINTS])
         out.append(row)
     return sorted(out, key=lambda x: (x["median"], x["p90"], x["arm"]))
 
@@ -394,7 +395,7 @@ def _arm_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _bound_check(rows: list[dict[str, Any]]) -> list[str]:
+def _oracle_check(rows: list[dict[str, Any]]) -> list[str]:
     per = table(rows)
     family = {_key(r): r["family"] for r in rows}
     lines = [f"- {s['arm']} on {_label(k)} ({family[k]}): {per[k][s['arm']]:.1f} against the oracle's {per[k][ORACLE]:.1f}"
@@ -405,9 +406,9 @@ def _bound_check(rows: list[dict[str, Any]]) -> list[str]:
             f"{len(per)} feasible scenarios (its own candidates measured worse there): "
             + ", ".join(f"{_label(k)} ({chosen[k][len(HINDSIGHT):]})" for k in replayed) + "."] if replayed else []
     if not lines:
-        return [f"No online arm beats the oracle by more than {BOUND_POINTS:g} points on any feasible scenario.",
+        return [f"No online arm beats the oracle by more than {CHECK_POINTS:g} points on any feasible scenario.",
                 *([""] + tail if tail else [])]
-    return [f"Online arms beating the oracle by more than {BOUND_POINTS:g} points (the bound is wrong there):", "",
+    return [f"Online arms beating the oracle by more than {CHECK_POINTS:g} points (the oracle is not the best schedule known there):", "",
             *lines, *([""] + tail if tail else [])]
 
 
@@ -435,7 +436,7 @@ def _class_check(rows: list[dict[str, Any]]) -> list[str]:
 
 def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float) -> tuple[Path, Path, Path]:
     """zoo.csv (every run), zoo.md (the summary: every scenario, then per key source and
-    per number of app servers, per family, the bound check) and zoo.png
+    per number of app servers, per family, the oracle check) and zoo.png
     (violations per scenario, sorted, one line per arm)."""
     csv_path = out / "zoo.csv"
     with open(csv_path, "w", newline="") as f:
@@ -456,7 +457,7 @@ def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float
              "(margin and tight). An online arm's distance to the oracle (with foresight) splits into "
              "*reaction* (its distance to the reactive oracle, which learns each phase when it starts) and "
              "*foresight* (the reactive oracle's distance to the oracle); each is a median / P90 over the "
-             "scenarios, in points:", "", *_arm_table(rows), "", *_bound_check(rows)]
+             "scenarios, in points:", "", *_arm_table(rows), "", *_oracle_check(rows)]
     noise = max(int(r.get("noise_runs") or 1) for r in rows)
     if noise > 1:
         lines[2:2] = [f"Every figure is the median of {noise} runs of the arm on the scenario, the backends' and the "

@@ -72,9 +72,9 @@ def test_the_distance_to_the_oracle_splits_into_reaction_and_foresight() -> None
     assert s["b"]["reaction"] == (-4.0, 0.0) and s["b"]["to_oracle"] == (10.0, 15.0)
     assert sorted(s["b"]["beats_oracle"]) == [("real", 2), ("zipf", 2)] and s["a"]["beats_oracle"] == []
     assert s["oracle"]["reaction"] is None and s["oracle-reactive"]["reaction"] is None
-    check = zoo._bound_check(rs)
+    check = zoo._oracle_check(rs)
     assert "b on real 2 (drop): 1.0 against the oracle's 5.0" in "\n".join(check)
-    assert zoo._bound_check(rows({1: table[1]})) == [
+    assert zoo._oracle_check(rows({1: table[1]})) == [
         "No online arm beats the oracle by more than 3 points on any feasible scenario."]
 
 
