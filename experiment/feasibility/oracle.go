@@ -724,6 +724,3 @@ func (r *Report) Series(s *Schedule) []SeriesPoint {
 		return r.vec(s.At(time.Duration(t) * r.workload.Bucket))
 	})
 }
-
-// Workload is the trace as the analysis measured it.
-func (r *Report) Workload() *Workload { return r.workload }

@@ -128,12 +128,6 @@ func NewRecorder(step time.Duration) (*Recorder, error) {
 	return &Recorder{step: step}, nil
 }
 
-// Step returns the bucket width.
-func (r *Recorder) Step() time.Duration { return r.step }
-
-// Len returns the number of recorded latencies.
-func (r *Recorder) Len() int { return r.n }
-
 // Add records the latency (µs) of a request sent at offset send from the
 // start of the run. Negative offsets go to the first bucket.
 func (r *Recorder) Add(send time.Duration, latencyUs uint32) {
