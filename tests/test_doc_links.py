@@ -122,11 +122,11 @@ def test_the_checker_finds_what_is_broken() -> None:
     text = ("# Probe\n\n## Twice\n\n## Twice\n\n"
             "[ok](security.md#turning-it-on) [ok](#twice-1) [ok](../README.md) [ok](img) "
             "[ok](https://example.com/x#y) `[not a link](nowhere.md)`\n"
-            "[gone](nowhere.md) [bad anchor](security.md#no-such-heading) [far](../../shared/x.md) "
+            "[gone](nowhere.md) [bad anchor](security.md#no-such-heading) [far](../../elsewhere/x.md) "
             "[self](#missing)\n```\n[in a code block](nowhere.md)\n```\n")
     bad = broken_links(DOCS / "probe.md", text)  # as a page of docs/ (never written there)
     assert [b.split(": ", 1)[1].split(":")[0] for b in bad] == [
-        "nowhere.md", "security.md#no-such-heading", "../../shared/x.md", "#missing"], bad
+        "nowhere.md", "security.md#no-such-heading", "../../elsewhere/x.md", "#missing"], bad
 
 
 def test_the_docs_index_links_every_page() -> None:
