@@ -178,15 +178,7 @@ func replayDHedge(t *testing.T, label string, u, prob float64, requests int) (di
 	}
 	bench = map[int]float64{}
 	c.onAnswer = func(q int, at time.Duration) { bench[q] = float64(at) / 1e6 }
-	var arm *BenchPolicy
-	for i := range c.Policies {
-		if c.Policies[i].Label == label {
-			arm = &c.Policies[i]
-		}
-	}
-	if arm == nil {
-		t.Fatalf("no arm %q", label)
-	}
+	arm := benchArm(t, c, label)
 	if _, err := c.RunBench(*arm, u, 1); err != nil {
 		t.Fatal(err)
 	}

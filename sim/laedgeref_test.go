@@ -305,15 +305,7 @@ func replayAgainstReference(t *testing.T, label string, u, prob float64, request
 	}
 	ans := map[int]float64{}
 	c.onAnswer = func(q int, at time.Duration) { ans[q] = float64(at) / 1e6 }
-	var arm *BenchPolicy
-	for i := range c.Policies {
-		if c.Policies[i].Label == label {
-			arm = &c.Policies[i]
-		}
-	}
-	if arm == nil {
-		t.Fatalf("no arm %q in laedge.yaml", label)
-	}
+	arm := benchArm(t, c, label)
 	if _, err := c.RunBench(*arm, u, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -342,4 +334,16 @@ func TestLaedgeMatchesTheReferenceModelEventForEvent(t *testing.T) {
 			}
 		}
 	}
+}
+
+// benchArm is the experiment's arm with this label; the test fails without one.
+func benchArm(t *testing.T, c *HedgingConfig, label string) *BenchPolicy {
+	t.Helper()
+	for i := range c.Policies {
+		if c.Policies[i].Label == label {
+			return &c.Policies[i]
+		}
+	}
+	t.Fatalf("no arm %q in %s", label, c.Name)
+	return nil
 }
