@@ -1,5 +1,5 @@
-"""Every relative link in README.md and docs/*.md resolves: its file or folder is in the
-repository (tracked by git, inside the working tree: never a document outside it), and
+"""Every relative link in README.md, docs/*.md and docs/notebook/ resolves: its file or
+folder is in the repository (tracked by git, inside the working tree: never a document outside it), and
 its #anchor is a heading (GitHub's slug) or an <a id> of the page it names. docs/README.md
 is the index of docs/: it links every page and folder there."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md")), *sorted((DOCS / "notebook").rglob("*.md"))]
 
 FENCE = re.compile(r"^ {0,3}(```|~~~)")
 CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
