@@ -1,7 +1,7 @@
 """Every relative link in README.md, docs/*.md and docs/notebook/ resolves: its file or
-folder is in the repository (tracked by git, inside the working tree: never a document outside it), and
-its #anchor is a heading (GitHub's slug) or an <a id> of the page it names. docs/README.md
-is the index of docs/: it links every page and folder there."""
+folder is in the repository (tracked by git, inside the working tree: never a document
+outside it), and its #anchor is a heading (GitHub's slug) or an <a id> of the page it
+names. docs/README.md is the index of docs/: it links every page and folder there."""
 from __future__ import annotations
 
 import re
