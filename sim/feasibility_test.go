@@ -19,6 +19,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/feasibility"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/model"
+	"github.com/robinhoodcache/robinhood/lib/slabcache"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 )
 
@@ -195,7 +196,7 @@ func TestFeasibilityChargeAgainstCacheModel(t *testing.T) {
 	slabs := w.Slabs[0]
 	const MiB = model.MiB
 	for _, mb := range []int64{16, 40, 112} {
-		c := NewCache(mb * MiB)
+		c := slabcache.NewCache(mb * MiB)
 		var held float64
 		for range 400000 {
 			k := r.IntN(keys)

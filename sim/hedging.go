@@ -198,21 +198,31 @@ func ReadHedging(doc any) (*HedgingConfig, error) {
 	return c, c.check()
 }
 
-// applyMeasured takes the hiccups from a jitter measurement (the contract
-// has checked that the experiment gives none of its own) and checks them.
-func (c *HedgingConfig) applyMeasured(path string) error {
+// ReadMeasured reads a `backendload --measure --json` result: the stall
+// probability and a stall's duration in mean service times.
+func ReadMeasured(path string) (prob, stallX float64, err error) {
 	b, err := safefile.ReadFile(path, 1<<20)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	var m struct {
 		Prob  *float64 `json:"stall_prob"`
 		Stall *float64 `json:"stall_x"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil || m.Prob == nil || m.Stall == nil {
-		return fmt.Errorf("%s is not a `backendload --measure --json` result (stall_prob, stall_x)", path)
+		return 0, 0, fmt.Errorf("%s is not a `backendload --measure --json` result (stall_prob, stall_x)", path)
 	}
-	c.HiccupProb, c.HiccupMs, c.Measured = *m.Prob, *m.Stall*c.Service.Mean(), ""
+	return *m.Prob, *m.Stall, nil
+}
+
+// applyMeasured takes the hiccups from a jitter measurement (the contract
+// has checked that the experiment gives none of its own) and checks them.
+func (c *HedgingConfig) applyMeasured(path string) error {
+	prob, stallX, err := ReadMeasured(path)
+	if err != nil {
+		return err
+	}
+	c.HiccupProb, c.HiccupMs, c.Measured = prob, stallX*c.Service.Mean(), ""
 	return c.Validate()
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
+	"github.com/robinhoodcache/robinhood/lib/slabcache"
 	"github.com/robinhoodcache/robinhood/lib/trace"
 	"github.com/robinhoodcache/robinhood/rbcserver/rbc"
 	"github.com/robinhoodcache/robinhood/rbcserver/ring"
@@ -308,12 +309,16 @@ func (s *Sim) scale(b int64) int64 { return int64(math.Round(float64(b) * s.cfg.
 // unscale is a size of the miniature in the full system.
 func (s *Sim) unscale(b int64) int64 { return int64(math.Round(float64(b) / s.cfg.Sample)) }
 
+// Cache is one memcached instance's contents (lib/slabcache, which the
+// oracle's model shares).
+type Cache = slabcache.Cache
+
 // newCache is a memcached instance of limit bytes (scaled in a miniature).
 func (s *Sim) newCache(limit int64) *Cache {
 	if s.cfg.Sample == 1 {
-		return NewCache(limit)
+		return slabcache.NewCache(limit)
 	}
-	return NewScaledCache(s.scale(limit), s.scale(costmodel.PageBytes))
+	return slabcache.NewScaledCache(s.scale(limit), s.scale(costmodel.PageBytes))
 }
 
 // scheduleScenario turns the scenario's timeline into limit updates of

@@ -15,7 +15,6 @@ import (
 	"sync"
 
 	"github.com/robinhoodcache/robinhood/lib/config"
-	"github.com/robinhoodcache/robinhood/lib/safefile"
 	"github.com/robinhoodcache/robinhood/sim"
 )
 
@@ -59,18 +58,10 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 		"utilizations[0]": "--utilization", "hiccup_prob": "--stall-prob", "hiccup_ms": "--stall-x"}
 	if *measured != "" {
 		flags["hiccup_prob"], flags["hiccup_ms"] = "--measured's stall_prob", "--measured's stall_x"
-		b, err := safefile.ReadFile(*measured, 1<<20)
-		if err != nil {
+		var err error
+		if *prob, *stallX, err = sim.ReadMeasured(*measured); err != nil {
 			return fmt.Errorf("--measured: %w", err)
 		}
-		var m struct {
-			Prob  *float64 `json:"stall_prob"`
-			Stall *float64 `json:"stall_x"`
-		}
-		if err := json.Unmarshal(b, &m); err != nil || m.Prob == nil || m.Stall == nil {
-			return fmt.Errorf("--measured %s: not a `backendload --measure --json` result (stall_prob, stall_x): %v", *measured, err)
-		}
-		*prob, *stallX = *m.Prob, *m.Stall
 	}
 	if *heat != "" && *stallX < 0 {
 		*stallX = 15

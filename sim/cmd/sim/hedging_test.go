@@ -2,11 +2,12 @@ package main
 
 import (
 	"bytes"
-	"github.com/robinhoodcache/robinhood/sim"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/robinhoodcache/robinhood/sim"
 )
 
 const tinyBench = `
@@ -77,6 +78,10 @@ func TestAdviseNamesTheBestPolicy(t *testing.T) {
 		t.Fatalf("output:\n%s", out.String())
 	}
 	// The flags go through the experiment file's contract; its errors name the flag.
+	notMeasured := filepath.Join(t.TempDir(), "other.json")
+	if err := os.WriteFile(notMeasured, []byte(`{"stall_prob": 0.1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, bad := range []struct{ args, want string }{
 		{"advise", "give --measured FILE"},
 		{"advise --stall-prob 2 --stall-x 15", "--stall-prob: 2.0 is out of range [0, 1]"},
@@ -85,6 +90,7 @@ func TestAdviseNamesTheBestPolicy(t *testing.T) {
 		{"advise --stall-prob 0.1 --stall-x 15 --utilization 1", "--utilization: 1.0 is out of range (0, 1)"},
 		{"advise --stall-prob 0.1 --stall-x 15 --seeds 0", "--seeds: 0 is not between 1 and 100"},
 		{"advise --measured /nonexistent.json", "--measured"},
+		{"advise --measured " + notMeasured, "--measured: " + notMeasured + " is not a `backendload --measure --json` result"},
 	} {
 		if err := mainErr(strings.Fields(bad.args), &out, &errb); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: error %v, want %q", bad.args, err, bad.want)
