@@ -23,7 +23,8 @@ from robinhood_common.units import format_duration
 
 from .deploy import build_topology
 from .experiment import Arm, Experiment, ExperimentError
-from .run import rate_schedule
+from .prom import scrape_config
+from .run import rate_schedule, slo_flags
 
 TOPOLOGY = "/etc/robinhood/topology.yaml"
 SCENARIO = "/etc/robinhood/scenario.yaml"
@@ -64,12 +65,8 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
     _app_services(exp, topology, backend_services, svc, jobs)
     svc.append(_loadgen(exp, topology, scenario))
     files["docker-compose.yml"] = _compose_file(header, exp, svc)
-    prom: dict[str, Any] = {
-        "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
-        "scrape_configs": [{"job_name": j, "static_configs": [{"targets": t}]} for j, t in jobs.items() if t],
-    }
     files["deploy/compose/prometheus.yml"] = header + "# Scrapes every component of docker-compose.yml.\n" + \
-        yaml.safe_dump(prom, sort_keys=False)
+        yaml.safe_dump(scrape_config(jobs, "5s"), sort_keys=False)
     return files
 
 
@@ -152,10 +149,7 @@ def _loadgen(exp: Experiment, topology: dict[str, Any], scenario: Any) -> str:
              *(["--rate-schedule", schedule] if (schedule := rate_schedule(exp)) else []),
              "--out", "/data/trace.jsonl"]
     replay = ["tracegen", "replay", "--topology", TOPOLOGY, "--trace", "/data/trace.jsonl", "--out", "/results/run",
-              "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
-              "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
-              "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup),
-              "--metrics", "0.0.0.0:9300"]
+              *slo_flags(exp), "--metrics", "0.0.0.0:9300"]
     if scenario is not None:
         replay += ["--scenario", SCENARIO]
     apps = [a["id"] for a in topology["app_servers"]]
