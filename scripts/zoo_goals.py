@@ -23,7 +23,6 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 ORACLE, REACTIVE = "oracle", "oracle-reactive"
 FEASIBLE = ("margin", "tight")
