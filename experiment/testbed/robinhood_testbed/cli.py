@@ -120,13 +120,12 @@ def _arms(args: argparse.Namespace, exp: Experiment, single: bool = False) -> li
 
 
 def _load(args: argparse.Namespace) -> Experiment:
-    """The experiment file, with --duration, --seed and --store applied (and validated
-    again)."""
+    """The experiment file, with --duration, --seed, --store, --request-sample and --apps
+    applied (and validated again)."""
     exp = load(args.experiment)
-    duration, seed = getattr(args, "duration", None), getattr(args, "seed", None)
-    req, apps = getattr(args, "request_sample", None), getattr(args, "apps", None)
-    store = getattr(args, "store", None)
-    if not duration and seed is None and req is None and apps is None and store is None:
+    duration, seed, store = (getattr(args, k, None) for k in ("duration", "seed", "store"))
+    sim = {k: v for k in ("request_sample", "apps") if (v := getattr(args, k, None)) is not None}
+    if not duration and seed is None and store is None and not sim:
         return exp
     from robinhood_common.experiment import from_document
     doc = dict(exp.document)
@@ -142,13 +141,8 @@ def _load(args: argparse.Namespace) -> Experiment:
         doc["seed"] = seed
     if store is not None:
         doc["cache"] = {**doc["cache"], "store": store}
-    if req is not None or apps is not None:
-        sim = dict(doc.get("sim") or {})
-        if req is not None:
-            sim["request_sample"] = req
-        if apps is not None:
-            sim["apps"] = apps
-        doc["sim"] = sim
+    if sim:
+        doc["sim"] = {**(doc.get("sim") or {}), **sim}
     flag = "--duration" if duration else "--seed" if seed is not None else "--request-sample/--apps"
     try:
         return from_document(doc, exp.base_dir)

@@ -1,16 +1,8 @@
-"""docker-compose.yml and its configuration, generated from an experiment, so the
-containers run the same topology, trace and scenario as the testbed
-(``robinhood-testbed compose --experiment examples/demo.yaml --out .``; a test checks
-that the committed files are what this writes).
-
-Every component starts from the one topology (``--topology /etc/robinhood/topology.yaml
---id ID``), with container service names as addresses; listen addresses are overridden
-to 0.0.0.0 inside the containers. Published ports bind to the host's loopback only.
-
-The servers run with ``--insecure``: the compose network is private to the deployment
-and nothing is published beyond the host's loopback, so no tokens are set up. To run
-with tokens and TLS, add ``auth:`` and ``tls:`` blocks to the topology, mount the
-folder ``devcerts`` writes, and drop ``--insecure`` (docs/security.md).
+"""docker-compose.yml and its configuration, generated from an experiment so that the
+containers run the same topology, trace and scenario as the testbed (docs/testbed.md,
+"docker-compose"). Every component reads the one topology, with service names as
+addresses and listeners on 0.0.0.0; the servers run ``--insecure`` on the private
+network, published ports on the host's loopback only (docs/security.md for tokens and TLS).
 """
 from __future__ import annotations
 

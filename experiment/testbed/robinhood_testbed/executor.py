@@ -80,11 +80,8 @@ POLICY_SERVER_START_S = 60.0
 
 class SharedPolicyServer:
     """One ``robinhood-controller policy-server --listen`` for every bin/sim run this
-    process starts while it is open (ROBINHOOD_POLICY_SERVER): each run's session is a
-    process forked from it, so the Python start is paid once, not once per arm (about a
-    second of the four a partitioned arm takes), with the same answers. Its socket is in
-    a private temporary folder; its warnings go to this process's stderr. It stops when
-    closed, or when this process dies (its stdin ends)."""
+    process starts while it is open (docs/testbed.md, "Executors"), its socket in a private
+    temporary folder; it stops when closed, or when this process dies (its stdin ends)."""
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="rh-policy-")
@@ -166,22 +163,15 @@ class LocalExecutor:
         self.close()
 
 
-def check_scheduler(address: str) -> None:
-    """ExperimentError unless the address reads PROTOCOL://HOST:PORT."""
+def probe(address: str, timeout_s: float) -> None:
+    """ExperimentError unless the address reads PROTOCOL://HOST:PORT, and at once when
+    nothing listens there (the Dask client would try again until its timeout)."""
     m = SCHEDULER_RE.match(address)
     if m is None or not 0 < int(m.group(3)) < 65536:
         raise ExperimentError(f"--scheduler: {address!r} is not a Dask scheduler address (tcp://HOST:PORT, "
                               "e.g. tcp://10.0.0.5:8786)")
-
-
-def probe(address: str, timeout_s: float) -> None:
-    """ExperimentError at once when nothing listens at the scheduler's host and port
-    (the Dask client would try again until its timeout)."""
-    m = SCHEDULER_RE.match(address)
-    assert m is not None
-    host = m.group(2).strip("[]")
     try:
-        socket.create_connection((host, int(m.group(3))), timeout=timeout_s).close()
+        socket.create_connection((m.group(2).strip("[]"), int(m.group(3))), timeout=timeout_s).close()
     except OSError as e:
         raise ExperimentError(f"--scheduler: cannot connect to {address}: {e.strerror or e}") from None
 
@@ -214,7 +204,6 @@ class DaskExecutor:
                 raise StartError(f"--executor dask: the local Dask cluster did not start: {e}") from None
             self.address = self.cluster.scheduler_address
         else:
-            check_scheduler(scheduler)
             probe(scheduler, timeout_s)
             try:
                 self.client = distributed.Client(scheduler, timeout=f"{timeout_s:g}s")

@@ -1,12 +1,5 @@
-"""Experiment files and the arms of a comparison.
-
-The experiment file is defined by ``schema/experiment.schema.yaml`` and read by the
-shared reader (:mod:`robinhood_common.experiment`); this module adds what the testbed
-makes of it: the **arms** of a comparison, the cross product of three separate axes —
-cache mode (partitioned, shared, none) × allocation policy (partitioned caches only)
-× dispatch policy — each run on a fresh topology with the same trace, scenario and
-seed.
-"""
+"""Experiment files (read by :mod:`robinhood_common.experiment`) and the arms of a
+comparison: cache mode × allocation policy × dispatch policy (docs/testbed.md, "Arms")."""
 from __future__ import annotations
 
 import subprocess

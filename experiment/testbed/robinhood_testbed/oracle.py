@@ -1,9 +1,7 @@
 """The oracle's schedule file of a comparison folder (``oracle.json``, checked against
-schema/oracle.schema.yaml at every read): :func:`schedule` has ``tracegen oracle`` (the
-model, experiment/feasibility) write it and the judge simulate its candidates; when the
-arms have run, :func:`hindsight_rerun` judges the online arms' allocations too and runs
-the oracle arms again where its schedule changed. The oracle is the best schedule known
-for the run, not a bound."""
+schema/oracle.schema.yaml at every read; docs/algorithms.md, "Judged in the simulator"):
+:func:`schedule` has ``tracegen oracle`` write it and the judge simulate its candidates;
+:func:`hindsight_rerun` judges the online arms' allocations too, once they have run."""
 from __future__ import annotations
 
 import json
@@ -258,12 +256,10 @@ def hindsight_rerun(comparisons: list[Comparison], executor: Executor,
 
 
 def judged_run(folder: Path, arm: Arm) -> Path | None:
-    """The judge's simulation of exactly this arm in this comparison folder, when there is
-    one (None otherwise): the oracle is the chosen candidate's run, the reactive oracle
-    the ``reactive`` candidate's when that was simulated and is the reactive schedule of
-    every app server. Same topology, trace, scenario, seed, dispatch and sampling as the
-    arm's own run would have, so the same results to the byte (checked on the 61 judged
-    evaluation scenarios of the zoo); running it again is spared."""
+    """The judge's simulation of exactly this arm in this comparison folder (None: there is
+    none): the oracle's is the chosen candidate's run, the reactive oracle's the
+    ``reactive`` candidate's when that is every app server's reactive schedule. It has the
+    arm's own inputs, so the same results to the byte: running the arm again is spared."""
     if (arm.cache_mode != "partitioned" or arm.policy_name not in ("oracle", "oracle-reactive")
             or set(arm.policy or {}) != {"name"} or not (folder / ORACLE_FILE).exists()):
         return None

@@ -12,9 +12,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from robinhood_common import ports
 
@@ -64,6 +64,11 @@ class Proc:
         except OSError:
             return ""
         return "\n".join(lines[-n:])
+
+    def exited(self, when: str = "") -> StartError:
+        """The error of a process that ended ``when``: its status and the end of its log."""
+        return StartError(f"{self.name} exited with status {self.popen.returncode}{when}; "
+                          f"last lines of {self.log_path}:\n{self.tail()}")
 
 
 @dataclass
@@ -115,45 +120,48 @@ class Supervisor:
                 proc.popen.wait()
         self.procs.clear()
 
-    def check_alive(self) -> None:
-        """Raise StartError when a supervised process has exited."""
+    def check_alive(self, but: Proc | None = None, when: str = "") -> None:
+        """Raise StartError when a supervised process (but ``but``) has exited."""
         for proc in self.procs:
-            if not proc.alive():
-                raise StartError(f"{proc.name} exited with status {proc.popen.returncode}; "
-                                 f"last lines of {proc.log_path}:\n{proc.tail()}")
+            if proc is not but and not proc.alive():
+                raise proc.exited(when)
+
+
+def _wait(proc: Proc, what: str, ready: Callable[[], str], timeout: float, pause: float) -> None:
+    """Poll ``ready`` ('' when ready, else what it saw) until it is, or the process dies."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise proc.exited(f" before {what}")
+        if not (last := ready()):
+            return
+        time.sleep(pause)
+    raise StartError(f"{proc.name}: {what}: not within {timeout:.0f}s ({last}); see {proc.log_path}")
 
 
 def wait_tcp(proc: Proc, addr: str, timeout: float = 60.0) -> None:
     """Wait until addr accepts connections (or the process dies)."""
     host, port = addr.rsplit(":", 1)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise StartError(f"{proc.name} exited with status {proc.popen.returncode} before listening "
-                             f"on {addr}; last lines of {proc.log_path}:\n{proc.tail()}")
+
+    def ready() -> str:
         try:
-            with socket.create_connection((host, int(port)), timeout=0.25):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise StartError(f"{proc.name} does not listen on {addr} after {timeout:.0f}s; see {proc.log_path}")
+            socket.create_connection((host, int(port)), timeout=0.25).close()
+            return ""
+        except OSError as e:
+            return str(e)
+
+    _wait(proc, f"listening on {addr}", ready, timeout, 0.05)
 
 
 def wait_http(proc: Proc, url: str, timeout: float = 60.0, context: ssl.SSLContext | None = None) -> None:
     """Wait until GET url answers 200 (or the process dies); ``context`` verifies an
     https:// server (the topology's CA, and its certificate under mutual TLS)."""
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise StartError(f"{proc.name} exited with status {proc.popen.returncode} before {url} "
-                             f"answered; last lines of {proc.log_path}:\n{proc.tail()}")
+    def ready() -> str:
         try:
             with urllib.request.urlopen(url, timeout=1, context=context) as r:
-                if r.status == 200:
-                    return
-                last = f"HTTP {r.status}"
+                return "" if r.status == 200 else f"HTTP {r.status}"
         except (urllib.error.URLError, OSError) as e:
-            last = str(e)
-        time.sleep(0.1)
-    raise StartError(f"{proc.name}: {url} did not answer 200 within {timeout:.0f}s ({last}); see {proc.log_path}")
+            return str(e)
+
+    _wait(proc, f"answering 200 at {url}", ready, timeout, 0.1)

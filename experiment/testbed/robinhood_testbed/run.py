@@ -1,5 +1,5 @@
-"""Running experiments: one arm on a fresh topology (`run_arm`), or several arms one
-after another on the same trace, scenario and seed (`compare`)."""
+"""Running one arm of an experiment: on a fresh topology of real processes (`run_arm`)
+or in the simulator (`run_arm_sim`), from the inputs every arm shares (`prepare_inputs`)."""
 from __future__ import annotations
 
 import json
@@ -322,8 +322,7 @@ def start_replay(exp: Experiment, dep: Deployment, trace: Path, scenario: Path |
 
 def check_replay(replay: Proc) -> None:
     if replay.popen.returncode != 0:
-        raise StartError(f"replay failed with status {replay.popen.returncode}; last lines of "
-                         f"{replay.log_path}:\n{replay.tail()}")
+        raise replay.exited()
 
 
 def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Path | None,
@@ -347,10 +346,7 @@ def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Pat
         watcher.start()
         try:
             while replay.alive():
-                for p in dep.sup.procs:
-                    if p is not replay and not p.alive():
-                        raise StartError(f"{p.name} exited with status {p.popen.returncode} during the run; "
-                                         f"last lines of {p.log_path}:\n{p.tail()}")
+                dep.sup.check_alive(but=replay, when=" during the run")
                 if view is not None:
                     view(state)
                 time.sleep(0.5)
@@ -372,10 +368,8 @@ SIM_EPOCH = 1_000_000_000.0
 
 
 class FixedPorts(PortAllocator):
-    """The addresses of a simulated arm's topology. The simulator binds none of them,
-    so they are fixed (127.0.0.1:20000, :20001, … in the order asked) instead of free
-    ports: the topology file, like the rest of the arm's folder, comes out the same on
-    every run and on every machine (a Dask worker's run included)."""
+    """A simulated arm's addresses (127.0.0.1:20000, :20001, … in the order asked): the
+    simulator binds none, and its folder comes out the same on every run and machine."""
 
     def __init__(self, first: int = 20000) -> None:
         self.next = first
@@ -387,12 +381,9 @@ class FixedPorts(PortAllocator):
 
 @dataclass
 class SimArm:
-    """One simulated arm, prepared (:func:`prepare_arm_sim`): its folder holds the
-    topology and the start file, ``args`` is the bin/sim command that fills the folder,
-    ``inputs`` every file the command reads (the topology, the start file, the trace
-    file unless bin/sim generates the trace, the scenario, the calibration). The
-    command runs here (:func:`execute_arm_sim`) or on a Dask worker
-    (robinhood_testbed.executor), then :func:`finish_arm_sim` reads the results."""
+    """One simulated arm, prepared (:func:`prepare_arm_sim`): its folder, the bin/sim
+    command that fills it (run here by :func:`execute_arm_sim` or on a Dask worker) and
+    every file the command reads; :func:`finish_arm_sim` reads the results."""
 
     arm: Arm
     run_dir: Path

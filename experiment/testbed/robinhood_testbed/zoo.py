@@ -41,22 +41,17 @@ OFFLINE = (ORACLE, REACTIVE)
 #: An online arm beating the oracle by more than this many points means the oracle is not the
 #: best schedule known there (the oracle check).
 CHECK_POINTS = 3.0
-#: What runs on a scenario the oracle's analysis calls infeasible (--infeasible): every arm,
-#: or only the recommended policy, which checks the class (an arm meeting the SLO there
-#: proves the analysis wrong), with no oracle schedule computed (there is nothing to compare with).
+#: What runs on a scenario the oracle's analysis calls infeasible (--infeasible; docs/zoo.md).
 INFEASIBLE_ALL, INFEASIBLE_CHECK = "all", "check"
 INFEASIBLE = (INFEASIBLE_ALL, INFEASIBLE_CHECK)
-#: The experiment seed of noise run k > 0 (--noise-seeds) is the scenario's seed plus k times
-#: this: past both seed ranges, so a noise run never shares its seed with a drawn scenario.
-#: The trace and the scenario stay the drawn ones.
+#: Noise run k's experiment seed is the scenario's plus k times this: past both seed ranges.
 NOISE_STRIDE = 7919
 
 
 def noise_variant(exp: Experiment, k: int) -> Experiment:
-    """The experiment of noise run ``k``: the same document with the seed moved by
-    ``k * NOISE_STRIDE`` (k = 0: the experiment itself). The seed drives the backends'
-    service-time noise and the simulator's own draws; the trace and the scenario are files
-    drawn once and passed to every run, so they do not change."""
+    """The experiment of noise run ``k`` (0: the experiment itself): the seed, which drives
+    the backends' noise and the simulator's draws, moved by ``k * NOISE_STRIDE``; the
+    trace and scenario files stay the drawn ones."""
     if k == 0:
         return exp
     doc = copy.deepcopy(exp.document)
@@ -185,17 +180,10 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
         executor: Executor | None = None, app_servers: list[int] | None = None,
         infeasible: str = INFEASIBLE_ALL, noise_seeds: int = 1) -> list[dict[str, Any]]:
     """Draw every (experiment, seed)'s scenario (``jobs`` at once), then run every arm on
-    each in the simulator (an oracle arm the judge has simulated already is a link to
-    that run: :func:`robinhood_testbed.oracle.judged_run`); one row per (experiment, seed,
-    arm), in that order. On a scenario the oracle's analysis calls infeasible,
-    ``infeasible`` says what runs: every arm (``all``), or (``check``) only the recommended
-    policy's arms, the oracle's schedules not computed there (:data:`INFEASIBLE`). With one
-    experiment its points are in ``out/seed-N``, with several in ``out/<name>/seed-N``.
-
-    With ``noise_seeds`` K > 1 every arm runs K times on each scenario, run k with the
-    experiment of :func:`noise_variant` (in ``seed-N/noise-k/`` for k > 0); the row's
-    figures are the medians over the K runs, with the violations' least and most beside
-    them: a difference between two arms smaller than their spread over noise is not one."""
+    each in the simulator, ``noise_seeds`` times (:func:`noise_variant`); one row per
+    (experiment, seed, arm), in that order, its figures the medians over the noise runs.
+    ``infeasible`` says what runs on an infeasible scenario (docs/zoo.md, "What runs").
+    With one experiment its points are in ``out/seed-N``, with several in ``out/<name>/seed-N``."""
     if noise_seeds < 1:
         raise ExperimentError(f"--noise-seeds: {noise_seeds} must be at least 1")
     if infeasible not in INFEASIBLE:
