@@ -12,7 +12,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,41 +127,35 @@ class Supervisor:
                 raise proc.exited(when)
 
 
-def _wait(proc: Proc, what: str, ready: Callable[[], str], timeout: float, pause: float) -> None:
-    """Poll ``ready`` ('' when ready, else what it saw) until it is, or the process dies."""
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise proc.exited(f" before {what}")
-        if not (last := ready()):
-            return
-        time.sleep(pause)
-    raise StartError(f"{proc.name}: {what}: not within {timeout:.0f}s ({last}); see {proc.log_path}")
-
-
 def wait_tcp(proc: Proc, addr: str, timeout: float = 60.0) -> None:
     """Wait until addr accepts connections (or the process dies)."""
     host, port = addr.rsplit(":", 1)
-
-    def ready() -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise proc.exited(f" before listening on {addr}")
         try:
-            socket.create_connection((host, int(port)), timeout=0.25).close()
-            return ""
-        except OSError as e:
-            return str(e)
-
-    _wait(proc, f"listening on {addr}", ready, timeout, 0.05)
+            with socket.create_connection((host, int(port)), timeout=0.25):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise StartError(f"{proc.name} does not listen on {addr} after {timeout:.0f}s; see {proc.log_path}")
 
 
 def wait_http(proc: Proc, url: str, timeout: float = 60.0, context: ssl.SSLContext | None = None) -> None:
     """Wait until GET url answers 200 (or the process dies); ``context`` verifies an
     https:// server (the topology's CA, and its certificate under mutual TLS)."""
-    def ready() -> str:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise proc.exited(f" before {url} answered")
         try:
             with urllib.request.urlopen(url, timeout=1, context=context) as r:
-                return "" if r.status == 200 else f"HTTP {r.status}"
+                if r.status == 200:
+                    return
+                last = f"HTTP {r.status}"
         except (urllib.error.URLError, OSError) as e:
-            return str(e)
-
-    _wait(proc, f"answering 200 at {url}", ready, timeout, 0.1)
+            last = str(e)
+        time.sleep(0.1)
+    raise StartError(f"{proc.name}: {url} did not answer 200 within {timeout:.0f}s ({last}); see {proc.log_path}")
