@@ -50,10 +50,8 @@ def main() -> int:
             pts = [g for x, g in s if x <= t]
             return f"{pts[-1]:.0f}" if pts else ""
         print(f"| {arm} | {s[0][1]:.0f} | " + " | ".join(at(t) for t in times) + " |")
-    if ns.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    if ns.plot:  # the testbed's plotting (matplotlib; the project's virtualenv)
+        from robinhood_testbed.plots import plt, save
         fig, ax = plt.subplots(figsize=(7, 3.5))
         for arm, s in series.items():
             ax.plot([x for x, _ in s], [g for _, g in s], label=arm)
@@ -61,8 +59,7 @@ def main() -> int:
         ax.set_ylabel("largest gap between app servers (MB)")
         ax.legend()
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(ns.plot, dpi=120)
+        save(fig, Path(ns.plot), dpi=120)
     return 0
 
 

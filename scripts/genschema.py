@@ -93,19 +93,20 @@ def type_text(docs: dict[str, Any], node: dict[str, Any], base: str, titles: dic
     return {"object": "mapping"}.get(t, t)
 
 
-def bounds_text(node: dict[str, Any]) -> str:
-    lo = node.get("exclusiveMinimum", node.get("minimum"))
-    hi = node.get("exclusiveMaximum", node.get("maximum"))
-    unit = f" {node['x-unit']}" if "x-unit" in node else ""
+def interval(lo: Any, hi: Any, open_lo: bool, open_hi: bool, unit: str = "") -> str:
+    """Bounds as a docs table shows them: [lo, hi), > lo, ≤ hi, ... ('' without any)."""
     if lo is not None and hi is not None:
-        o = "(" if "exclusiveMinimum" in node else "["
-        c = ")" if "exclusiveMaximum" in node else "]"
-        return f"{o}{lo}, {hi}{c}{unit}"
+        return f"{'(' if open_lo else '['}{lo}, {hi}{')' if open_hi else ']'}{unit}"
     if lo is not None:
-        return f"{'>' if 'exclusiveMinimum' in node else '≥'} {lo}{unit}"
+        return f"{'>' if open_lo else '≥'} {lo}{unit}"
     if hi is not None:
-        return f"{'<' if 'exclusiveMaximum' in node else '≤'} {hi}{unit}"
+        return f"{'<' if open_hi else '≤'} {hi}{unit}"
     return ""
+
+
+def bounds_text(node: dict[str, Any]) -> str:
+    return interval(node.get("exclusiveMinimum", node.get("minimum")), node.get("exclusiveMaximum", node.get("maximum")),
+                    "exclusiveMinimum" in node, "exclusiveMaximum" in node, f" {node['x-unit']}" if "x-unit" in node else "")
 
 
 def default_text(node: dict[str, Any]) -> str:
@@ -187,37 +188,28 @@ def allocation_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def dispatch_describe() -> list[dict[str, Any]]:
-    """`bin/appserver --list-dispatch-policies --json`: lib/dispatch's registry, each policy
-    with its parameters' declarations."""
-    exe = REPO / "bin" / "appserver"
+def go_json(name: str, *args: str) -> Any:
+    """What `bin/NAME ARGS` prints, as JSON."""
+    exe = REPO / "bin" / name
     if not exe.exists():
         raise SystemExit(f"{exe} is missing: run make build first")
-    out = subprocess.run([str(exe), "--list-dispatch-policies", "--json"], capture_output=True, text=True,
-                         check=True).stdout
-    return json.loads(out)
+    return json.loads(subprocess.run([str(exe), *args], capture_output=True, text=True, check=True).stdout)
+
+
+def dispatch_describe() -> list[dict[str, Any]]:
+    """lib/dispatch's registry, each policy with its parameters' declarations."""
+    return go_json("appserver", "--list-dispatch-policies", "--json")
 
 
 def param_text(p: dict[str, Any]) -> str:
     """One parameter in a docs table: name, type and bounds, default, what it does."""
-    b = declared_bounds(p)
+    b = interval(p.get("minimum"), p.get("maximum"), bool(p.get("exclusive_minimum")), bool(p.get("exclusive_maximum")))
     kind = p["type"] + (f" {b}" if b else "")
     if p.get("enum"):
         kind = " \\| ".join(f"`{e}`" for e in p["enum"])
     d = p.get("default")
     default = "" if d is None else f" = `{d if isinstance(d, str) else json.dumps(d)}`"
     return f"`{p['name']}`{default} ({kind}): {p.get('doc') or p.get('description') or ''}"
-
-
-def declared_bounds(p: dict[str, Any]) -> str:
-    lo, hi = p.get("minimum"), p.get("maximum")
-    if lo is not None and hi is not None:
-        return f"{'(' if p.get('exclusive_minimum') else '['}{lo}, {hi}{')' if p.get('exclusive_maximum') else ']'}"
-    if lo is not None:
-        return f"{'>' if p.get('exclusive_minimum') else '≥'} {lo}"
-    if hi is not None:
-        return f"{'<' if p.get('exclusive_maximum') else '≤'} {hi}"
-    return ""
 
 
 def dispatch_table() -> str:
@@ -252,17 +244,17 @@ def param_schema(p: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"description": p.get("doc") or p.get("description") or p["name"]}
     kind = p["type"]
     lo, hi = p.get("minimum"), p.get("maximum")
+    lo_key = "exclusiveMinimum" if p.get("exclusive_minimum") else "minimum"
+    hi_key = "exclusiveMaximum" if p.get("exclusive_maximum") else "maximum"
     if kind == "duration":
         out.update({"type": "string", "format": "duration"})
         msgs = {}
         if lo is not None:
-            key = "exclusiveMinimum" if p.get("exclusive_minimum") else "minimum"
-            out[key] = _seconds(lo)
-            msgs[key] = f"must be above {lo}" if p.get("exclusive_minimum") else f"is below the minimum of {lo}"
+            out[lo_key] = _seconds(lo)
+            msgs[lo_key] = f"must be above {lo}" if p.get("exclusive_minimum") else f"is below the minimum of {lo}"
         if hi is not None:
-            key = "exclusiveMaximum" if p.get("exclusive_maximum") else "maximum"
-            out[key] = _seconds(hi)
-            msgs[key] = f"must be below {hi}" if p.get("exclusive_maximum") else f"is above the maximum of {hi}"
+            out[hi_key] = _seconds(hi)
+            msgs[hi_key] = f"must be below {hi}" if p.get("exclusive_maximum") else f"is above the maximum of {hi}"
         if msgs:
             out["x-messages"] = msgs
     elif kind.startswith("map of "):
@@ -271,10 +263,7 @@ def param_schema(p: dict[str, Any]) -> dict[str, Any]:
         out["type"] = kind
         if p.get("enum"):
             out["enum"] = list(p["enum"])
-        if lo is not None:
-            out["exclusiveMinimum" if p.get("exclusive_minimum") else "minimum"] = lo
-        if hi is not None:
-            out["exclusiveMaximum" if p.get("exclusive_maximum") else "maximum"] = hi
+        out.update({k: v for k, v in ((lo_key, lo), (hi_key, hi)) if v is not None})
     if p.get("default") is not None:
         out["x-default"] = p["default"]
     return out
@@ -310,11 +299,7 @@ SEEDS_MODULE = REPO / "experiment" / "testbed" / "robinhood_testbed" / "seeds.py
 def seeds_module() -> str:
     """experiment/testbed/robinhood_testbed/seeds.py: the zoo's seed ranges, as
     experiment/zoo/seeds.go defines them."""
-    exe = REPO / "bin" / "tracegen"
-    if not exe.exists():
-        raise SystemExit(f"{exe} is missing: run make build first")
-    ranges = json.loads(subprocess.run([str(exe), "scenario", "seeds", "--json"], capture_output=True, text=True,
-                                       check=True).stdout)
+    ranges = go_json("tracegen", "scenario", "seeds", "--json")
     body = "".join(f"    {r['name']!r}: SeedRange({r['name']!r}, {r['meaning']!r}, {r['min']}, {r['max']}, "
                    f"{r['sample_max']}),\n" for r in ranges)
     return ('"""The zoo\'s seed ranges, as experiment/zoo/seeds.go defines them (`bin/tracegen scenario\n'

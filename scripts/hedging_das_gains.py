@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import cache
 from pathlib import Path
 
 LOADS = (0.5, 0.8)
@@ -30,6 +31,7 @@ MODELS = [
 ]
 
 
+@cache
 def load(runs: Path, exp: str) -> dict[tuple[str, float], dict]:
     path = runs / exp / "summary.json"
     if not path.is_file():
@@ -37,24 +39,22 @@ def load(runs: Path, exp: str) -> dict[tuple[str, float], dict]:
     return {(s["policy"], round(s["utilization"], 4)): s for s in json.loads(path.read_text())}
 
 
-def cell(s: dict | None, seeds: int = 3) -> str:
-    if s is None:
-        return "–"
-    if s["unstable"] * 2 > seeds:
-        return "unstable"
-    return f"{s['Tail']:.2f}"
+def unstable(s: dict, seeds: int = 3) -> bool:
+    """Unstable on most seeds."""
+    return s["unstable"] * 2 > seeds
+
+
+def cell(s: dict | None) -> str:
+    return "–" if s is None else "unstable" if unstable(s) else f"{s['Tail']:.2f}"
 
 
 def main() -> None:
     runs = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/hedging")
-    cache: dict[str, dict] = {}
     head = " | ".join(f"{u:.0%}: single / das (ms), gain, cloning + purge" for u in LOADS)
     print(f"| model | {head} |")
     print("|---|" + "---|" * len(LOADS))
     for exp, single, das, clone, name in MODELS:
-        if exp not in cache:
-            cache[exp] = load(runs, exp)
-        sums = cache[exp]
+        sums = load(runs, exp)
         cells = []
         for u in LOADS:
             a, b, c = sums.get((single, u)), sums.get((das, u)), sums.get((clone, u))
@@ -62,7 +62,7 @@ def main() -> None:
             if a and b and not a["unstable"] and not b["unstable"] and b["Tail"] > 0:
                 g = a["Tail"] / b["Tail"]
                 gain = f"**{g:.2f}×**" if abs(g / PAPER[u] - 1) <= 0.2 else f"{g:.2f}×"
-            stable = "unstable" if c and c["unstable"] * 2 > 3 else ("stable" if c else "–")
+            stable = "–" if c is None else "unstable" if unstable(c) else "stable"
             cells.append(f"{cell(a)} / {cell(b)}, {gain}, {stable}")
         print(f"| {name} | " + " | ".join(cells) + " |")
     print("| the paper (§6.2, HDFS on Emulab) | " +

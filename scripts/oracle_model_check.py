@@ -1,30 +1,20 @@
 #!/usr/bin/env python3
 """Hold the oracle's model to the simulator (docs/algorithms.md, "How good the model is").
 
-Runs, in the simulator, the zoo's experiment (examples/zoo.yaml, Zipf keys; with
-``--experiment`` another) with 1, 2 and 4 app servers under capacity scenarios whose phases
-last 5 s, 20 s, 60 s and 180 s — one backend's rate limit stepping through levels from
-twice its miss load down to 0.9 of it — with two arms each: the static split (the
-configured allocation throughout) and the oracle (its schedule with foresight). For every
-run, ``tracegen oracle --series`` predicts each point of the SLO series under the same
-allocation (the transient model: queues, backlogs, partitions filling); a phase's measured
-P99 is the median of the series points whose window lies inside it (after the warm-up),
-its predicted P99 the median of the predictions at the same points, its utilization the
-highest predicted arrivals/capacity of a backend among them.
+Runs the zoo's experiment (or --experiment) in the simulator with each number of app
+servers and phase length, one backend's rate limit stepping through LEVELS times its miss
+load, arms static and oracle, and compares each point of their SLO series (and each phase's
+median) with `tracegen oracle --series`' prediction; the method and the measurements are in
+docs/notebook/2026-12-02-algorithms-derivations.md, "How good the model is".
 
     scripts/oracle_model_check.py [--out runs/oracle-model-check] [--apps 1,2,4] [--phases 5,20,60,180]
                                   [--experiment examples/zoo.yaml] [--json]
-
-Prints a Markdown table per number of app servers and phase length, and the share of
-phases with utilization below 0.95 whose prediction is within a factor 1.5 of the
-measurement (the goal: at least 90%). About 3 minutes on two cores.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import json
-import math
 import os
 import statistics
 import subprocess

@@ -1,16 +1,8 @@
 #!/usr/bin/env python3
 """Write the paper-scale experiment files, examples/paper/*.yaml (docs/results.md,
-"The paper's experiments at the paper's scale").
-
-One topology and workload for all of them — 16 app servers of 1,000 requests/s, 20
-backends, 50 queries per request, four simulated hours with a one-hour warm-up, Δ =
-5 s — and the scenarios of the paper's §5.2–5.4. The backends' capacities are derived
-here from one measurement, written down below: the query rate each backend receives
-from the caches (its miss load) under the even split of the cache, measured in the
-simulator with unlimited backends under the static policy's even split and under one
-shared cache, the larger of the two. A backend's normal capacity is HEADROOM times that
-load, so that both configurations hold without a scenario; a scenario takes some
-backends' capacities down to DEPTH (spikes) or 0.5 (ramps) times it.
+"The paper's experiments at the paper's scale"): one topology and workload, the scenarios
+of the paper's §5.2–5.4, and capacities derived from one measured miss load per backend
+(MISS_LOAD, HEADROOM, DEPTH below).
 
     scripts/paper-experiments.py          write the files
     scripts/paper-experiments.py --check  fail when a committed file differs
@@ -83,17 +75,15 @@ def cap(b: str, f: float) -> int:
     return max(1, round(f * MISS_LOAD[b]))
 
 
-def ramp(b: str, start_s: int, minutes: float, to: float) -> dict:
-    """Backend b's capacity from normal down to `to` × its miss load over `minutes`."""
-    return {"kind": "ramp", "backend": b, "field": "rate", "from": cap(b, HEADROOM), "to": cap(b, to),
+def ramp(b: str, start_s: int, minutes: float, to: float, start: float = HEADROOM) -> dict:
+    """Backend b's capacity from `start` (normal) to `to` × its miss load over `minutes`."""
+    return {"kind": "ramp", "backend": b, "field": "rate", "from": cap(b, start), "to": cap(b, to),
             "start": f"{start_s}s", "end": f"{start_s + round(minutes * 60)}s", "step": "10s"}
 
 
 def spike(b: str, start_s: int) -> list[dict]:
     """A capacity spike (paper Fig. 7): down over 10 minutes, held 20, back over 5."""
-    return [ramp(b, start_s, 10, DEPTH),
-            {"kind": "ramp", "backend": b, "field": "rate", "from": cap(b, DEPTH), "to": cap(b, HEADROOM),
-             "start": f"{start_s + 1800}s", "end": f"{start_s + 2100}s", "step": "10s"}]
+    return [ramp(b, start_s, 10, DEPTH), ramp(b, start_s + 1800, 5, HEADROOM, start=DEPTH)]
 
 
 def walk(b: str) -> dict:

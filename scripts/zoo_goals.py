@@ -1,14 +1,8 @@
 #!/usr/bin/env python3
 """A candidate allocation policy's goals on a zoo's results: a maintainer's tool for
-deciding whether a policy earns its place (docs/zoo.md, "Judging a candidate"), not
-part of the product. The thresholds are the ones the recommended policy is held to:
-
-- within WITHIN points of the reactive oracle on most feasible scenarios (it reacts at
-  the bound);
-- below the reactive oracle where foresight matters (the two oracles differ by more
-  than FORESIGHT points): it acts before the oracle's reaction;
-- its median at most max(2 x the oracle's median, the oracle's median + 5 points);
-- never worse than each --never-worse-than arm by more than HURT points.
+deciding whether a policy earns its place, not part of the product. The goals, and their
+thresholds WITHIN, FORESIGHT and HURT, are the recommended policy's (docs/zoo.md,
+"Judging a candidate").
 
   scripts/zoo_goals.py runs/zoo --candidate relief [--never-worse-than robinhood,static]
 
@@ -23,7 +17,6 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 ORACLE, REACTIVE = "oracle", "oracle-reactive"
 FEASIBLE = ("margin", "tight")

@@ -1,8 +1,10 @@
 """Reading a finished run folder back: the replay's SLO series and request log, the
-controller's allocation timeline, the RBC timeline; and the comparison table."""
+controller's allocation timeline, the RBC timeline; and the tables made of them."""
 from __future__ import annotations
 
+import csv
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,15 @@ class PolicyRun:
             return None
         return float(self.slo["violation_pct"])
 
+    def max_p99(self) -> float | None:
+        """The largest windowed P99 after the warm-up."""
+        return max(self.measured_series("p99_ms"), default=None)
+
+    def figures(self) -> dict[str, Any]:
+        """A row's figures in the sweep, matrix and zoo tables: SLO violation %, max P99, hit ratio."""
+        return {"violation_pct": self.violation_pct(), "max_p99_ms": self.max_p99(),
+                "hit_ratio": self.result.get("overall_hit_ratio")}
+
     def latency_after_warmup(self, key: str) -> float | None:
         """P50/P90/P99 (key "p50", "p90", "p99") of the requests sent after the warm-up, in ms."""
         v = self.summary.get("latency_ms_after_warmup", {}).get(key)
@@ -84,11 +95,10 @@ def comparison_rows(runs: list[PolicyRun]) -> list[dict[str, Any]]:
     """One row per policy: SLO violation %, max P99, P50, P90, P99, hit ratio, errors."""
     rows = []
     for r in runs:
-        p99s = r.measured_series("p99_ms")
         rows.append({
             "policy": r.policy,
             "slo_violation_pct": r.violation_pct(),
-            "max_p99_ms": max(p99s) if p99s else None,
+            "max_p99_ms": r.max_p99(),
             "p50_ms": r.latency_after_warmup("p50"),
             "p90_ms": r.latency_after_warmup("p90"),
             "p99_ms": r.latency_after_warmup("p99"),
@@ -121,3 +131,28 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
     body = ["| " + " | ".join(fmt(r[k], p) for k, _, p in COLUMNS) + " |" for r in rows]
     return "\n".join([head, sep, *body])
+
+
+def median_range(xs: list[float]) -> str:
+    """``median [min–max]`` of a table cell, or – without values."""
+    return f"{statistics.median(xs):.1f} [{min(xs):.1f}–{max(xs):.1f}]" if xs else "–"
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], fields: list[str] | None = None) -> Path:
+    """Every row, with the first row's keys (or ``fields``) as the header."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields or list(rows[0]), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def results_arms(out: Path) -> list[str]:
+    """The arms in a results folder (sub-folders holding a finished replay), ordered as
+    compare orders them: registered allocation policies by role (the recommended one
+    first), then cache modes, then anything else by name."""
+    from .experiment import CACHE_MODES, allocation
+
+    found = sorted(d.name for d in out.iterdir() if (d / "replay" / "summary.json").is_file())
+    rank = {n: i for i, n in enumerate([*allocation.registry.ordered(), *CACHE_MODES])}
+    return sorted(found, key=lambda a: (rank.get(a, len(rank)), a))

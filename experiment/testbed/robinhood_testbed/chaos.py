@@ -1,16 +1,7 @@
-"""The chaos run (``robinhood-testbed chaos``, ``make chaos``; docs/reliability.md):
-the testbed runs one arm of an experiment while, at seeded random times, the RBC
-server, a controller, a memcached partition and a backend replica are killed and
-restarted, or hung (SIGSTOP) and resumed, one fault at a time. It reports
-
-- requests failed during a control-plane fault (RBC server, controller): goal 0;
-- requests failed during a data-plane fault (memcached, a backend replica), as a
-  fraction of all requests: goal ≤ 0.1 % with failover;
-- the largest sum of the partitions' memcached limits against the cache budget;
-- the time to reconcile after each fault, in seconds and controller intervals
-  (goal ≤ 2 intervals): until the controller ticks with the RBC again (RBC server,
-  controller), the restarted memcached holds the controller's planned limit again,
-  or the replica is back in every app server's rotation.
+"""The chaos run (``robinhood-testbed chaos``, ``make chaos``; docs/reliability.md): one
+arm on the testbed while the RBC server, a controller, a memcached partition and a backend
+replica are killed or hung at seeded random times, one fault at a time; the report counts
+the requests failed during each fault and the time to reconcile after it.
 
 The schedule and the analysis are plain functions (tested); the run is their shell.
 """
@@ -24,17 +15,17 @@ import signal
 import socket
 import threading
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from robinhood_common.units import format_duration
 
+from . import metrics
 from .deploy import Deployment
 from .experiment import Arm, Experiment, ExperimentError
 from .procs import Proc, StartError
-from .run import RUN_START, deployment, prepare_inputs, replay_args
+from .run import check_replay, deployment, prepare_inputs, start_replay
 
 log = logging.getLogger(__name__)
 
@@ -176,21 +167,6 @@ def _mc_limit(addr: str) -> int | None:
     return None
 
 
-def _metric_values(url: str, name: str) -> dict[str, float]:
-    """label text → value of one metric on a /metrics page ({} when unreachable)."""
-    try:
-        with urllib.request.urlopen(url, timeout=0.5) as r:
-            text = r.read().decode()
-    except OSError:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            key, _, v = line.rpartition(" ")
-            out[key[len(name):]] = float(v)
-    return out
-
-
 class Monitor(threading.Thread):
     """Samples, every 0.25 s: each partition's memcached limit (the sum against the
     budget; a partition that must reconcile), and each app server's replicas in
@@ -215,10 +191,10 @@ class Monitor(threading.Thread):
                     self.limits.append((t, f"memcached-{a.id}-{name}", v))
                     total += v or 0
                 self.max_sum = max(self.max_sum, total)
-                rot = _metric_values(f"http://{a.http}/metrics", "appserver_replicas_in_rotation")
+                rot = metrics.by_label(metrics.scrape(a.http, timeout=0.5) or {}, "appserver_replicas_in_rotation",
+                                       "backend")
                 if rot:
-                    full = all(rot.get(f'{{backend="{b}"}}', 0) >= n for b, n in self.replicas.items())
-                    self.rotation.append((t, full))
+                    self.rotation.append((t, all(rot.get(b, 0) >= n for b, n in self.replicas.items())))
 
     def stop(self) -> None:
         self.stop_ev.set()
@@ -347,11 +323,7 @@ def run_chaos(exp: Experiment, arm: Arm, out_dir: Path, data_dir: Path, seed: in
         (out_dir / "schedule.json").write_text(json.dumps([asdict(f) for f in faults], indent=1))
         log.info("chaos: %d faults over %s: %s", len(faults), format_duration(exp.duration),
                  ", ".join(f"{f.kind} {f.target}" for f in faults))
-        replay_dir = run_dir / "replay"
-        args = replay_args(exp, dep, trace, scenario, replay_dir)
-        t0 = time.time()
-        (run_dir / RUN_START).write_text(f"{t0:.6f}\n")
-        replay = dep.sup.start("replay", args)
+        replay, t0 = start_replay(exp, dep, trace, scenario)
         monitor = Monitor(dep, t0)
         injector = Injector(dep, faults, t0, out_dir / "faults.jsonl")
         monitor.start()
@@ -362,8 +334,7 @@ def run_chaos(exp: Experiment, arm: Arm, out_dir: Path, data_dir: Path, seed: in
         finally:
             injector.stop()
             monitor.stop()
-        if replay.popen.returncode != 0:
-            raise StartError(f"replay failed with status {replay.popen.returncode}; see {replay.log_path}")
+        check_replay(replay)
     return analyse(exp, dep, faults, run_dir, monitor, injector.errors, out_dir, t0)
 
 

@@ -37,16 +37,16 @@ from robinhood_common.units import parse_duration
 from robinhood_controller import policies as allocation
 
 from . import analysis, compose, oracle, plots, report, zoo
+from . import seeds as zoo_seeds
+from .analysis import results_arms
 from .deploy import REPO, Deployment, go_bin
 from .executor import EXECUTORS, ArmJob, LocalExecutor, make_executor
-from . import seeds as zoo_seeds
-from .experiment import Arm, Experiment, ExperimentError, arms, dispatch_policies, load
+from .experiment import CACHE_MODES, Arm, Experiment, ExperimentError, arms, dispatch_policies, load
 from .live import LiveView
 from .procs import StartError
 from .run import RunResult, deployment, prepare_inputs, run_arm
 
 log = logging.getLogger("robinhood_testbed")
-CACHE_MODES = ("partitioned", "shared", "none")
 #: Seconds an arm takes besides its duration (starting and stopping the processes).
 ARM_OVERHEAD_S = 25.0
 
@@ -61,10 +61,18 @@ def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _out_dir(args: argparse.Namespace, exp: Experiment) -> Path:
-    if args.out:
-        return Path(args.out)
-    return REPO / "runs" / f"{exp.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+def _out(out: str | None, name: str, fresh: bool = True) -> Path:
+    """--out, or runs/<name>-<time>; with ``fresh``, refused unless it is empty or new."""
+    path = Path(out) if out else REPO / "runs" / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    if fresh and path.exists() and any(path.iterdir()):
+        raise ExperimentError(f"--out: {path} exists and is not empty")
+    return path
+
+
+def _at_least_1(value: int, flag: str) -> int:
+    if value < 1:
+        raise ExperimentError(f"{flag}: {value} must be at least 1")
+    return value
 
 
 def _names(text: str, flag: str) -> list[str]:
@@ -112,13 +120,12 @@ def _arms(args: argparse.Namespace, exp: Experiment, single: bool = False) -> li
 
 
 def _load(args: argparse.Namespace) -> Experiment:
-    """The experiment file, with --duration, --seed and --store applied (and validated
-    again)."""
+    """The experiment file, with --duration, --seed, --store, --request-sample and --apps
+    applied (and validated again)."""
     exp = load(args.experiment)
-    duration, seed = getattr(args, "duration", None), getattr(args, "seed", None)
-    req, apps = getattr(args, "request_sample", None), getattr(args, "apps", None)
-    store = getattr(args, "store", None)
-    if not duration and seed is None and req is None and apps is None and store is None:
+    duration, seed, store = (getattr(args, k, None) for k in ("duration", "seed", "store"))
+    sim = {k: v for k in ("request_sample", "apps") if (v := getattr(args, k, None)) is not None}
+    if not duration and seed is None and store is None and not sim:
         return exp
     from robinhood_common.experiment import from_document
     doc = dict(exp.document)
@@ -134,13 +141,8 @@ def _load(args: argparse.Namespace) -> Experiment:
         doc["seed"] = seed
     if store is not None:
         doc["cache"] = {**doc["cache"], "store": store}
-    if req is not None or apps is not None:
-        sim = dict(doc.get("sim") or {})
-        if req is not None:
-            sim["request_sample"] = req
-        if apps is not None:
-            sim["apps"] = apps
-        doc["sim"] = sim
+    if sim:
+        doc["sim"] = {**(doc.get("sim") or {}), **sim}
     flag = "--duration" if duration else "--seed" if seed is not None else "--request-sample/--apps"
     try:
         return from_document(doc, exp.base_dir)
@@ -227,9 +229,7 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
     console = _console()
     exp = _load(args)
     todo = _arms(args, exp, single=single)
-    out = _out_dir(args, exp)
-    if out.exists() and any(out.iterdir()):
-        raise ExperimentError(f"--out: {out} exists and is not empty")
+    out = _out(args.out, exp.name)
     names = [a.name for a in todo]
     sim = args.engine == "sim"
     if sim and args.prometheus:
@@ -246,9 +246,7 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
         console.print(f"Experiment [bold]{exp.name}[/]: {len(todo)} arms ({', '.join(names)}), {exp.duration:g} s each: "
                       f"about {minutes:.0f} minutes in all; results in {out}")
     trace, scenario = prepare_inputs(exp, out, args.engine)
-    jobs = getattr(args, "jobs", 1) or 1
-    if jobs < 1:
-        raise ExperimentError(f"--jobs: {jobs} must be at least 1")
+    jobs = _at_least_1(getattr(args, "jobs", 1) or 1, "--jobs")
     if jobs > 1 and not sim:
         raise ExperimentError("--jobs: the real testbed runs one arm at a time (use --engine sim)")
 
@@ -278,16 +276,6 @@ def cmd_compare(args: argparse.Namespace, single: bool = False) -> int:
     return 0
 
 
-def results_arms(out: Path) -> list[str]:
-    """The arms in a results folder (sub-folders holding a finished replay), ordered as
-    compare orders them: registered allocation policies by role (the recommended one
-    first), then cache modes, then anything else by name."""
-    found = sorted(d.name for d in out.iterdir() if (d / "replay" / "summary.json").is_file())
-    order = allocation.registry.ordered()
-    rank = {n: i for i, n in enumerate([*order, *CACHE_MODES])}
-    return sorted(found, key=lambda a: (rank.get(a, len(rank)), a))
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     """Rebuild the report, plots and table of a results folder (after re-running an arm
     into it, or with newer plotting code); runs nothing."""
@@ -311,41 +299,44 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seeds(text: str) -> list[int]:
+def _ints(text: str, flag: str) -> list[int]:
     try:
-        seeds = [int(x) for x in text.split(",") if x.strip()]
+        return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ExperimentError(f"--seeds: {text!r} is not a list of integers") from None
-    if not seeds:
+        raise ExperimentError(f"{flag}: {text!r} is not a list of integers") from None
+
+
+def _seeds(text: str) -> list[int]:
+    if not (seeds := _ints(text, "--seeds")):
         raise ExperimentError("--seeds: give at least one seed")
     return seeds
+
+
+def _experiments(text: str, flag: str, load_one: Callable[[str], Experiment] = load) -> list[Experiment]:
+    """The comma-separated experiment files of ``flag``, each of its own name."""
+    exps = [load_one(f) for f in _names(text, flag)]
+    names = [e.name for e in exps]
+    if dup := sorted({n for n in names if names.count(n) > 1}):
+        raise ExperimentError(f"{flag}: two experiments are named {dup[0]!r}")
+    return exps
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
     """Every arm on scenarios drawn from the zoo's family, in the simulator (docs/zoo.md)."""
     console = _console()
-    exps = [load(f) for f in _names(args.experiment, "--experiment")]
+    exps = _experiments(args.experiment, "--experiment")
     names = [e.name for e in exps]
-    if len(set(names)) < len(names):
-        raise ExperimentError(f"--experiment: two experiments are named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
     exp = exps[0]
     seeds = zoo.parse_seeds(args.seeds)
-    if args.jobs < 1:
-        raise ExperimentError(f"--jobs: {args.jobs} must be at least 1")
-    if args.noise_seeds < 1:
-        raise ExperimentError(f"--noise-seeds: {args.noise_seeds} must be at least 1")
+    _at_least_1(args.jobs, "--jobs")
+    _at_least_1(args.noise_seeds, "--noise-seeds")
     app_servers = None
     if args.app_servers:
-        try:
-            app_servers = [int(x) for x in args.app_servers.split(",") if x.strip()]
-        except ValueError:
-            raise ExperimentError(f"--app-servers: {args.app_servers!r} is not a list of integers") from None
+        app_servers = _ints(args.app_servers, "--app-servers")
         if not app_servers or any(n < 1 for n in app_servers):
             raise ExperimentError(f"--app-servers: {args.app_servers!r}: give numbers of app servers, each at least 1")
     arms = _arms(args, exp)  # policies and cache modes are checked before anything runs
-    out = Path(args.out) if args.out else REPO / "runs" / f"zoo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    if out.exists() and any(out.iterdir()):
-        raise ExperimentError(f"--out: {out} exists and is not empty")
+    out = _out(args.out, "zoo")
     try:  # before drawing anything: a folder that cannot be made is a bad --out
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -367,23 +358,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     """Every arm of several experiments for several seeds, in the simulator."""
     from . import matrix
     console = _console()
-    files = _names(args.experiments, "--experiments")
-    exps = []
-    for f in files:
-        ns = argparse.Namespace(experiment=f, duration=args.duration, seed=None,
-                                request_sample=args.request_sample, apps=args.apps)
-        exps.append(_load(ns))
+    exps = _experiments(args.experiments, "--experiments", lambda f: _load(argparse.Namespace(
+        experiment=f, duration=args.duration, seed=None, request_sample=args.request_sample, apps=args.apps)))
     names = [e.name for e in exps]
-    if len(set(names)) != len(names):
-        raise ExperimentError(f"--experiments: two files have one name ({', '.join(names)})")
     seeds = _seeds(args.seeds)
-    if args.jobs < 1:
-        raise ExperimentError(f"--jobs: {args.jobs} must be at least 1")
+    _at_least_1(args.jobs, "--jobs")
     for e in exps:
         _arms(args, e)  # policies and cache modes are checked before anything runs
-    out = Path(args.out) if args.out else REPO / "runs" / f"matrix-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    if out.exists() and any(out.iterdir()):
-        raise ExperimentError(f"--out: {out} exists and is not empty")
+    out = _out(args.out, "matrix")
     calibration, sample = _sim_options(args, True)
     with make_executor(args.executor, args.scheduler, args.jobs) as executor:
         console.print(f"Policy matrix: {len(exps)} experiments ({', '.join(names)}), seeds {args.seeds}, "
@@ -401,9 +383,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from . import sweep
     console = _console()
     exp = _load(args)
-    out = _out_dir(args, exp)
-    if out.exists() and any(out.iterdir()):
-        raise ExperimentError(f"--out: {out} exists and is not empty")
+    out = _out(args.out, exp.name)
     values = [v.strip() for v in args.values.split(",") if v.strip()]
     if not values:
         raise ExperimentError("--values: give at least one value")
@@ -477,7 +457,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if args.prometheus and isinstance(doc, dict) and (doc.get("auth") or doc.get("tls")):
             raise ExperimentError("--prometheus: the testbed's Prometheus scrapes without tokens or TLS; with a "
                                   "topology's auth or tls block, run Prometheus as docs/security.md shows")
-        out = Path(args.out) if args.out else REPO / "runs" / f"up-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        out = _out(args.out, "up", fresh=False)
         dep = Deployment(doc, out, out / "data", only=set(args.id) if args.id else None, prometheus=args.prometheus)
         what = f"{path}" + (f" ({', '.join(args.id)})" if args.id else "")
     else:
@@ -487,7 +467,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             raise ExperimentError("--id selects components of --topology")
         exp = _load(args)
         arm = _arms(args, exp, single=True)[0]
-        out = _out_dir(args, exp)
+        out = _out(args.out, exp.name, fresh=False)
         dep = deployment(exp, arm, out / arm.name, out / "data", prometheus=args.prometheus)
         what = f"{exp.name} with {arm.name}"
     console.print(f"Starting {what} (logs in {dep.run_dir / 'logs'})")
@@ -524,9 +504,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     console = _console()
     exp = _load(args)
     arm = _arms(args, exp, single=True)[0]
-    out = _out_dir(args, exp)
-    if out.exists() and any(out.iterdir()):
-        raise ExperimentError(f"--out: {out} exists and is not empty")
+    out = _out(args.out, exp.name)
     seed = args.seed if args.seed is not None else exp.seed
     console.print(f"Chaos run of [bold]{exp.name}[/] (arm {arm.name}), {exp.duration:g} s, fault seed {seed}; "
                   f"results in {out}")
@@ -549,7 +527,6 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, help="override the experiment's seed (trace, hiccups, random choices)")
         p.add_argument("--store", choices=("memcached", "redis"),
                        help="override cache.store: what the partitions are (docs/topology.md, \"Redis partitions\")")
-        p.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
 
     def one_arm(p: argparse.ArgumentParser) -> None:
         p.add_argument("--cache-mode", choices=CACHE_MODES, help="cache mode (default: partitioned when --policy is "
@@ -557,14 +534,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--policy", help="allocation policy (default: the experiment's first)")
         p.add_argument("--dispatch", help="dispatch policy (default: the experiment's first)")
 
-    up = sub.add_parser("up", help="start a topology and keep it running until Ctrl-C")
-    common(up, experiment_required=False)
-    one_arm(up)
-    up.add_argument("--topology", help="start this topology file instead of an experiment's")
-    up.add_argument("--id", action="append", metavar="ID",
-                    help="with --topology: start only this component (app server id, backend name or rbc_server); "
-                         "repeatable")
-    up.add_argument("--ready-file", help="once everything is up, write the endpoints here (JSON)")
+    def axes(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--cache-modes", help="comma-separated cache modes (default: the experiment's compare.cache_modes)")
+        p.add_argument("--policies", help="comma-separated allocation policies, or all (default: compare.policies)")
+        p.add_argument("--dispatch", help="comma-separated dispatch policies (default: compare.dispatch)")
+
     def sim_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--calibration", help="simulator: a calibration file replacing the measured defaults")
         p.add_argument("--sample", type=float, help="simulator: a miniature simulation of this fraction of the keys, "
@@ -577,6 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "block says (every app server, key and request)")
 
     def executor_options(p: argparse.ArgumentParser) -> None:
+        """The arms (--cache-modes, --policies, --dispatch) and where their runs execute."""
+        axes(p)
+        p.add_argument("--jobs", type=int, default=1, help="runs simulated at once here, or the local Dask cluster's "
+                       "worker processes (default 1)")
         p.add_argument("--executor", choices=EXECUTORS, default="local",
                        help="where the simulator's runs execute: local, --jobs at a time on this machine (default); "
                             "dask, on a Dask distributed cluster (docs/testbed.md, \"Executors\")")
@@ -589,51 +567,43 @@ def build_parser() -> argparse.ArgumentParser:
                        help="testbed: real processes in real time (default); sim: bin/sim, the discrete-event "
                             "simulator (docs/simulator.md)")
         sim_options(p)
+        p.add_argument("--quiet", action="store_true", help="no live view")
 
-    def axes(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--cache-modes", help="comma-separated cache modes (default: the experiment's compare.cache_modes)")
-        p.add_argument("--policies", help="comma-separated allocation policies, or all (default: compare.policies)")
-        p.add_argument("--dispatch", help="comma-separated dispatch policies (default: compare.dispatch)")
-
+    up = sub.add_parser("up", help="start a topology and keep it running until Ctrl-C")
+    common(up, experiment_required=False)
+    one_arm(up)
+    up.add_argument("--topology", help="start this topology file instead of an experiment's")
+    up.add_argument("--id", action="append", metavar="ID",
+                    help="with --topology: start only this component (app server id, backend name or rbc_server); "
+                         "repeatable")
+    up.add_argument("--ready-file", help="once everything is up, write the endpoints here (JSON)")
     run = sub.add_parser("run", help="run one arm of an experiment")
     common(run)
     one_arm(run)
     engine(run)
-    run.add_argument("--quiet", action="store_true", help="no live view")
     cmp = sub.add_parser("compare", help="run the same trace, scenario and seed once per arm")
     common(cmp)
     axes(cmp)
     engine(cmp)
-    cmp.add_argument("--quiet", action="store_true", help="no live view")
     cmp.add_argument("--jobs", type=int, default=1, help="simulator: arms simulated at once (default 1)")
     rep = sub.add_parser("report", help="rebuild the report, plots and table of a results folder (runs nothing)")
     rep.add_argument("--experiment", required=True, help="the experiment file the folder was run from")
     rep.add_argument("--dir", required=True, help="the results folder")
     rep.add_argument("--arms", help="comma-separated arms, in this order (default: every finished arm)")
-    rep.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     sw = sub.add_parser("sweep", help="one parameter over a range, in the simulator: SLO violations per policy")
     common(sw)
     sw.add_argument("--param", required=True, help="budget, interval, tax, spike-depth, ramp-time, or a dotted path "
                     "of the experiment (docs/simulator.md)")
     sw.add_argument("--values", required=True, help="comma-separated values of the parameter")
-    sw.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
-    axes(sw)
-    sim_options(sw)
-    sw.add_argument("--jobs", type=int, default=1, help="runs simulated at once here, or the local Dask cluster's "
-                    "worker processes (default 1)")
-    executor_options(sw)
     mx = sub.add_parser("matrix", help="every arm of several experiments for several seeds, in the simulator: "
                         "the policy matrix (make paper)")
     mx.add_argument("--experiments", required=True, help="comma-separated experiment files")
     mx.add_argument("--out", help="results folder (default runs/matrix-<time>)")
-    mx.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
-    mx.add_argument("--jobs", type=int, default=1, help="runs simulated at once here, or the local Dask cluster's "
-                    "worker processes (default 1)")
     mx.add_argument("--duration", help="override every experiment's duration (e.g. 30m)")
-    mx.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
-    axes(mx)
-    sim_options(mx)
-    executor_options(mx)
+    for p in (sw, mx):
+        p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
+        sim_options(p)
+        executor_options(p)
     zo = sub.add_parser("zoo", help="every arm on scenarios drawn from the zoo's family, in the simulator: "
                         "median, P90 and worst SLO violations per policy (make zoo)")
     zo.add_argument("--experiment", required=True, help="the experiments (comma-separated: a key source each) "
@@ -645,7 +615,6 @@ def build_parser() -> argparse.ArgumentParser:
                                 for r in zoo_seeds.RANGES.values()) + "), comma-separated (default dev)")
     zo.add_argument("--family", help="draw every scenario from this family (default: one per seed, drawn)")
     zo.add_argument("--out", help="results folder (default runs/zoo-<time>)")
-    zo.add_argument("--jobs", type=int, default=1, help="runs simulated at once here (default 1)")
     zo.add_argument("--infeasible", choices=zoo.INFEASIBLE, default=zoo.INFEASIBLE_ALL,
                     help="what runs on a scenario the oracle's analysis calls infeasible (no allocation meets the "
                          "SLO throughout: nothing to compare the arms with): all, every arm and the oracle's schedules; "
@@ -655,8 +624,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run every arm K times on each scenario, the backends' and the simulator's noise seeded "
                          "differently each time (the trace and the scenario stay the drawn ones); a scenario's "
                          "figure is the median of the K, with their least and most in zoo.csv (default 1)")
-    zo.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
-    axes(zo)
     executor_options(zo)
     vs = sub.add_parser("versus", help="hold the simulator to the testbed: two results folders of one experiment")
     vs.add_argument("--testbed", required=True, help="results folder of the testbed (engine testbed)")
@@ -664,7 +631,6 @@ def build_parser() -> argparse.ArgumentParser:
     vs.add_argument("--plot", help="write the P99-over-time figure of both here (PNG)")
     vs.add_argument("--labels", help="names of the two folders in the table and figure, comma-separated "
                                      "(default testbed,sim): e.g. exact,miniature for two runs of the simulator")
-    vs.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     ch = sub.add_parser("chaos", help="run one arm while killing and hanging the RBC server, a controller, a "
                         "memcached and a backend replica at seeded random times (docs/reliability.md)")
     common(ch)
@@ -674,7 +640,8 @@ def build_parser() -> argparse.ArgumentParser:
     one_arm(cmps)
     cmps.add_argument("--out", required=True, help="the repository root to write into (docker-compose.yml, deploy/compose/)")
     cmps.add_argument("--store", choices=("memcached", "redis"), help="override cache.store")
-    cmps.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
+    for p in sub.choices.values():
+        p.add_argument("--log-level", default="warn", type=level_arg, metavar="|".join(LEVELS))
     return ap
 
 

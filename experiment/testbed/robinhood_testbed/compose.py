@@ -1,16 +1,8 @@
-"""docker-compose.yml and its configuration, generated from an experiment, so the
-containers run the same topology, trace and scenario as the testbed
-(``robinhood-testbed compose --experiment examples/demo.yaml --out .``; a test checks
-that the committed files are what this writes).
-
-Every component starts from the one topology (``--topology /etc/robinhood/topology.yaml
---id ID``), with container service names as addresses; listen addresses are overridden
-to 0.0.0.0 inside the containers. Published ports bind to the host's loopback only.
-
-The servers run with ``--insecure``: the compose network is private to the deployment
-and nothing is published beyond the host's loopback, so no tokens are set up. To run
-with tokens and TLS, add ``auth:`` and ``tls:`` blocks to the topology, mount the
-folder ``devcerts`` writes, and drop ``--insecure`` (docs/security.md).
+"""docker-compose.yml and its configuration, generated from an experiment so that the
+containers run the same topology, trace and scenario as the testbed (docs/testbed.md,
+"docker-compose"). Every component reads the one topology, with service names as
+addresses and listeners on 0.0.0.0; the servers run ``--insecure`` on the private
+network, published ports on the host's loopback only (docs/security.md for tokens and TLS).
 """
 from __future__ import annotations
 
@@ -23,7 +15,8 @@ from robinhood_common.units import format_duration
 
 from .deploy import build_topology
 from .experiment import Arm, Experiment, ExperimentError
-from .run import rate_schedule
+from .prom import scrape_config
+from .run import rate_schedule, slo_flags
 
 TOPOLOGY = "/etc/robinhood/topology.yaml"
 SCENARIO = "/etc/robinhood/scenario.yaml"
@@ -64,12 +57,8 @@ def generate(exp: Experiment, arm: Arm, experiment_path: Path) -> dict[str, str]
     _app_services(exp, topology, backend_services, svc, jobs)
     svc.append(_loadgen(exp, topology, scenario))
     files["docker-compose.yml"] = _compose_file(header, exp, svc)
-    prom: dict[str, Any] = {
-        "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
-        "scrape_configs": [{"job_name": j, "static_configs": [{"targets": t}]} for j, t in jobs.items() if t],
-    }
     files["deploy/compose/prometheus.yml"] = header + "# Scrapes every component of docker-compose.yml.\n" + \
-        yaml.safe_dump(prom, sort_keys=False)
+        yaml.safe_dump(scrape_config(jobs, "5s"), sort_keys=False)
     return files
 
 
@@ -152,10 +141,7 @@ def _loadgen(exp: Experiment, topology: dict[str, Any], scenario: Any) -> str:
              *(["--rate-schedule", schedule] if (schedule := rate_schedule(exp)) else []),
              "--out", "/data/trace.jsonl"]
     replay = ["tracegen", "replay", "--topology", TOPOLOGY, "--trace", "/data/trace.jsonl", "--out", "/results/run",
-              "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
-              "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
-              "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup),
-              "--metrics", "0.0.0.0:9300"]
+              *slo_flags(exp), "--metrics", "0.0.0.0:9300"]
     if scenario is not None:
         replay += ["--scenario", SCENARIO]
     apps = [a["id"] for a in topology["app_servers"]]

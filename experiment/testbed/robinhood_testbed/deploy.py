@@ -53,11 +53,9 @@ def app_ids(exp: Experiment) -> list[str]:
 def build_topology(exp: Experiment, arm: Arm, ports: PortAllocator | None = None,
                    service_names: bool = False, run: dict[str, Any] | None = None) -> dict[str, Any]:
     """The topology document of one arm of an experiment, validated by the shared
-    reader: every address a free loopback port, or with ``service_names`` a
+    reader: every address from ``ports``, or with ``service_names`` a
     ``component:fixed-port`` name (for containers, where each component is a host).
-    ExperimentError names what is wrong with the arm's topology. ``run`` (the
-    controller block's ``run``: the run's length, start file, trace, scenario and
-    topology) goes to every controller."""
+    ``run`` (:func:`robinhood_testbed.run.run_block`) goes to every controller."""
     doc = exp.document
     ports = ports or PortAllocator()
 
@@ -91,12 +89,9 @@ def build_topology(exp: Experiment, arm: Arm, ports: PortAllocator | None = None
             "dispatch": dict(arm.dispatch),
         }
         if arm.cache_mode == "partitioned":
-            if exp.cache.store == "redis":
-                entry["partitions"] = {b["name"]: {"redis": addr(f"redis-{app}-{b['name']}", 6379),
-                                                   "initial_mb": alloc[b["name"]]} for b in doc["backends"]}
-            else:
-                entry["partitions"] = {b["name"]: {"addr": addr(f"mc-{app}-{b['name']}", 11211),
-                                                   "initial_mb": alloc[b["name"]]} for b in doc["backends"]}
+            key, host, port = ("redis", "redis", 6379) if exp.cache.store == "redis" else ("addr", "mc", 11211)
+            entry["partitions"] = {b["name"]: {key: addr(f"{host}-{app}-{b['name']}", port),
+                                               "initial_mb": alloc[b["name"]]} for b in doc["backends"]}
             ctl = {k: v for k, v in doc["controller"].items() if k != "metrics"}
             ctl["policy"] = dict(arm.policy or {"name": "static"})
             ctl["metrics"] = "0.0.0.0:9100" if service_names else addr(f"controller-{app}", 9100)

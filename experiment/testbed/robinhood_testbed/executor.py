@@ -1,27 +1,10 @@
-"""Where `matrix` and `sweep` run their simulated arms (docs/testbed.md, "Executors:
-runs on a cluster"): ``local``, a thread pool of ``--jobs`` bin/sim runs on this
-machine, or ``dask``, a Dask distributed cluster: the one whose scheduler is at
-``--scheduler``, else a local cluster of ``--jobs`` worker processes started for the
-run and closed at its end.
-
-On a cluster this process (the client) prepares every arm as a local run does (its
-folder, topology and start file, the scenario checked against the topology), and a
-task carries what bin/sim reads: the arm's topology and start file, and once per
-(experiment, seed) point the trace file (unless bin/sim generates the trace), the
-scenario and the calibration. Workers need not share the client's filesystem. The
-worker writes the inputs under a temporary folder T, each at T + the absolute path the
-client knows it by, rewrites the topology's ``controller.run`` paths the same way, and
-runs bin/sim (its own, with its own ``robinhood-controller``) from T + the client's
-working directory with the path flags mapped alike; then it returns every file bin/sim
-wrote into the arm's folder, with T taken out of their bytes. Every path inside those
-files is then the one a local run writes, and the client writes them into the arm's
-folder: a results folder byte for byte a local run's, but for the wall-clock fields
-(sim.json's ``wall_s`` and ``queries_per_wall_s``, the wall time on sim.log's last
-line, matrix.csv's ``wall_s``).
-
-The task's code travels with it (pickled by value): a worker needs Python with
-``distributed``, ``robinhood-controller``, and bin/sim (with bin/tracegen beside it for
-the oracle policy), not this package.
+"""Where `matrix`, `sweep` and `zoo` run their simulated arms (docs/testbed.md,
+"Executors"): ``local``, a thread pool of ``--jobs`` bin/sim runs on this machine, or
+``dask``, a Dask distributed cluster (the one at ``--scheduler``, else a local one of
+``--jobs`` worker processes). On a cluster the client prepares every arm and a task
+carries the files bin/sim reads; the worker runs it under a temporary folder and sends
+back what it wrote, paths and all as a local run writes them (docs/notebook/
+2026-12-02-testbed-executors.md, "What crosses the wire").
 """
 from __future__ import annotations
 
@@ -97,11 +80,8 @@ POLICY_SERVER_START_S = 60.0
 
 class SharedPolicyServer:
     """One ``robinhood-controller policy-server --listen`` for every bin/sim run this
-    process starts while it is open (ROBINHOOD_POLICY_SERVER): each run's session is a
-    process forked from it, so the Python start is paid once, not once per arm (about a
-    second of the four a partitioned arm takes), with the same answers. Its socket is in
-    a private temporary folder; its warnings go to this process's stderr. It stops when
-    closed, or when this process dies (its stdin ends)."""
+    process starts while it is open (docs/testbed.md, "Executors"), its socket in a private
+    temporary folder; it stops when closed, or when this process dies (its stdin ends)."""
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="rh-policy-")
@@ -183,22 +163,15 @@ class LocalExecutor:
         self.close()
 
 
-def check_scheduler(address: str) -> None:
-    """ExperimentError unless the address reads PROTOCOL://HOST:PORT."""
+def probe(address: str, timeout_s: float) -> None:
+    """ExperimentError unless the address reads PROTOCOL://HOST:PORT, and at once when
+    nothing listens there (the Dask client would try again until its timeout)."""
     m = SCHEDULER_RE.match(address)
     if m is None or not 0 < int(m.group(3)) < 65536:
         raise ExperimentError(f"--scheduler: {address!r} is not a Dask scheduler address (tcp://HOST:PORT, "
                               "e.g. tcp://10.0.0.5:8786)")
-
-
-def probe(address: str, timeout_s: float) -> None:
-    """ExperimentError at once when nothing listens at the scheduler's host and port
-    (the Dask client would try again until its timeout)."""
-    m = SCHEDULER_RE.match(address)
-    assert m is not None
-    host = m.group(2).strip("[]")
     try:
-        socket.create_connection((host, int(m.group(3))), timeout=timeout_s).close()
+        socket.create_connection((m.group(2).strip("[]"), int(m.group(3))), timeout=timeout_s).close()
     except OSError as e:
         raise ExperimentError(f"--scheduler: cannot connect to {address}: {e.strerror or e}") from None
 
@@ -231,7 +204,6 @@ class DaskExecutor:
                 raise StartError(f"--executor dask: the local Dask cluster did not start: {e}") from None
             self.address = self.cluster.scheduler_address
         else:
-            check_scheduler(scheduler)
             probe(scheduler, timeout_s)
             try:
                 self.client = distributed.Client(scheduler, timeout=f"{timeout_s:g}s")

@@ -1,12 +1,5 @@
-"""Experiment files and the arms of a comparison.
-
-The experiment file is defined by ``schema/experiment.schema.yaml`` and read by the
-shared reader (:mod:`robinhood_common.experiment`); this module adds what the testbed
-makes of it: the **arms** of a comparison, the cross product of three separate axes —
-cache mode (partitioned, shared, none) × allocation policy (partitioned caches only)
-× dispatch policy — each run on a fresh topology with the same trace, scenario and
-seed.
-"""
+"""Experiment files (read by :mod:`robinhood_common.experiment`) and the arms of a
+comparison: cache mode × allocation policy × dispatch policy (docs/testbed.md, "Arms")."""
 from __future__ import annotations
 
 import subprocess
@@ -16,7 +9,9 @@ from typing import Any
 from robinhood_common.experiment import Experiment, ExperimentError, load
 from robinhood_controller import policies as allocation
 
-__all__ = ["Arm", "Experiment", "ExperimentError", "arms", "dispatch_policies", "load"]
+__all__ = ["CACHE_MODES", "Arm", "Experiment", "ExperimentError", "arms", "dispatch_policies", "load"]
+
+CACHE_MODES = ("partitioned", "shared", "none")
 
 
 @dataclass(frozen=True)
@@ -58,8 +53,8 @@ def arms(exp: Experiment, cache_modes: list[str] | None = None, policies: list[d
         pols = [{"name": n} for n in allocation.registry.default_arms()]
     disp = dispatch if dispatch is not None else [d.model_dump() for d in exp.compare.dispatch]
     for m in modes:
-        if m not in ("partitioned", "shared", "none"):
-            raise ExperimentError(f"cache mode {m!r} is not one of partitioned, shared, none")
+        if m not in CACHE_MODES:
+            raise ExperimentError(f"cache mode {m!r} is not one of {', '.join(CACHE_MODES)}")
     for p in pols:
         params = {k: v for k, v in p.items() if k != "name"}
         try:

@@ -12,13 +12,14 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .analysis import fmt
 from .run import LiveState
 
 
 def render(st: LiveState, names: list[str]) -> Group:
     elapsed = max(0.0, time.time() - st.started) if st.started else 0.0
     left = max(0.0, st.duration - elapsed)
-    p99 = "–" if st.p99_ms is None else f"{st.p99_ms:.0f} ms"
+    p99 = fmt(st.p99_ms, "{:.0f} ms")
     over = st.p99_ms is not None and st.p99_ms > st.slo_ms
     head = Text.assemble(
         (f"policy {st.policy}", "bold"), f"   {elapsed:5.0f}s elapsed, {left:4.0f}s left   ",
@@ -26,15 +27,12 @@ def render(st: LiveState, names: list[str]) -> Group:
         (p99, "bold red" if over else "bold green"), f" (SLO {st.slo_ms:.0f} ms)")
     t = Table(expand=False)
     t.add_column("backend")
-    t.add_column("hit ratio", justify="right")
-    t.add_column("allocation (MB)", justify="right")
-    t.add_column("RBC share", justify="right")
+    for heading in ("hit ratio", "allocation (MB)", "RBC share"):
+        t.add_column(heading, justify="right")
     for n in names:
-        hr = st.hit_ratio.get(n)
-        mb = st.alloc_mb.get(n)
         share = st.rbc_share.get(n)
-        t.add_row(n, "–" if hr is None else f"{hr:.3f}", "–" if mb is None else f"{mb:.1f}",
-                  "–" if share is None else f"{100 * share:.0f}%")
+        t.add_row(n, fmt(st.hit_ratio.get(n), "{:.3f}"), fmt(st.alloc_mb.get(n), "{:.1f}"),
+                  fmt(None if share is None else 100 * share, "{:.0f}%"))
     return Group(head, t)
 
 
@@ -59,7 +57,7 @@ class LiveView:
         now = time.time()
         if now - self._last_line >= 10:
             self._last_line = now
-            p99 = "–" if st.p99_ms is None else f"{st.p99_ms:.0f}ms"
+            p99 = fmt(st.p99_ms, "{:.0f}ms")
             alloc = " ".join(f"{n}={st.alloc_mb[n]:.0f}MB" for n in self.names if n in st.alloc_mb)
             print(f"[{st.policy}] t={now - st.started:.0f}s sent/s={st.sent_rate:.0f} errors={st.errors:.0f} "
                   f"p99={p99} {alloc}", file=sys.stderr, flush=True)

@@ -8,7 +8,6 @@ paper reports for the same experiment.
 """
 from __future__ import annotations
 
-import csv
 import statistics
 import time
 from collections.abc import Callable
@@ -18,10 +17,10 @@ from typing import Any
 from robinhood_common.contract import ConfigError
 from robinhood_common.experiment import from_document
 
-from .analysis import PolicyRun
+from .analysis import PolicyRun, median_range, write_csv
 from .executor import ArmJob, Executor, LocalExecutor
 from .experiment import Arm, Experiment, ExperimentError
-from .plots import _color, plt
+from .plots import _color, plt, save, violation_axis
 from .oracle import Comparison, hindsight_rerun
 from .run import prepare_inputs
 
@@ -78,7 +77,8 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
     start = time.monotonic()
     for n, done in enumerate(executor.run(todo)):
         job, res = done.job, done.result
-        row = {"experiment": job.exp.name, "seed": job.exp.seed, "arm": job.arm.name, **_figures(res.run_dir),
+        row = {"experiment": job.exp.name, "seed": job.exp.seed, "arm": job.arm.name,
+               **PolicyRun.load(res.run_dir).figures(),
                "wall_s": round(done.wall_s, 1), "dir": str(res.run_dir)}
         rows[done.index] = row
         progress(f"[{n + 1}/{len(todo)} {time.monotonic() - start:.0f}s] {row['experiment']} seed {row['seed']} "
@@ -90,26 +90,15 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
               for p in dict.fromkeys(j.out_dir for j in todo)]
     for n, done in hindsight_rerun([Comparison(r[0][1].exp, r[0][1].out_dir, r[0][1].trace, r[0][1].scenario, r)
                                     for r in points if r], executor, progress):
-        rows[n] = {**rows[n], **_figures(done.result.run_dir), "wall_s": round(done.wall_s, 1)}  # type: ignore[dict-item]
+        rows[n] = {**rows[n], **PolicyRun.load(done.result.run_dir).figures(),  # type: ignore[dict-item]
+                   "wall_s": round(done.wall_s, 1)}
     return [r for r in rows if r is not None]
-
-
-def _figures(run_dir: Path) -> dict[str, Any]:
-    """A finished run's row figures: SLO violation %, max P99, hit ratio."""
-    r = PolicyRun.load(run_dir)
-    p99 = r.measured_series("p99_ms")
-    return {"violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,
-            "hit_ratio": r.result.get("overall_hit_ratio")}
 
 
 def minutes(seconds: float) -> str:
     """A duration in minutes, with a decimal below ten."""
     m = seconds / 60
     return f"{m:.1f}" if m < 10 else f"{m:.0f}"
-
-
-def _med(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.1f} [{min(xs):.1f}–{max(xs):.1f}]" if xs else "–"
 
 
 def curve(r: PolicyRun) -> list[float]:
@@ -123,11 +112,7 @@ def curve(r: PolicyRun) -> list[float]:
 def write(rows: list[dict[str, Any]], out: Path) -> tuple[Path, Path]:
     """matrix.csv (every run), matrix.md (per experiment: median [range] per arm and the
     paper's figures) and per experiment <name>-curves.png and <name>-p99.png."""
-    csv_path = out / "matrix.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "dir"], extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    csv_path = write_csv(out / "matrix.csv", rows, [k for k in rows[0] if k != "dir"])
     exps = list(dict.fromkeys(r["experiment"] for r in rows))
     seeds = sorted({r["seed"] for r in rows})
     lines = ["# Policy matrix", "",
@@ -145,9 +130,8 @@ def write(rows: list[dict[str, Any]], out: Path) -> tuple[Path, Path]:
         lines += [f"## {e}", "", "| arm | SLO violation % | max P99 (ms) | hit ratio |", "|---|---|---|---|"]
         for a in arms:
             hr = vals(a, "hit_ratio")
-            lines.append(f"| {a} | {_med(vals(a, 'violation_pct'))} | {_med(vals(a, 'max_p99_ms'))} | "
-                         f"{statistics.median(hr):.3f} |" if hr else f"| {a} | {_med(vals(a, 'violation_pct'))} | "
-                         f"{_med(vals(a, 'max_p99_ms'))} | – |")
+            lines.append(f"| {a} | {median_range(vals(a, 'violation_pct'))} | {median_range(vals(a, 'max_p99_ms'))} | "
+                         + (f"{statistics.median(hr):.3f} |" if hr else "– |"))
         if e in PAPER:
             lines += ["", "The paper reports: " + "; ".join(f"{w}: {v}" for w, v in PAPER[e]) + "."]
         curves_png = _curves(mine, arms, out / f"{e}-curves.png", e)
@@ -168,15 +152,9 @@ def _curves(rows: list[dict[str, Any]], arms: list[str], path: Path, title: str)
     ax.set_xscale("log")
     ax.set_xticks(CURVE_SLOS, [str(s) for s in CURVE_SLOS], fontsize=7)
     ax.set_xlabel("P99 SLO (ms)")
-    ax.set_ylabel("SLO violations % (median over seeds)")
-    ax.set_ylim(-2, 102)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    ax.set_title(f"{title}: violations against the SLO (cf. paper Fig. 8)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    violation_axis(ax, "SLO violations % (median over seeds)", f"{title}: violations against the SLO (cf. paper Fig. 8)",
+                   legend_size=7, fontsize=9)
+    return save(fig, path, dpi=100)
 
 
 def _p99(rows: list[dict[str, Any]], arms: list[str], path: Path, title: str, seed: int) -> Path:
@@ -195,7 +173,4 @@ def _p99(rows: list[dict[str, Any]], arms: list[str], path: Path, title: str, se
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=4)
     ax.set_title(f"{title}, seed {seed}: P99 over time", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=100)

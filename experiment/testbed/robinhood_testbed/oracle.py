@@ -1,14 +1,11 @@
 """The oracle's schedule file of a comparison folder (``oracle.json``, checked against
-schema/oracle.schema.yaml at every read): :func:`schedule` has ``tracegen oracle`` (the
-model, experiment/feasibility) write it and the judge simulate its candidates; when the
-arms have run, :func:`hindsight_rerun` judges the online arms' allocations too and runs
-the oracle arms again where its schedule changed. The oracle is the best schedule known
-for the run, not a bound."""
+schema/oracle.schema.yaml at every read; docs/algorithms.md, "Judged in the simulator"):
+:func:`schedule` has ``tracegen oracle`` write it and the judge simulate its candidates;
+:func:`hindsight_rerun` judges the online arms' allocations too, once they have run."""
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,10 +17,10 @@ from robinhood_common.contract import dump_yaml
 from robinhood_common.units import format_duration
 
 from .analysis import PolicyRun
-from .deploy import build_topology, go_bin
+from .deploy import build_topology
 from .executor import ArmJob, Done, Executor
 from .experiment import Arm, Experiment, ExperimentError, allocation
-from .run import RUN_START, FixedPorts, Generated, run_arm_sim
+from .run import RUN_START, FixedPorts, Generated, run_arm_sim, tracegen
 
 #: The oracle's schedules of a run (tracegen oracle), in the comparison's folder:
 #: computed once, read by every arm whose policy needs them (controller.run.oracle).
@@ -67,16 +64,11 @@ def schedule(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Pa
         topo = out_dir / "oracle-topology.yaml"
         topo.write_text(dump_yaml(build_topology(exp, arm, FixedPorts()), sort_keys=False))
         model = out_dir / MODEL_FILE
-        args = [str(go_bin("tracegen")), "oracle", "--topology", str(topo), "--trace", str(trace),
-                "--duration", format_duration(exp.duration), "--seed", str(exp.seed), "--out", str(model)]
-        if scenario is not None:
-            args += ["--scenario", str(scenario)]
-        if feasible_only:
-            args.append("--feasible-only")
-        res = subprocess.run(args, capture_output=True, text=True)
-        (out_dir / "tracegen-oracle.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
-        if res.returncode != 0:
-            raise ExperimentError(f"the oracle's schedule failed ({' '.join(args)}):\n{res.stderr.strip()}")
+        args = ["oracle", "--topology", str(topo), "--trace", str(trace), "--duration", format_duration(exp.duration),
+                "--seed", str(exp.seed), "--out", str(model)]
+        args += ["--scenario", str(scenario)] if scenario is not None else []
+        args += ["--feasible-only"] if feasible_only else []
+        tracegen(args, "the oracle's schedule", log=out_dir / "tracegen-oracle.log")
         _judge(exp, arm, model, path, trace, scenario)
         return path.resolve()
 
@@ -87,18 +79,10 @@ MODEL_FILE, JUDGE_DIR = "oracle-model.json", "oracle-judge"
 
 
 def _judge(exp: Experiment, arm: Arm, model: Path, path: Path, trace: Path, scenario: Path | None) -> None:
-    """Judge the oracle's candidate schedules on the memcached model itself: simulate each
-    (bin/sim, the experiment's seed and sampling, the ``oracle`` policy applying it with
-    foresight on every app server) and make the one with the fewest SLO violations (then
-    the lowest request P99) the file's foresight schedule; ``judged`` records every
-    candidate's measured figures. The fluid model cannot tell candidates apart where a
-    partition's worth depends on when it filled (docs/algorithms.md, "The oracle"); the
-    simulator can. The candidates include the reactive schedule and the configured
-    allocation, so the judged oracle is never worse than the reactive oracle or the
-    static split in the simulator. The model's pick is simulated first, and the judging
-    stops at the first candidate without a violation (none can do better). A run the model
-    calls infeasible (no allocation meets the SLO throughout) is not judged. The result is
-    written to ``path`` at once, when done (unjudged: the model's file as it is)."""
+    """Simulate the model's candidate schedules (docs/algorithms.md, "Judged in the
+    simulator") and write ``path``: the model's file with the best measured candidate as
+    its foresight schedule and every candidate's figures in ``judged`` (unjudged where
+    the model calls the run infeasible or has one candidate)."""
     doc = read(model)
     apps = doc.get("app_server_schedules", {})
     cands = doc.get("app_server_candidates", {})
@@ -191,12 +175,10 @@ def recorded_schedule(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
 
 def _hindsight(exp: Experiment, folder: Path, runs: dict[str, Path], trace: Path | Generated,
                scenario: Path | None) -> bool:
-    """Make the judged oracle of a comparison folder at least as good as every online
-    arm's allocation: each of ``runs`` (name → run folder) that measured fewer SLO
-    violations than the chosen candidate has its recorded allocation (every app server
-    its own) simulated as a candidate ``hindsight-<arm>``, and the best candidate becomes
-    the schedule with foresight (docs/algorithms.md, "Judged in the simulator"). Whether
-    the chosen schedule changed; a folder whose oracle was not judged is left as it is."""
+    """Each of ``runs`` (name → run folder) that measured fewer SLO violations than the
+    judged oracle's choice is simulated as a candidate ``hindsight-<arm>``, and the best
+    candidate becomes the schedule with foresight (docs/algorithms.md, "Judged in the
+    simulator"). Whether the choice changed; an oracle not judged is left as it is."""
     path = folder / ORACLE_FILE
     doc = read(path)
     judged = doc.get("judged")
@@ -274,12 +256,10 @@ def hindsight_rerun(comparisons: list[Comparison], executor: Executor,
 
 
 def judged_run(folder: Path, arm: Arm) -> Path | None:
-    """The judge's simulation of exactly this arm in this comparison folder, when there is
-    one (None otherwise): the oracle is the chosen candidate's run, the reactive oracle
-    the ``reactive`` candidate's when that was simulated and is the reactive schedule of
-    every app server. Same topology, trace, scenario, seed, dispatch and sampling as the
-    arm's own run would have, so the same results to the byte (checked on the 61 judged
-    evaluation scenarios of the zoo); running it again is spared."""
+    """The judge's simulation of exactly this arm in this comparison folder (None: there is
+    none): the oracle's is the chosen candidate's run, the reactive oracle's the
+    ``reactive`` candidate's when that is every app server's reactive schedule. It has the
+    arm's own inputs, so the same results to the byte: running the arm again is spared."""
     if (arm.cache_mode != "partitioned" or arm.policy_name not in ("oracle", "oracle-reactive")
             or set(arm.policy or {}) != {"name"} or not (folder / ORACLE_FILE).exists()):
         return None

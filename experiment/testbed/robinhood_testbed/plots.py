@@ -61,6 +61,23 @@ def _grid(n: int, width: float, height: float, max_cols: int = 4, **kw):
     return fig, flat[:n]
 
 
+def save(fig, out: Path, dpi: int = 110) -> Path:
+    """Lay a figure out, write it to out and close it."""
+    fig.tight_layout()
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return out
+
+
+def violation_axis(ax, ylabel: str, title: str, legend_size: int = 8, **title_kw: Any) -> None:
+    """An axis of SLO violation % (0-100, a little room around), with its grid and legend."""
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(-2, 102)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size, ncol=2)
+    ax.set_title(title, **title_kw)
+
+
 def _p99_points(r: PolicyRun) -> tuple[list[float], list[float]]:
     pts = [p for p in r.series() if p.get("p99_ms") is not None]
     return [p["t_s"] for p in pts], [p["p99_ms"] for p in pts]
@@ -101,10 +118,7 @@ def p99_over_time(runs: list[PolicyRun], out: Path) -> Path:
             ax.set_xlabel("time (s)")
         axes[0].legend(loc="upper left", fontsize=7)
         fig.suptitle("P99 request latency over time (windowed); other arms in grey")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def slo_curves(runs: list[PolicyRun], out: Path) -> Path:
@@ -126,10 +140,7 @@ def slo_curves(runs: list[PolicyRun], out: Path) -> Path:
         ax.set_title(f"{title} SLO vs violations")
         ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=8, ncol=2 if len(runs) > ONE_AXIS_MAX else 1)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def allocation_figure(runs: list[PolicyRun]):
@@ -171,11 +182,7 @@ def allocation_figure(runs: list[PolicyRun]):
 def allocation(runs: list[PolicyRun], out: Path) -> Path | None:
     """The allocation figure (:func:`allocation_figure`) written to out."""
     fig = allocation_figure(runs)
-    if fig is None:
-        return None
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return None if fig is None else save(fig, out)
 
 
 def rbc_share(runs: list[PolicyRun], out: Path, top: int = 4) -> Path | None:
@@ -207,10 +214,7 @@ def rbc_share(runs: list[PolicyRun], out: Path, top: int = 4) -> Path | None:
         ax.legend(fontsize=8)
     for ax in axes[::4]:
         ax.set_ylabel("share of blocking count (%)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def all_plots(runs: list[PolicyRun], out_dir: Path) -> dict[str, Path]:

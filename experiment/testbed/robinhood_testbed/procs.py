@@ -12,9 +12,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from robinhood_common import ports
 
@@ -64,6 +64,11 @@ class Proc:
         except OSError:
             return ""
         return "\n".join(lines[-n:])
+
+    def exited(self, when: str = "") -> StartError:
+        """The error of a process that ended ``when``: its status and the end of its log."""
+        return StartError(f"{self.name} exited with status {self.popen.returncode}{when}; "
+                          f"last lines of {self.log_path}:\n{self.tail()}")
 
 
 @dataclass
@@ -115,12 +120,11 @@ class Supervisor:
                 proc.popen.wait()
         self.procs.clear()
 
-    def check_alive(self) -> None:
-        """Raise StartError when a supervised process has exited."""
+    def check_alive(self, but: Proc | None = None, when: str = "") -> None:
+        """Raise StartError when a supervised process (but ``but``) has exited."""
         for proc in self.procs:
-            if not proc.alive():
-                raise StartError(f"{proc.name} exited with status {proc.popen.returncode}; "
-                                 f"last lines of {proc.log_path}:\n{proc.tail()}")
+            if proc is not but and not proc.alive():
+                raise proc.exited(when)
 
 
 def wait_tcp(proc: Proc, addr: str, timeout: float = 60.0) -> None:
@@ -129,8 +133,7 @@ def wait_tcp(proc: Proc, addr: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not proc.alive():
-            raise StartError(f"{proc.name} exited with status {proc.popen.returncode} before listening "
-                             f"on {addr}; last lines of {proc.log_path}:\n{proc.tail()}")
+            raise proc.exited(f" before listening on {addr}")
         try:
             with socket.create_connection((host, int(port)), timeout=0.25):
                 return
@@ -146,8 +149,7 @@ def wait_http(proc: Proc, url: str, timeout: float = 60.0, context: ssl.SSLConte
     last = ""
     while time.monotonic() < deadline:
         if not proc.alive():
-            raise StartError(f"{proc.name} exited with status {proc.popen.returncode} before {url} "
-                             f"answered; last lines of {proc.log_path}:\n{proc.tail()}")
+            raise proc.exited(f" before {url} answered")
         try:
             with urllib.request.urlopen(url, timeout=1, context=context) as r:
                 if r.status == 200:

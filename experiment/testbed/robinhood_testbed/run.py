@@ -1,5 +1,5 @@
-"""Running experiments: one arm on a fresh topology (`run_arm`), or several arms one
-after another on the same trace, scenario and seed (`compare`)."""
+"""Running one arm of an experiment: on a fresh topology of real processes (`run_arm`)
+or in the simulator (`run_arm_sim`), from the inputs every arm shares (`prepare_inputs`)."""
 from __future__ import annotations
 
 import json
@@ -7,17 +7,19 @@ import logging
 import subprocess
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from . import metrics
 from robinhood_common.contract import dump_yaml
 from robinhood_common.units import format_duration, parse_duration
 
+from . import metrics
 from .deploy import Deployment, build_topology, check_appserver, controller_cmd, go_bin
 from .experiment import Arm, Experiment, ExperimentError
-from .procs import PortAllocator, StartError
+from .procs import PortAllocator, Proc, StartError
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,18 @@ def stream_args(exp: Experiment) -> list[str]:
 Generated = list
 
 
+def tracegen(args: list[str], what: str, log: Path | None = None, timeout: float | None = None) -> str:
+    """``bin/tracegen ARGS``'s output; ExperimentError with its stderr when it fails. With
+    ``log``, the command and everything it printed are written there."""
+    cmd = [str(go_bin("tracegen")), *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if log is not None:
+        log.write_text("$ " + " ".join(cmd) + "\n" + res.stdout + res.stderr)
+    if res.returncode != 0:
+        raise ExperimentError(f"{what} failed ({' '.join(cmd)}):\n{res.stderr.strip()}")
+    return res.stdout
+
+
 def prepare_inputs(exp: Experiment, out_dir: Path, engine: str = "testbed") -> tuple[Path | Generated, Path | None]:
     """Synthesise (or locate) the trace and write the scenario; both are shared by
     every policy of a comparison. Returns (trace path, scenario path or None); in the
@@ -111,13 +125,9 @@ def prepare_inputs(exp: Experiment, out_dir: Path, engine: str = "testbed") -> t
     else:
         trace = out_dir / "trace.jsonl"
         command = "import" if streams else "synth"
-        args = [str(go_bin("tracegen")), command, *synth_args(exp), *streams,
-                "--duration", format_duration(exp.duration + TRACE_SLACK_S), "--out", str(trace)]
-        res = subprocess.run(args, capture_output=True, text=True)
-        (out_dir / f"tracegen-{command}.log").write_text("$ " + " ".join(args) + "\n" + res.stdout + res.stderr)
-        if res.returncode != 0:
-            what = "trace import" if streams else "trace synthesis"
-            raise ExperimentError(f"{what} failed ({' '.join(args)}):\n{res.stderr.strip()}")
+        tracegen([command, *synth_args(exp), *streams, "--duration", format_duration(exp.duration + TRACE_SLACK_S),
+                  "--out", str(trace)], "trace import" if streams else "trace synthesis",
+                 log=out_dir / f"tracegen-{command}.log")
     scenario = None
     data = exp.scenario_data()
     if data is not None:
@@ -191,18 +201,7 @@ class Watcher(threading.Thread):
                                             "window_requests": int(snap.get("window_requests", 0)),
                                             "p99_latency_us": int(snap.get("p99_latency_us", 0))}) + "\n")
             self.rbc_file.flush()
-        hits: dict[str, float] = {}
-        misses: dict[str, float] = {}
-        for addr in ep.app_http.values():
-            s = metrics.scrape(addr)
-            if s is None:
-                continue
-            for n, v in metrics.by_label(s, "appserver_cache_hits_total", "backend").items():
-                hits[n] = hits.get(n, 0) + v
-            for n, v in metrics.by_label(s, "appserver_cache_misses_total", "backend").items():
-                misses[n] = misses.get(n, 0) + v
-        st.hit_ratio = {n: hits.get(n, 0) / (hits.get(n, 0) + misses.get(n, 0))
-                        for n in set(hits) | set(misses) if hits.get(n, 0) + misses.get(n, 0) > 0}
+        st.hit_ratio, _ = hit_ratios([s for addr in ep.app_http.values() if (s := metrics.scrape(addr)) is not None])
         alloc: dict[str, float] = {}
         for addr in ep.controller_metrics.values():
             s = metrics.scrape(addr)
@@ -233,24 +232,36 @@ class RunResult:
     overall_hit_ratio: float | None
 
 
+def hit_ratios(app_servers: list[metrics.Samples]) -> tuple[dict[str, float], float | None]:
+    """Per-backend and overall hit ratios of the app servers' cache counters together."""
+    hits: Counter[str] = Counter()
+    misses: Counter[str] = Counter()
+    for s in app_servers:
+        hits.update(metrics.by_label(s, "appserver_cache_hits_total", "backend"))
+        misses.update(metrics.by_label(s, "appserver_cache_misses_total", "backend"))
+    ratios = {n: hits[n] / (hits[n] + misses[n]) for n in sorted(hits | misses) if hits[n] + misses[n] > 0}
+    h, m = hits.total(), misses.total()
+    return ratios, (h / (h + m) if h + m > 0 else None)
+
+
 def snapshot_appservers(dep: Deployment) -> tuple[dict[str, float], float | None]:
     """Final per-backend and overall hit ratios; the raw metrics are saved in the run folder."""
-    hits: dict[str, float] = {}
-    misses: dict[str, float] = {}
+    samples = []
     for app, addr in dep.ep.app_http.items():
         body = metrics.fetch(f"http://{addr}/metrics", timeout=3)
-        if body is None:
-            continue
-        (dep.run_dir / f"appserver-{app}.prom").write_bytes(body)
-        s = metrics.parse_prometheus(body.decode(errors="replace"))
-        for n, v in metrics.by_label(s, "appserver_cache_hits_total", "backend").items():
-            hits[n] = hits.get(n, 0) + v
-        for n, v in metrics.by_label(s, "appserver_cache_misses_total", "backend").items():
-            misses[n] = misses.get(n, 0) + v
-    ratios = {n: hits.get(n, 0) / (hits.get(n, 0) + misses.get(n, 0))
-              for n in sorted(set(hits) | set(misses)) if hits.get(n, 0) + misses.get(n, 0) > 0}
-    h, m = sum(hits.values()), sum(misses.values())
-    return ratios, (h / (h + m) if h + m > 0 else None)
+        if body is not None:
+            (dep.run_dir / f"appserver-{app}.prom").write_bytes(body)
+            samples.append(metrics.parse_prometheus(body.decode(errors="replace")))
+    return hit_ratios(samples)
+
+
+def write_result(arm: Arm, run_dir: Path, summary: dict[str, Any], ratios: dict[str, float],
+                 overall: float | None, **extra: Any) -> RunResult:
+    """Write the arm's result.json; its RunResult."""
+    (run_dir / "result.json").write_text(json.dumps({
+        "policy": arm.name, "cache_mode": arm.cache_mode, "allocation": arm.policy, "dispatch": arm.dispatch,
+        "hit_ratio": ratios, "overall_hit_ratio": overall, **extra}, indent=2))
+    return RunResult(arm.name, run_dir, summary, ratios, overall)
 
 
 #: The file the testbed writes, in an arm's folder, when the run's clock starts: the
@@ -262,31 +273,56 @@ def deployment(exp: Experiment, arm: Arm, run_dir: Path, data_dir: Path, prometh
                replay: bool = False, trace: Path | None = None, scenario: Path | None = None) -> Deployment:
     """A deployment (not started) of one arm of an experiment. With a trace, every
     controller is told about the run (controller.run)."""
-    run: dict[str, Any] | None = None
-    if trace is not None:
-        run = {"seconds": format_duration(exp.duration), "start_file": str((run_dir / RUN_START).resolve()),
-               "trace": str(Path(trace).resolve()), "topology": str((run_dir / "topology.yaml").resolve())}
-        if scenario is not None:
-            run["scenario"] = str(Path(scenario).resolve())
-        from . import oracle  # it simulates arms: it imports this module
-        if oracle.needs_schedule(arm):
-            run["oracle"] = str(oracle.schedule(exp, arm, run_dir.parent, Path(trace), scenario))
+    run = None if trace is None else run_block(exp, arm, run_dir, trace, scenario)
     return Deployment(build_topology(exp, arm, run=run), run_dir, data_dir, memcached_args=list(exp.cache.memcached_args),
                       prometheus=prometheus, replay=replay)
+
+
+def run_block(exp: Experiment, arm: Arm, run_dir: Path, trace: Path | Generated, scenario: Path | None) -> dict[str, Any]:
+    """What every controller is told about the run (controller.run): its length, start
+    file and topology, the trace file, the scenario, and the oracle's schedule when the
+    arm's policy applies one."""
+    run = {"seconds": format_duration(exp.duration), "start_file": str((run_dir / RUN_START).resolve()),
+           "topology": str((run_dir / "topology.yaml").resolve())}
+    if not isinstance(trace, list):
+        run["trace"] = str(Path(trace).resolve())
+    if scenario is not None:
+        run["scenario"] = str(Path(scenario).resolve())
+    from . import oracle  # it simulates arms: it imports this module
+    if oracle.needs_schedule(arm):
+        if isinstance(trace, list):
+            raise ExperimentError(f"arm {arm.name}: the oracle reads the trace file, and sim.generate writes none "
+                                  "(set sim.generate: false, or leave the oracle out)")
+        run["oracle"] = str(oracle.schedule(exp, arm, run_dir.parent, Path(trace), scenario))
+    return run
+
+
+def slo_flags(exp: Experiment) -> list[str]:
+    """The run's length, seed and SLO method, as tracegen replay and bin/sim take them."""
+    return ["--duration", format_duration(exp.duration), "--seed", str(exp.seed),
+            "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
+            "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup)]
 
 
 def replay_args(exp: Experiment, dep: Deployment, trace: Path, scenario: Path | None, out: Path) -> list[str]:
     """The `tracegen replay` command of one run: the experiment's trace, duration,
     seed, SLO method and scenario against the deployment's topology."""
-    args = [str(go_bin("tracegen")), "replay", "--topology", str(dep.topology_path),
-            "--trace", str(trace), "--out", str(out),
-            "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
-            "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
-            "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup),
-            "--metrics", dep.ep.replay_metrics]
-    if scenario is not None:
-        args += ["--scenario", str(scenario)]
-    return args
+    args = [str(go_bin("tracegen")), "replay", "--topology", str(dep.topology_path), "--trace", str(trace),
+            "--out", str(out), *slo_flags(exp), "--metrics", dep.ep.replay_metrics]
+    return args + (["--scenario", str(scenario)] if scenario is not None else [])
+
+
+def start_replay(exp: Experiment, dep: Deployment, trace: Path, scenario: Path | None) -> tuple[Proc, float]:
+    """Start the run's clock (its start file) and its replay; the replay's process and the start."""
+    args = replay_args(exp, dep, trace, scenario, dep.run_dir / "replay")
+    started = time.time()
+    (dep.run_dir / RUN_START).write_text(f"{started:.6f}\n")
+    return dep.sup.start("replay", args), started
+
+
+def check_replay(replay: Proc) -> None:
+    if replay.popen.returncode != 0:
+        raise replay.exited()
 
 
 def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Path | None,
@@ -305,38 +341,25 @@ def run_arm(exp: Experiment, arm: Arm, out_dir: Path, trace: Path, scenario: Pat
     state = LiveState(policy=policy, duration=exp.duration, slo_ms=exp.slo.latency * 1000)
     log.info("policy %s: starting the topology (logs in %s)", policy, dep.sup.log_dir)
     with dep:
-        replay_dir = run_dir / "replay"
-        args = replay_args(exp, dep, trace, scenario, replay_dir)
         watcher = Watcher(dep, state)
-        state.started = time.time()
-        (run_dir / RUN_START).write_text(f"{state.started:.6f}\n")
-        replay = dep.sup.start("replay", args)
+        replay, state.started = start_replay(exp, dep, trace, scenario)
         watcher.start()
         try:
             while replay.alive():
-                for p in dep.sup.procs:
-                    if p is not replay and not p.alive():
-                        raise StartError(f"{p.name} exited with status {p.popen.returncode} during the run; "
-                                         f"last lines of {p.log_path}:\n{p.tail()}")
+                dep.sup.check_alive(but=replay, when=" during the run")
                 if view is not None:
                     view(state)
                 time.sleep(0.5)
         finally:
             watcher.stop()
-        if replay.popen.returncode != 0:
-            raise StartError(f"replay failed with status {replay.popen.returncode}; last lines of "
-                             f"{replay.log_path}:\n{replay.tail()}")
+        check_replay(replay)
         ratios, overall = snapshot_appservers(dep)
-    summary_path = replay_dir / "summary.json"
+    summary_path = run_dir / "replay" / "summary.json"
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise StartError(f"replay wrote no readable {summary_path}: {e}") from None
-    result = RunResult(policy, run_dir, summary, ratios, overall)
-    (run_dir / "result.json").write_text(json.dumps({
-        "policy": policy, "cache_mode": arm.cache_mode, "allocation": arm.policy, "dispatch": arm.dispatch,
-        "hit_ratio": ratios, "overall_hit_ratio": overall}, indent=2))
-    return result
+    return write_result(arm, run_dir, summary, ratios, overall)
 
 
 #: The simulated run's start (Unix seconds), written to its start file: a fixed time
@@ -345,10 +368,8 @@ SIM_EPOCH = 1_000_000_000.0
 
 
 class FixedPorts(PortAllocator):
-    """The addresses of a simulated arm's topology. The simulator binds none of them,
-    so they are fixed (127.0.0.1:20000, :20001, … in the order asked) instead of free
-    ports: the topology file, like the rest of the arm's folder, comes out the same on
-    every run and on every machine (a Dask worker's run included)."""
+    """A simulated arm's addresses (127.0.0.1:20000, :20001, … in the order asked): the
+    simulator binds none, and its folder comes out the same on every run and machine."""
 
     def __init__(self, first: int = 20000) -> None:
         self.next = first
@@ -360,12 +381,9 @@ class FixedPorts(PortAllocator):
 
 @dataclass
 class SimArm:
-    """One simulated arm, prepared (:func:`prepare_arm_sim`): its folder holds the
-    topology and the start file, ``args`` is the bin/sim command that fills the folder,
-    ``inputs`` every file the command reads (the topology, the start file, the trace
-    file unless bin/sim generates the trace, the scenario, the calibration). The
-    command runs here (:func:`execute_arm_sim`) or on a Dask worker
-    (robinhood_testbed.executor), then :func:`finish_arm_sim` reads the results."""
+    """One simulated arm, prepared (:func:`prepare_arm_sim`): its folder, the bin/sim
+    command that fills it (run here by :func:`execute_arm_sim` or on a Dask worker) and
+    every file the command reads; :func:`finish_arm_sim` reads the results."""
 
     arm: Arm
     run_dir: Path
@@ -388,18 +406,7 @@ def prepare_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Gene
         raise ExperimentError(f"{run_dir} already exists; choose another --out")
     run_dir.mkdir(parents=True)
     topo_path = run_dir / "topology.yaml"
-    run = {"seconds": format_duration(exp.duration), "start_file": str((run_dir / RUN_START).resolve()),
-           "topology": str(topo_path.resolve())}
-    if not isinstance(trace, list):
-        run["trace"] = str(Path(trace).resolve())
-    if scenario is not None:
-        run["scenario"] = str(Path(scenario).resolve())
-    from . import oracle  # it simulates arms: it imports this module
-    if oracle.needs_schedule(arm):
-        if isinstance(trace, list):
-            raise ExperimentError(f"arm {arm.name}: the oracle reads the trace file, and sim.generate writes none "
-                                  "(set sim.generate: false, or leave the oracle out)")
-        run["oracle"] = str(oracle.schedule(exp, arm, out_dir, Path(trace), scenario))
+    run = run_block(exp, arm, run_dir, trace, scenario)
     doc = build_topology(exp, arm, FixedPorts(), run=run)
     topo_path.write_text(dump_yaml(doc, sort_keys=False))
     (run_dir / RUN_START).write_text(f"{SIM_EPOCH:.6f}\n")
@@ -412,10 +419,7 @@ def prepare_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Gene
     if not isinstance(trace, list):
         inputs.append(Path(trace))
     args = [str(go_bin("sim")), "arm", "--topology", str(topo_path), *source, "--out", str(run_dir),
-            "--duration", format_duration(exp.duration), "--seed", str(exp.seed),
-            "--slo", format_duration(exp.slo.latency), "--slo-step", format_duration(exp.slo.step),
-            "--slo-window", format_duration(exp.slo.window), "--warmup", format_duration(exp.slo.warmup),
-            "--controller", " ".join(controller_cmd())]
+            *slo_flags(exp), "--controller", " ".join(controller_cmd())]
     if scenario is not None:
         args += ["--scenario", str(scenario)]
         inputs.append(Path(scenario))
@@ -454,15 +458,9 @@ def check_sim_status(p: SimArm, returncode: int) -> None:
 
 def finish_arm_sim(p: SimArm) -> RunResult:
     """Read a simulated arm's results (sim.json, the summary) and write result.json."""
-    arm, run_dir = p.arm, p.run_dir
-    sim = json.loads((run_dir / "sim.json").read_text())
-    summary = json.loads((run_dir / "replay" / "summary.json").read_text())
-    ratios = sim.get("hit_ratio", {})
-    overall = sim.get("overall_hit_ratio")
-    (run_dir / "result.json").write_text(json.dumps({
-        "policy": arm.name, "cache_mode": arm.cache_mode, "allocation": arm.policy, "dispatch": arm.dispatch,
-        "hit_ratio": ratios, "overall_hit_ratio": overall, "engine": "sim"}, indent=2))
-    return RunResult(arm.name, run_dir, summary, ratios, overall)
+    sim = json.loads((p.run_dir / "sim.json").read_text())
+    summary = json.loads((p.run_dir / "replay" / "summary.json").read_text())
+    return write_result(p.arm, p.run_dir, summary, sim.get("hit_ratio", {}), sim.get("overall_hit_ratio"), engine="sim")
 
 
 def run_arm_sim(exp: Experiment, arm: Arm, out_dir: Path, trace: Path | Generated, scenario: Path | None,

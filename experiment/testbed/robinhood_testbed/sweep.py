@@ -1,24 +1,9 @@
 """Sweeps (docs/simulator.md, "Sweeps"): one experiment run in the simulator at every
-value of one parameter, for several seeds, with SLO violations per policy plotted
-against the parameter — where RobinHood helps, and where no cache policy can.
-
-A parameter is a named change of the experiment document:
-
-- ``budget``: the app servers' cache budget, MB (``cache.budget_mb``);
-- ``interval``: the controller's interval Δ (``controller.interval``), e.g. ``1s``;
-- ``tax``: the ``tax`` parameter of every compared policy that has one (robinhood, tao++);
-- ``spike-depth``: every capacity the scenario sets (``rate`` values of ``set`` events,
-  ``from``/``to`` of rate ramps, ``min``/``max``/``initial`` of rate walks) times the
-  value: below 1 the capacity drops deeper, above 1 less deep;
-- ``ramp-time``: every ramp's length times the value (its start stays): below 1 the
-  capacity changes faster;
-- any other dotted path of the document (``rbc_server.window``, ``slo.latency``), set
-  to the value as written.
-"""
+value of one parameter (:data:`NAMED`, or a dotted path of the document), for several
+seeds, with SLO violations per policy plotted against the parameter."""
 from __future__ import annotations
 
 import copy
-import csv
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -28,10 +13,10 @@ from robinhood_common.contract import ConfigError
 from robinhood_common.experiment import from_document
 from robinhood_common.units import format_duration, parse_duration
 
-from .analysis import PolicyRun
+from .analysis import PolicyRun, median_range, write_csv
 from .executor import ArmJob, Executor, LocalExecutor
 from .experiment import Arm, Experiment, ExperimentError
-from .plots import _color, plt
+from .plots import _color, plt, save, violation_axis
 from .run import prepare_inputs
 
 NAMED = ("budget", "interval", "tax", "spike-depth", "ramp-time")
@@ -129,11 +114,8 @@ def run(exp: Experiment, arms_of: Callable[[Experiment], list[Arm]], param: str,
     left = {(v, s): sum(1 for x in todo if x[:2] == (v, s)) for v, s, _ in todo}
     for done in (executor or LocalExecutor()).run([job for _, _, job in todo]):
         v, s, job = todo[done.index]
-        r = PolicyRun.load(done.result.run_dir)
-        p99 = r.measured_series("p99_ms")
         rows[done.index] = {"param": param, "value": v, "seed": s, "arm": job.arm.name,
-                            "violation_pct": r.violation_pct(), "max_p99_ms": max(p99) if p99 else None,
-                            "hit_ratio": r.result.get("overall_hit_ratio")}
+                            **PolicyRun.load(done.result.run_dir).figures()}
         left[v, s] -= 1
         if not left[v, s]:  # every arm of the point is done
             progress(f"{param} = {v}, seed {s}: " + ", ".join(
@@ -143,11 +125,7 @@ def run(exp: Experiment, arms_of: Callable[[Experiment], list[Arm]], param: str,
 
 def write(rows: list[dict[str, Any]], out: Path, param: str, values: list[str]) -> tuple[Path, Path, Path]:
     """sweep.csv (every run), sweep.md (median [range] per arm and value), sweep.png."""
-    csv_path = out / "sweep.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    csv_path = write_csv(out / "sweep.csv", rows)
     arms = list(dict.fromkeys(r["arm"] for r in rows))
 
     def cell(arm: str, v: str) -> list[float]:
@@ -157,11 +135,7 @@ def write(rows: list[dict[str, Any]], out: Path, param: str, values: list[str]) 
              "| policy | " + " | ".join(f"{param} = {v}" for v in values) + " |",
              "|---|" + "---|" * len(values)]
     for a in arms:
-        cells = []
-        for v in values:
-            xs = cell(a, v)
-            cells.append(f"{statistics.median(xs):.1f} [{min(xs):.1f}–{max(xs):.1f}]" if xs else "–")
-        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+        lines.append(f"| {a} | " + " | ".join(median_range(cell(a, v)) for v in values) + " |")
     md_path = out / "sweep.md"
     md_path.write_text("\n".join(lines) + "\n")
 
@@ -169,25 +143,15 @@ def write(rows: list[dict[str, Any]], out: Path, param: str, values: list[str]) 
     numeric = all(_is_number(v) for v in values)
     xs = [float(v) for v in values] if numeric else list(range(len(values)))
     for i, a in enumerate(arms):
-        med = [statistics.median(cell(a, v)) if cell(a, v) else float("nan") for v in values]
-        lo = [min(cell(a, v)) if cell(a, v) else float("nan") for v in values]
-        hi = [max(cell(a, v)) if cell(a, v) else float("nan") for v in values]
+        cells = [cell(a, v) or [float("nan")] for v in values]
         c = _color(a, i)
-        ax.plot(xs, med, marker="o", color=c, lw=1.6, label=a)
-        ax.fill_between(xs, lo, hi, color=c, alpha=0.12)
+        ax.plot(xs, [statistics.median(x) for x in cells], marker="o", color=c, lw=1.6, label=a)
+        ax.fill_between(xs, [min(x) for x in cells], [max(x) for x in cells], color=c, alpha=0.12)
     if not numeric:
         ax.set_xticks(xs, values)
     ax.set_xlabel(LABELS.get(param, param))
-    ax.set_ylabel("SLO violation % (median, range over seeds)")
-    ax.set_ylim(-2, 102)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
-    ax.set_title(f"SLO violations against {param} (simulator)")
-    fig.tight_layout()
-    png_path = out / "sweep.png"
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-    return csv_path, md_path, png_path
+    violation_axis(ax, "SLO violation % (median, range over seeds)", f"SLO violations against {param} (simulator)")
+    return csv_path, md_path, save(fig, out / "sweep.png")
 
 
 def _is_number(v: str) -> bool:

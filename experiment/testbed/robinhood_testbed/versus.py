@@ -6,16 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .analysis import PolicyRun, fmt
-from .plots import _color, _grid, _p99_frame, _p99_points, plt
+from .analysis import PolicyRun, fmt, results_arms
+from .plots import _color, _grid, _p99_frame, _p99_points, save
 
 
 def common_arms(testbed: Path, sim: Path) -> list[str]:
     """The arms both folders finished, in the testbed folder's order."""
-    from .cli import results_arms  # the compare order
-    tb = results_arms(testbed)
     sm = set(results_arms(sim))
-    return [a for a in tb if a in sm]
+    return [a for a in results_arms(testbed) if a in sm]
 
 
 def rank(values: dict[str, float]) -> dict[str, int]:
@@ -25,19 +23,16 @@ def rank(values: dict[str, float]) -> dict[str, int]:
 
 def rows(testbed: Path, sim: Path) -> list[dict[str, Any]]:
     """One row per common arm: violation % and max P99 in each engine, the difference."""
-    out = []
     arms = common_arms(testbed, sim)
-    tv = {a: PolicyRun.load(testbed / a).violation_pct() or 0.0 for a in arms}
-    sv = {a: PolicyRun.load(sim / a).violation_pct() or 0.0 for a in arms}
+    t = {a: PolicyRun.load(testbed / a).figures() for a in arms}
+    s = {a: PolicyRun.load(sim / a).figures() for a in arms}
+    tv = {a: t[a]["violation_pct"] or 0.0 for a in arms}
+    sv = {a: s[a]["violation_pct"] or 0.0 for a in arms}
     tr, sr = rank(tv), rank(sv)
-    for a in arms:
-        t, s = PolicyRun.load(testbed / a), PolicyRun.load(sim / a)
-        tp, sp = t.measured_series("p99_ms"), s.measured_series("p99_ms")
-        out.append({"arm": a, "testbed_pct": tv[a], "sim_pct": sv[a], "diff_pp": sv[a] - tv[a],
-                    "testbed_rank": tr[a], "sim_rank": sr[a],
-                    "testbed_max_p99": max(tp) if tp else None, "sim_max_p99": max(sp) if sp else None,
-                    "testbed_hit": t.result.get("overall_hit_ratio"), "sim_hit": s.result.get("overall_hit_ratio")})
-    return out
+    return [{"arm": a, "testbed_pct": tv[a], "sim_pct": sv[a], "diff_pp": sv[a] - tv[a],
+             "testbed_rank": tr[a], "sim_rank": sr[a],
+             "testbed_max_p99": t[a]["max_p99_ms"], "sim_max_p99": s[a]["max_p99_ms"],
+             "testbed_hit": t[a]["hit_ratio"], "sim_hit": s[a]["hit_ratio"]} for a in arms]
 
 
 def markdown(table: list[dict[str, Any]], labels: tuple[str, str] = ("testbed", "sim")) -> str:
@@ -76,7 +71,4 @@ def figure(testbed: Path, sim: Path, out: Path, labels: tuple[str, str] = ("test
             ax.set_ylabel("P99 (ms)")
         ax.legend(fontsize=7)
     fig.suptitle(f"P99 request latency over time (windowed): {labels[0]} (solid) and {labels[1]} (dashed)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save(fig, out, dpi=100)

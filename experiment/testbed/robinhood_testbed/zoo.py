@@ -1,27 +1,10 @@
 """The scenario zoo (docs/zoo.md): every allocation policy on capacity scenarios drawn
-by ``tracegen scenario generate`` (docs/workloads.md, "Scenario zoo"), in the
-simulator — the evaluation nobody tuned a policy for.
-
-For every experiment (a key source: the project's Zipf keys, real key streams) and seed
-the zoo gives the experiment the seed's topology (its number of app servers, from
-``--app-servers``), draws one scenario for it from the family, writes the experiment with
-that scenario and seed, runs the oracle's analysis once (``tracegen oracle``: the class —
-margin, tight or infeasible — and the schedules both oracle arms apply) and runs every arm
-on it. The summary is over the feasible scenarios (margin and tight): per arm the median
-and P90 of the SLO violation %, the share of scenarios where it is the best online arm,
-its worst scenario, and its distance to the oracle split into reaction (its distance to
-the reactive oracle, which learns each phase when it starts) and foresight (the reactive
-oracle's distance to the oracle); and the check that no online arm beats the oracle.
-
-Seeds 1–999 are the development range, 1000–1999 the evaluation range: a policy's
-parameters are never fitted on the evaluation range, and results are reported on it.
-"""
+by ``tracegen scenario generate`` for each (experiment, seed), each analysed once by the
+oracle, in the simulator — the evaluation nobody tuned a policy for."""
 from __future__ import annotations
 
 import copy
-import csv
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,16 +17,16 @@ from robinhood_common.experiment import from_document
 from robinhood_common.units import format_duration
 from robinhood_controller import policies as allocation
 
-from .analysis import PolicyRun
-from .deploy import build_topology, go_bin
+from .analysis import PolicyRun, write_csv
+from .deploy import build_topology
 from .executor import ArmJob, Executor, LocalExecutor
 from .experiment import Arm, Experiment, ExperimentError
 from .experiment import arms as experiment_arms
-from .plots import _color, plt
+from .plots import _color, plt, save, violation_axis
 from .procs import StartError
 from . import oracle
 from .oracle import HINDSIGHT, ORACLE_FILE, judged_run
-from .run import FixedPorts, prepare_inputs
+from .run import FixedPorts, prepare_inputs, tracegen
 from .seeds import RANGES
 
 #: The development and evaluation seed ranges (inclusive), as experiment/zoo defines them.
@@ -58,22 +41,17 @@ OFFLINE = (ORACLE, REACTIVE)
 #: An online arm beating the oracle by more than this many points means the oracle is not the
 #: best schedule known there (the oracle check).
 CHECK_POINTS = 3.0
-#: What runs on a scenario the oracle's analysis calls infeasible (--infeasible): every arm,
-#: or only the recommended policy, which checks the class (an arm meeting the SLO there
-#: proves the analysis wrong), with no oracle schedule computed (there is nothing to compare with).
+#: What runs on a scenario the oracle's analysis calls infeasible (--infeasible; docs/zoo.md).
 INFEASIBLE_ALL, INFEASIBLE_CHECK = "all", "check"
 INFEASIBLE = (INFEASIBLE_ALL, INFEASIBLE_CHECK)
-#: The experiment seed of noise run k > 0 (--noise-seeds) is the scenario's seed plus k times
-#: this: past both seed ranges, so a noise run never shares its seed with a drawn scenario.
-#: The trace and the scenario stay the drawn ones.
+#: Noise run k's experiment seed is the scenario's plus k times this: past both seed ranges.
 NOISE_STRIDE = 7919
 
 
 def noise_variant(exp: Experiment, k: int) -> Experiment:
-    """The experiment of noise run ``k``: the same document with the seed moved by
-    ``k * NOISE_STRIDE`` (k = 0: the experiment itself). The seed drives the backends'
-    service-time noise and the simulator's own draws; the trace and the scenario are files
-    drawn once and passed to every run, so they do not change."""
+    """The experiment of noise run ``k`` (0: the experiment itself): the seed, which drives
+    the backends' noise and the simulator's draws, moved by ``k * NOISE_STRIDE``; the
+    trace and scenario files stay the drawn ones."""
     if k == 0:
         return exp
     doc = copy.deepcopy(exp.document)
@@ -136,13 +114,6 @@ class Point:
     worst_utilization: float | None
 
 
-def _tracegen(args: list[str], what: str) -> str:
-    res = subprocess.run([str(go_bin("tracegen")), *args], capture_output=True, text=True, timeout=900)
-    if res.returncode != 0:
-        raise ExperimentError(f"{what} failed (tracegen {' '.join(args)}):\n{res.stderr.strip()}")
-    return res.stdout
-
-
 def family_of(scenario_text: str) -> str:
     """The family the generator wrote in the scenario's header (``# family: NAME``)."""
     for line in scenario_text.splitlines():
@@ -184,7 +155,7 @@ def draw(exp: Experiment, seed: int, out: Path, family: str | None = None,
            "--warmup", format_duration(exp.slo.warmup), "--out", str(generated)]
     if family:
         gen += ["--family", family]
-    _tracegen(gen, f"seed {seed}: drawing the scenario")
+    tracegen(gen, f"seed {seed}: drawing the scenario", timeout=900)
     text = generated.read_text()
     doc["scenario"] = load_yaml(text)
     try:
@@ -209,17 +180,10 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
         executor: Executor | None = None, app_servers: list[int] | None = None,
         infeasible: str = INFEASIBLE_ALL, noise_seeds: int = 1) -> list[dict[str, Any]]:
     """Draw every (experiment, seed)'s scenario (``jobs`` at once), then run every arm on
-    each in the simulator (an oracle arm the judge has simulated already is a link to
-    that run: :func:`robinhood_testbed.oracle.judged_run`); one row per (experiment, seed,
-    arm), in that order. On a scenario the oracle's analysis calls infeasible,
-    ``infeasible`` says what runs: every arm (``all``), or (``check``) only the recommended
-    policy's arms, the oracle's schedules not computed there (:data:`INFEASIBLE`). With one
-    experiment its points are in ``out/seed-N``, with several in ``out/<name>/seed-N``.
-
-    With ``noise_seeds`` K > 1 every arm runs K times on each scenario, run k with the
-    experiment of :func:`noise_variant` (in ``seed-N/noise-k/`` for k > 0); the row's
-    figures are the medians over the K runs, with the violations' least and most beside
-    them: a difference between two arms smaller than their spread over noise is not one."""
+    each in the simulator, ``noise_seeds`` times (:func:`noise_variant`); one row per
+    (experiment, seed, arm), in that order, its figures the medians over the noise runs.
+    ``infeasible`` says what runs on an infeasible scenario (docs/zoo.md, "What runs").
+    With one experiment its points are in ``out/seed-N``, with several in ``out/<name>/seed-N``."""
     if noise_seeds < 1:
         raise ExperimentError(f"--noise-seeds: {noise_seeds} must be at least 1")
     if infeasible not in INFEASIBLE:
@@ -243,20 +207,16 @@ def run(exps: list[Experiment], arms_of: Callable[[Experiment], list[Arm]], seed
              + ", ".join(f"{n} {c}" for c, n in counts.items()))
     def row(e: Experiment, p: Point, arm: str, runs: list[tuple[Path, float]]) -> dict[str, Any]:
         """The arm's row on the point: the medians over its noise runs."""
-        got = []
-        for run_dir, _ in runs:
-            r = PolicyRun.load(run_dir)
-            p99 = r.measured_series("p99_ms")
-            got.append((r.violation_pct(), max(p99) if p99 else None, r.result.get("overall_hit_ratio")))
+        got = [PolicyRun.load(run_dir).figures() for run_dir, _ in runs]
 
-        def med(i: int) -> float | None:
-            xs = [g[i] for g in got if g[i] is not None]
+        def med(k: str) -> float | None:
+            xs = [g[k] for g in got if g[k] is not None]
             return statistics.median(xs) if xs else None
 
-        viol = [g[0] for g in got if g[0] is not None]
+        viol = [g["violation_pct"] for g in got if g["violation_pct"] is not None]
         return {"experiment": e.name, "seed": p.seed, "app_servers": p.app_servers, "family": p.family,
                 "class": p.cls, "worst_utilization": p.worst_utilization, "arm": arm,
-                "violation_pct": med(0), "max_p99_ms": med(1), "hit_ratio": med(2),
+                **{k: med(k) for k in ("violation_pct", "max_p99_ms", "hit_ratio")},
                 "wall_s": round(sum(w for _, w in runs), 1), "noise_runs": len(runs),
                 "violation_min": min(viol) if viol else None, "violation_max": max(viol) if viol else None,
                 "oracle_schedule": _chosen(p.dir)}
@@ -438,11 +398,7 @@ def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float
     """zoo.csv (every run), zoo.md (the summary: every scenario, then per key source and
     per number of app servers, per family, the oracle check) and zoo.png
     (violations per scenario, sorted, one line per arm)."""
-    csv_path = out / "zoo.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    csv_path = write_csv(out / "zoo.csv", rows)
     classes: dict[Key, str] = {_key(r): r["class"] for r in rows}
     fams: dict[Key, str] = {_key(r): r["family"] for r in rows}
     apps: dict[Key, int] = {_key(r): int(r.get("app_servers") or 1) for r in rows}
@@ -498,13 +454,5 @@ def write(rows: list[dict[str, Any]], out: Path, seeds: list[int], wall_s: float
                  {"color": "black", "lw": 1.6, "ls": "--"} if a == REACTIVE else {"color": _color(a, i), "lw": 1.4})
         ax.plot(range(1, len(ys) + 1), ys, label=a, **style)
     ax.set_xlabel("feasible scenarios, each arm's sorted by its violations")
-    ax.set_ylabel("SLO violation %")
-    ax.set_ylim(-2, 102)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
-    ax.set_title(f"Scenario zoo, {len(per)} feasible scenarios (simulator)")
-    fig.tight_layout()
-    png_path = out / "zoo.png"
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-    return csv_path, md_path, png_path
+    violation_axis(ax, "SLO violation %", f"Scenario zoo, {len(per)} feasible scenarios (simulator)")
+    return csv_path, md_path, save(fig, out / "zoo.png")
