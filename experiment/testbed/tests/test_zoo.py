@@ -61,7 +61,7 @@ def test_summary_on_known_rows() -> None:
 def test_the_distance_to_the_oracle_splits_into_reaction_and_foresight() -> None:
     table = {
         1: {"oracle": 0.0, "oracle-reactive": 10.0, "a": 12.0, "b": 10.0},
-        2: {"oracle": 5.0, "oracle-reactive": 5.0, "a": 5.0, "b": 1.0},   # b beats both bounds by 4 points
+        2: {"oracle": 5.0, "oracle-reactive": 5.0, "a": 5.0, "b": 1.0},   # b beats both oracles by 4 points
         3: {"oracle": 10.0, "oracle-reactive": 30.0, "a": 50.0, "b": 25.0},
     }
     rs = [dict(r, experiment=e) for e in ("zipf", "real") for r in rows(table)]
