@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/appserver/shadow"
-	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
 	"github.com/robinhoodcache/robinhood/lib/fanout"
@@ -297,18 +296,19 @@ func (s *Sim) layerEnd(r *request) {
 	}
 	if !failed && r.layer+1 < len(r.req.Layers) {
 		r.layer++
-		if r.end > s.eng.Now() {
-			s.eng.At(r.end, func() { s.startLayer(r) })
-		} else {
-			s.startLayer(r)
-		}
+		s.atOrNow(r.end, func() { s.startLayer(r) })
 		return
 	}
 	r.failed = failed
-	if r.end > s.eng.Now() {
-		s.eng.At(r.end, func() { s.finish(r) })
+	s.atOrNow(r.end, func() { s.finish(r) })
+}
+
+// atOrNow runs f at t, or now when t has passed.
+func (s *Sim) atOrNow(t time.Duration, f func()) {
+	if t > s.eng.Now() {
+		s.eng.At(t, f)
 	} else {
-		s.finish(r)
+		f()
 	}
 }
 
@@ -339,15 +339,9 @@ func (s *Sim) newBackend(b config.Backend) (*backend, error) {
 	lim := b.Limits
 	lim.Rate *= s.cfg.Sample // a miniature's backends see its share of the load
 	for i := range b.Replicas {
-		r := &replica{}
-		clk := &Clock{Engine: s.eng, Epoch: s.epoch}
-		m, err := capacity.New(lim, b.Seed+uint64(i), clk)
-		if err != nil {
+		if err := be.fleet.addReplica(lim, b.Seed+uint64(i), s.epoch); err != nil {
 			return nil, fmt.Errorf("backend %s: %w", b.Name, err)
 		}
-		r.model = m
-		clk.After = func() { be.fleet.drain(r) }
-		be.fleet.reps = append(be.fleet.reps, r)
 	}
 	return be, nil
 }

@@ -78,7 +78,7 @@ func (s *Sim) writeSummary(src *traceFeed) error {
 	if s.cfg.Scenario != nil {
 		sum.Scenario = replay.ScenarioSection{File: s.cfg.Scenario.File}
 	}
-	return writeJSON(filepath.Join(s.cfg.OutDir, "replay", "summary.json"), sum)
+	return WriteJSON(filepath.Join(s.cfg.OutDir, "replay", "summary.json"), sum)
 }
 
 func (s *Sim) result(wall time.Duration) *Result {
@@ -128,7 +128,8 @@ func (s *Sim) result(wall time.Duration) *Result {
 	return r
 }
 
-func writeJSON(path string, v any) error {
+// WriteJSON writes v to path as indented JSON and a newline.
+func WriteJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
