@@ -69,8 +69,6 @@ func (s *Sim) report1s() {
 	s.rbcOut.Write(append(line, '\n'))
 }
 
-func (s *Sim) backendByID(id uint32) *backend { return s.byID[id] }
-
 // backendTruth is what a backend really was in the last second: what an
 // online estimate of it is checked against (docs/simulator.md).
 type backendTruth struct {
@@ -111,7 +109,7 @@ func (s *Sim) rbcCounts(res rbc.Result) map[string]uint64 {
 		counts[b.name] = 0
 	}
 	for _, c := range res.Backends {
-		if b := s.backendByID(c.Backend); b != nil {
+		if b := s.byID[c.Backend]; b != nil {
 			counts[b.name] = c.Blocking
 		}
 	}
@@ -146,7 +144,7 @@ func (s *Sim) controllerTick() {
 	snap := &pb.PolicyRBCSnapshot{Counts: s.rbcCounts(res), WindowRequests: uint64(res.N), BandRequests: res.Band, P99LatencyUs: res.P99}
 	all := map[string]*pb.PolicyQueryStats{}
 	for _, sum := range total {
-		if b := s.backendByID(sum.Backend); b != nil {
+		if b := s.byID[sum.Backend]; b != nil {
 			all[b.name] = s.queryStats(sum)
 		}
 	}
@@ -173,7 +171,7 @@ func (s *Sim) controllerTick() {
 			req.Partitions[p.backend.name] = sample
 		}
 		for _, sum := range perApp[a.id] {
-			if b := s.backendByID(sum.Backend); b != nil {
+			if b := s.byID[sum.Backend]; b != nil {
 				req.Local[b.name] = s.queryStats(sum)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -706,7 +707,9 @@ func (c *HedgingConfig) Table(sums []BenchSummary) string {
 			cell[s.Policy] = map[float64]BenchSummary{}
 			pols = append(pols, s.Policy)
 		}
-		us = appendUnique(us, s.Utilization)
+		if !slices.Contains(us, s.Utilization) {
+			us = append(us, s.Utilization)
+		}
 		cell[s.Policy][s.Utilization] = s
 	}
 	sort.Float64s(us)
@@ -734,13 +737,4 @@ func (c *HedgingConfig) Table(sums []BenchSummary) string {
 		b.WriteString("\n")
 	}
 	return b.String()
-}
-
-func appendUnique(xs []float64, x float64) []float64 {
-	for _, v := range xs {
-		if v == x {
-			return xs
-		}
-	}
-	return append(xs, x)
 }

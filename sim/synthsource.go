@@ -79,8 +79,7 @@ func (t *synthSource) next() (*trace.Request, time.Duration, error) {
 	return r, t.timing.Offset(r.TsMs), nil
 }
 
-func (t *synthSource) feed() *traceFeed { return &t.traceFeed }
-func (t *synthSource) where() string    { return fmt.Sprintf("generated request %d", t.n) }
+func (t *synthSource) where() string { return fmt.Sprintf("generated request %d", t.n) }
 
 // close stops the producer.
 func (t *synthSource) close() {

@@ -94,15 +94,8 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	sort.SliceStable(sums, func(i, j int) bool { return sums[i].Tail < sums[j].Tail })
-	var psq, ideal float64
-	for _, s := range sums {
-		switch s.Policy {
-		case "psq":
-			psq = s.Tail
-		case sim.Ideal:
-			ideal = s.Tail
-		}
-	}
+	t := tails(sums, c.Utilizations[0])
+	psq, ideal := t["psq"], t[sim.Ideal]
 	fmt.Fprintf(stdout, "%d shards x %d replicas at %.0f%% load, stalls of %.3g P̄ with probability %.3g: P99 in P̄, median [range] of %d seeds x %d requests\n",
 		*shards, *replicas, *util*100, *stallX, *prob, *seeds, *requests)
 	var best, second *sim.BenchSummary
@@ -130,6 +123,17 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 		best.Policy, best.Tail, 100*(best.Tail-psq)/psq, psq, ideal)
 	fmt.Fprintln(stdout, separation(best, second, *seeds))
 	return nil
+}
+
+// tails is each policy's tail at utilization u.
+func tails(sums []sim.BenchSummary, u float64) map[string]float64 {
+	t := map[string]float64{}
+	for _, s := range sums {
+		if s.Utilization == u {
+			t[s.Policy] = s.Tail
+		}
+	}
+	return t
 }
 
 // separation says whether the seeds separate the best policy from the
@@ -218,22 +222,8 @@ func heatmap(dir string, stallX float64, base func(float64, float64, []any) (*si
 			return err
 		}
 		for _, u := range utils {
-			h := heatCell{StallProb: p, Utilization: u}
-			for _, s := range sums {
-				if s.Utilization != u {
-					continue
-				}
-				switch s.Policy {
-				case "psq":
-					h.PSQ = s.Tail
-				case "laedge":
-					h.Laedge = s.Tail
-				case "d-hedge-5P":
-					h.DHedge = s.Tail
-				case sim.Ideal:
-					h.Ideal = s.Tail
-				}
-			}
+			t := tails(sums, u)
+			h := heatCell{StallProb: p, Utilization: u, PSQ: t["psq"], Ideal: t[sim.Ideal], Laedge: t["laedge"], DHedge: t["d-hedge-5P"]}
 			h.IdealGain, h.LaedgeGain, h.DHedgeGain = (h.PSQ-h.Ideal)/h.PSQ, (h.PSQ-h.Laedge)/h.PSQ, (h.PSQ-h.DHedge)/h.PSQ
 			cells = append(cells, h)
 		}

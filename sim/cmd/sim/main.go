@@ -275,17 +275,15 @@ func armScenario(cfg *sim.Config, scPath string, topo *config.Topology, duration
 // partitioned: on the policy server at psAddr, else a controller command
 // (ctl, or the default one).
 func armController(cfg *sim.Config, topo *config.Topology, psAddr, ctl string) error {
-	var err error
 	for _, a := range topo.AppServers {
-		if a.CacheMode != config.CachePartitioned {
-			continue
-		}
-		if cfg.PolicyServer = psAddr; cfg.PolicyServer == "" {
-			if cfg.Controller, err = controllerCommand(ctl); err != nil {
-				return err
+		if a.CacheMode == config.CachePartitioned {
+			if cfg.PolicyServer = psAddr; psAddr != "" {
+				return nil
 			}
+			var err error
+			cfg.Controller, err = controllerCommand(ctl)
+			return err
 		}
-		break
 	}
 	return nil
 }
