@@ -1,17 +1,13 @@
 package feasibility
 
-// The oracle (docs/algorithms.md, "The oracle"): one function, Analyse,
-// from a topology, a trace and a capacity scenario to the load model's
-// verdict on every phase (feasible or not, the scenario's class) and to
-// the allocation schedules the transient model (transient.go) predicts
-// best, in two variants:
-//
-//   - foresight (the oracle proper, the bound): it knows the whole run in
-//     advance, so it may move space before a phase that needs it, while
-//     the partition can still fill from a backend that answers;
-//   - reactive: it learns each phase (its capacities and request rate)
-//     the instant the phase starts, and expects it to last — the best a
-//     policy could do that reacts perfectly but cannot foresee.
+// The oracle (docs/algorithms.md, "The oracle: two schedules"): Analyse
+// goes from a topology, a trace and a capacity scenario to the load
+// model's verdict on every phase (feasible or not, the scenario's class)
+// and to the allocation schedules the transient model (transient.go)
+// predicts best: with foresight (the bound: the whole run known, space may
+// move before a phase that needs it, while the partition can still fill
+// from a backend that answers) or reactive (each phase learnt the instant
+// it starts and expected to last: a perfect reaction without foresight).
 //
 // The schedule is searched greedily, segment by segment in time order:
 // each segment tries a few candidate allocations — keep the current one,
@@ -276,22 +272,17 @@ type Candidate struct {
 // a reaction that foresees the phase by so much).
 var CandidateLeads = []time.Duration{5 * time.Second, 20 * time.Second}
 
-// candidates lists the oracle's candidate schedules, the model's pick
-// first, every name on every app server in the same order, even where two
-// schedules are the same (a judge simulates a combination of the app
-// servers' schedules once): the searches' schedules (more), the reactive
-// schedule as it is, moved earlier by each of CandidateLeads, and the
-// model's pick and the reactive schedule with every move spread over the
-// time before it (spread), and the model's pick reached in a straight line
-// from the configured allocation by the hardest phase (ramp).
-// The fluid model cannot tell them apart where a partition's worth
-// depends on when it filled (memcached's slab classes keep the pages
-// they took while filling); the simulator can, and the oracle with
-// foresight is the best of them there (docs/algorithms.md, "Judged in
-// the simulator").
-// Every online arm starts from the configured allocation and the reactive
-// oracle's schedule is a candidate, so the judged oracle is never worse
-// than either on the same run.
+// candidates lists the oracle's candidate schedules (docs/algorithms.md,
+// "Judged in the simulator"), the model's pick first, every name on every
+// app server in the same order even where two schedules are the same (a
+// judge simulates a combination of the app servers' schedules once): the
+// searches' (more), the reactive schedule as it is and moved earlier by
+// each of CandidateLeads, the model's pick and the reactive schedule
+// spread, and the model's pick ramped. The fluid model cannot tell them
+// apart where a partition's worth depends on when it filled (memcached's
+// slab classes keep the pages they took while filling); the simulator can.
+// With the reactive schedule among them and every online arm starting from
+// the configured allocation, the judged oracle is never worse than either.
 func (r *Report) candidates(pick *Schedule, more []Candidate, horizon time.Duration) []Candidate {
 	reactive := r.Schedules[Reactive]
 	if reactive == nil {
@@ -330,9 +321,7 @@ func (r *Report) shifted(s *Schedule, lead time.Duration) *Schedule {
 	if len(out.Steps) > 0 {
 		out.Steps[0].At = 0
 	}
-	w := r.workload
-	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
-	return out
+	return r.withPrediction(out)
 }
 
 // spread is s with every move spread over the time since the step before
@@ -360,8 +349,7 @@ func (r *Report) spread(s *Schedule) *Schedule {
 		}
 		out.Steps = append(out.Steps, to)
 	}
-	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
-	return out
+	return r.withPrediction(out)
 }
 
 // ramp is s reached in a straight line from the configured allocation, a
@@ -401,8 +389,18 @@ func (r *Report) ramp(s *Schedule) *Schedule {
 			last = r.vec(st.MB)
 		}
 	}
-	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
-	return out
+	return r.withPrediction(out)
+}
+
+// withPrediction sets s's Predicted to the model's prediction of it.
+func (r *Report) withPrediction(s *Schedule) *Schedule {
+	_, s.Predicted = r.dyn.predict(func(t int) []int { return r.allocAt(s, t) })
+	return s
+}
+
+// allocAt is s's allocation in bucket t, as a vector.
+func (r *Report) allocAt(s *Schedule, t int) []int {
+	return r.vec(s.At(time.Duration(t) * r.workload.Bucket))
 }
 
 // lerp is the allocation f of the way from a to b in whole MiB with a's
@@ -494,10 +492,7 @@ func (r *Report) vec(mb map[string]int) []int {
 // named is a vector as MiB by partition name (every partition; one the
 // trace does not query keeps its configured size... at the floor).
 func (r *Report) named(v []int, like map[string]int) map[string]int {
-	out := map[string]int{}
-	for n, m := range like {
-		out[n] = m
-	}
+	out := copyAlloc(like)
 	for b, n := range r.workload.Backends {
 		if v[b] >= 0 {
 			out[n] = v[b]
@@ -721,6 +716,6 @@ func (r *Report) Series(s *Schedule) []SeriesPoint {
 		if s == nil {
 			return conf
 		}
-		return r.vec(s.At(time.Duration(t) * r.workload.Bucket))
+		return r.allocAt(s, t)
 	})
 }

@@ -457,22 +457,18 @@ func (w *Workload) BucketOf(t time.Duration) int {
 }
 
 // bucketSpan is the part of bucket t within the trace's coverage, seconds.
-func (w *Workload) bucketSpan(t int) float64 {
-	if !w.Timed {
-		return w.Covered.Seconds()
-	}
-	from := time.Duration(t) * w.Bucket
-	to := min(from+w.Bucket, w.Covered)
-	return max(0, (to - from).Seconds())
-}
+func (w *Workload) bucketSpan(t int) float64 { return w.span(t, w.Bucket) }
 
 // subSpan is the part of sub-bucket s within the trace's coverage, seconds.
-func (w *Workload) subSpan(s int) float64 {
+func (w *Workload) subSpan(s int) float64 { return w.span(s, w.Bucket/time.Duration(w.Sub)) }
+
+// span is the part of the i-th interval of width step within the trace's
+// coverage, seconds.
+func (w *Workload) span(i int, step time.Duration) float64 {
 	if !w.Timed {
 		return w.Covered.Seconds()
 	}
-	step := w.Bucket / time.Duration(w.Sub)
-	from := time.Duration(s) * step
+	from := time.Duration(i) * step
 	to := min(from+step, w.Covered)
 	return max(0, (to - from).Seconds())
 }
