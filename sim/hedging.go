@@ -305,20 +305,16 @@ type BenchRun struct {
 	CopiesPerQuery float64 `json:"copies_per_query"`
 	ExtraPerQuery  float64 `json:"extra_per_query"`
 	Requests       int     `json:"requests"`
-	// Unfinished requests (after warm-up) when the run stopped, counted
-	// as slower than every finished one; Unstable when they reach into the
-	// percentile (an overloaded arm: Tail is then unknown, 0).
-	Unfinished int  `json:"unfinished"`
-	Unstable   bool `json:"unstable"`
-	// Drift is the median latency of the requests that arrived in the
-	// second half of the measured ones over that of the first half (medians:
-	// a heavy-tailed service time moves a half's mean by chance). An arm is
-	// also Unstable when Drift exceeds MaxDrift: its queue grows through the
-	// run, and the tail it reports is a property of the run's length, not of
-	// the load. (A few unfinished requests are not a sign of it: with
-	// Pareto service times one query can outlast the run on its own.)
-	Drift float64 `json:"drift"`
-	WallS float64 `json:"wall_s"`
+	// Unfinished requests (after warm-up) when the run stopped count as
+	// slower than every finished one. An arm is Unstable (docs/hedging.md)
+	// when they reach into the percentile (Tail is then unknown, 0), or when
+	// Drift, the second half's median latency over the first's (medians: a
+	// heavy-tailed service time moves a half's mean by chance), exceeds
+	// MaxDrift: its tail is then a property of the run's length.
+	Unfinished int     `json:"unfinished"`
+	Unstable   bool    `json:"unstable"`
+	Drift      float64 `json:"drift"`
+	WallS      float64 `json:"wall_s"`
 }
 
 // MaxDrift is the largest second-half over first-half median latency of a

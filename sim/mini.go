@@ -331,15 +331,8 @@ func (m *miniature) request(at time.Duration, batches []synth.Batch) {
 	for _, bt := range batches {
 		done, failed := m.batch(ai, a, bt.Backend, bt.N, at)
 		m.calls = append(m.calls, fanout.Call[time.Duration]{Backend: int(m.keys[bt.Backend].be.id), Done: done, Failed: failed, Empty: bt.N == 0})
-		if bt.N > 0 && done > r.end {
-			r.end = done
-		}
 	}
-	blk, failed := fanout.Blocking(m.calls)
-	if blk >= 0 {
-		r.blocking = int32(m.keys[batches[blk].Backend].be.id)
-	}
-	r.failed = failed
+	r.failed = r.block(m.calls)
 	if r.end < at {
 		r.end = at
 	}

@@ -286,14 +286,8 @@ func (s *Sim) layerEnd(r *request) {
 	fc := small[:0]
 	for _, c := range r.calls {
 		fc = append(fc, fanout.Call[time.Duration]{Backend: int(c.b.id), Done: c.done, Failed: c.failed, Empty: c.empty})
-		if !c.empty && c.done > r.end {
-			r.end = c.done
-		}
 	}
-	blk, failed := fanout.Blocking(fc)
-	if blk >= 0 {
-		r.blocking = int32(r.calls[blk].b.id)
-	}
+	failed := r.block(fc)
 	if !failed && r.layer+1 < len(r.req.Layers) {
 		r.layer++
 		s.atOrNow(r.end, func() { s.startLayer(r) })
@@ -310,6 +304,22 @@ func (s *Sim) atOrNow(t time.Duration, f func()) {
 	} else {
 		f()
 	}
+}
+
+// block applies the blocking rule to calls, a layer's: the request ends
+// with its slowest non-empty call, blocked by the rule's backend (if any).
+// It reports whether the calls failed.
+func (r *request) block(calls []fanout.Call[time.Duration]) bool {
+	for _, c := range calls {
+		if !c.Empty && c.Done > r.end {
+			r.end = c.Done
+		}
+	}
+	blk, failed := fanout.Blocking(calls)
+	if blk >= 0 {
+		r.blocking = int32(calls[blk].Backend)
+	}
+	return failed
 }
 
 // validate checks a request's backends before it runs (the app server

@@ -23,7 +23,9 @@ package feasibility
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -83,9 +85,7 @@ type Options struct {
 	Candidates bool
 	// FeasibleOnly computes the schedules only when the run is feasible
 	// (ClassMargin or ClassTight): an infeasible run's report has its
-	// class and phases and no schedule (no allocation meets the SLO
-	// throughout there, so there is no schedule to compute; the schedule
-	// searches are most of the analysis' time).
+	// class and phases and no schedule (the searches' time saved).
 	FeasibleOnly bool
 }
 
@@ -447,10 +447,7 @@ func lerp(a, b []int, f float64, order []int) []int {
 // phases' buckets.
 func (r *Report) index() {
 	w := r.workload
-	for n := range r.Configured {
-		r.parts = append(r.parts, n)
-	}
-	sort.Strings(r.parts)
+	r.parts = slices.Sorted(maps.Keys(r.Configured))
 	r.partIndex = make([]int, len(w.Backends))
 	for b, n := range w.Backends {
 		r.partIndex[b] = sort.SearchStrings(r.parts, n)

@@ -2,7 +2,9 @@ package feasibility
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -286,10 +288,7 @@ func (sc *scanner) fanout() {
 	w, per, count := sc.w, sc.per, sc.count
 	f := &w.Fanout
 	f.Layers = sc.layers
-	for n := range per {
-		f.Backends = append(f.Backends, n)
-	}
-	sort.Strings(f.Backends)
+	f.Backends = slices.Sorted(maps.Keys(per))
 	index := map[string]int{}
 	pairIndex := make([]map[pairAcc]int32, len(f.Backends))
 	w.heldGrid = sc.grid
@@ -320,12 +319,7 @@ func (sc *scanner) fanout() {
 		}
 		f.Pairs = append(f.Pairs, ps)
 	}
-	keys := make([]string, 0, len(sc.shapes))
-	for k := range sc.shapes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(sc.shapes)) {
 		s := Shape{Weight: float64(sc.shapes[k]) / float64(count), Pair: make([]int32, len(f.Backends))}
 		for i := range s.Pair {
 			s.Pair[i] = -1

@@ -1,13 +1,7 @@
 // Command sim is the discrete-event simulator's engine (docs/simulator.md):
-//
-//	sim arm --topology FILE --trace FILE --out DIR ...     one prepared arm
-//
-// It simulates one arm whose topology the testbed wrote, with the
-// replayer's flags, and runs the allocation policies in the controller's
-// policy server. Users run experiments with robinhood-testbed (run, compare,
-// matrix and sweep with --engine sim), which prepares each arm and calls
-// this command; the processes go one way: the testbed, then bin/sim arm,
-// then the policy server.
+// `sim arm` simulates one arm the testbed prepared (robinhood-testbed ...
+// --engine sim calls it), its policies run in the controller's policy
+// server; `sim hedging` and `sim advise` are the hedging bench's.
 package main
 
 import (
