@@ -297,9 +297,8 @@ func (s *Sim) buildApps(maxID uint32) error {
 }
 
 // miniature reports whether the run is a miniature of a generated workload
-// (mini.go).
-// --request-sample or --apps asks for it with every key (--sample 1): what
-// measures the key sample's error alone.
+// (mini.go); --request-sample or --apps asks for it with every key
+// (--sample 1), to measure the key sample's error alone.
 func (s *Sim) miniature() bool {
 	return s.cfg.Synth != nil && (s.cfg.Sample < 1 || s.cfg.RequestSample != 0 || s.cfg.Apps != 0)
 }

@@ -325,14 +325,10 @@ func (r *Report) shifted(s *Schedule, lead time.Duration) *Schedule {
 }
 
 // spread is s with every move spread over the time since the step before
-// it: from that step on, the allocation goes a bucket at a time in a
-// straight line to the move's, and is there when s moves (whole MiB, the
-// total kept: the larger remainders get the odd MiB). With foresight, a
+// it, a bucket at a time in a straight line (lerp), there when s moves: a
 // partition a later phase needs fills while its backend still answers
-// misses quickly, and the partitions that give it space give it up a
-// little at a time while theirs can take the misses (what an online policy
-// that drifts a step per interval toward the backend under pressure
-// does). With the model's prediction of it.
+// quickly, and its donors give space up while theirs can take the misses
+// (an online policy drifting a step per interval). With its prediction.
 func (r *Report) spread(s *Schedule) *Schedule {
 	w := r.workload
 	out := &Schedule{Variant: s.Variant, Steps: []Step{s.Steps[0]}}
@@ -355,13 +351,10 @@ func (r *Report) spread(s *Schedule) *Schedule {
 // ramp is s reached in a straight line from the configured allocation, a
 // bucket at a time, by the start of the run's hardest phase (the highest
 // worst utilization of its best allocation; the first of equals), and s
-// from there on. memcached's slab classes keep the pages they took while
-// filling: a partition filled long before it is needed holds the item
-// sizes of that time, not of the phase that needs it (with real key
-// streams, whose sizes drift, it is worth less). This is the allocation
-// growing with the pressure, as an online policy that follows it does,
-// given in advance. s itself when the hardest phase is the first. With
-// the model's prediction of it.
+// from there on: space filled just in time holds the item sizes of the
+// phase that needs it (optimize says why that matters), growing with the
+// pressure as an online policy would. s itself when the hardest phase is
+// the first. With its prediction.
 func (r *Report) ramp(s *Schedule) *Schedule {
 	w := r.workload
 	hard := 0
@@ -558,13 +551,9 @@ func (r *Report) optimize(foresight, fromConfigured bool, horizon time.Duration)
 	// starts (the first phase's steady-state best a candidate) and moves
 	// only when the model says moving helps: memcached gives a slab class
 	// the pages it asks for while the partition fills, so space given long
-	// before it is needed holds the item sizes of its fill, not of the
-	// phase it was given for (a real stream's mix shifts), and is worth
-	// less then than the model's measured worth says; foresight moves it
-	// in time for the phase that needs it. The reactive view, which cannot
-	// move ahead of a phase, starts from the first phase's best (it knows
-	// that phase at once; from the configured allocation it would wait for
-	// the first phase that goes wrong).
+	// before it is needed holds the item sizes of its fill (a real stream's
+	// mix shifts) and is worth less than the model says. The reactive
+	// view starts from the first phase's best, which it knows at once.
 	conf := r.vec(r.Configured)
 	cur := r.steadyVec[0]
 	if fromConfigured {

@@ -22,15 +22,12 @@ import (
 // requests sent, each backend's cacheable and uncacheable queries and the
 // LRU stack distances of its cacheable queries.
 //
-// The app servers: the replayer and the simulator send each request to an
-// app server drawn at random, so every app server's cache sees a random
-// 1/N of the requests, over all the keys. Scan splits the requests the
-// same way (a hash of the request's index) and measures each app server's
-// stack distances on its own share: a curve is the miss ratio of one app
-// server's cache of m MiB (averaged over the app servers), and a rate is
-// the queries every app server together send. (Reading the whole stream's
-// curve at N·m, as if each app server saw 1/N of the keys, made N app
-// servers look N times richer than they are.)
+// Each app server's cache sees a random 1/N of the requests, over all the
+// keys (the replayer's and the simulator's draw): Scan splits them the same
+// way (a hash of the request's index) and measures each app server's stack
+// distances on its own share, so a curve is one app server's cache of m
+// MiB (averaged over them) and a rate is every app server's. (The whole
+// stream's curve read at N·m made N app servers look N times richer.)
 type Workload struct {
 	Fanout
 	// AppServers is the number of app servers the requests are split over;
