@@ -40,33 +40,23 @@ type Config struct {
 	// Controller is the robinhood-controller command; needed when an app
 	// server has a partitioned cache and PolicyServer is empty.
 	Controller []string
-	// PolicyServer is the Unix socket of a running `robinhood-controller
-	// policy-server --listen` to open the session on instead of starting
-	// Controller ("": start it).
+	// PolicyServer is the Unix socket of a running policy server to use
+	// instead of starting Controller ("": start it).
 	PolicyServer string
 	Calibration  costmodel.Calibration
 	// ShadowBytes is each partition's shadow region (0: the app server's
 	// default).
 	ShadowBytes int64
-	// Sample, in (0, 1), makes the run a miniature (docs/simulator.md):
-	// only the queries of a spatially sampled fraction of the keys run,
-	// against caches, memcached pages, shadow regions and backend rates
-	// scaled by it. 0 or 1 simulates everything.
-	Sample float64
-	// RequestSample, in (0, 1], is the fraction of requests a miniature of
-	// a generated workload simulates with their whole fan-out (default
-	// 0.1); Apps is how many of the topology's app servers it simulates,
-	// the first ones (default all): docs/simulator.md, "Miniature
-	// simulation".
+	// Sample, in (0, 1), makes the run a miniature; RequestSample (default
+	// 0.1) and Apps (default all) are a generated workload's miniature's
+	// (docs/simulator.md, "Miniature simulation"). 0 or 1: everything.
+	Sample        float64
 	RequestSample float64
 	Apps          int
-	// InlineShadows runs the shadow models on the run's own goroutine
-	// instead of beside it (shadowpipe.go); the results are the same.
-	InlineShadows bool
-	// InlineSource generates the requests of a Synth workload on the run's
-	// own goroutine instead of ahead of it (synthsource.go); the results
-	// are the same.
-	InlineSource bool
+	// InlineShadows and InlineSource run the shadow models and a Synth
+	// workload's generator on the run's own goroutine instead of beside it
+	// (shadowpipe.go, synthsource.go); the results are the same.
+	InlineShadows, InlineSource bool
 	// Progress, when set, hears a line every ProgressEvery of wall time
 	// (default a minute): how far the run is and how long it has left.
 	Progress      io.Writer

@@ -69,8 +69,6 @@ func (s *Sim) report1s() {
 	s.rbcOut.Write(append(line, '\n'))
 }
 
-func (s *Sim) backendByID(id uint32) *backend { return s.byID[id] }
-
 // backendTruth is what a backend really was in the last second: what an
 // online estimate of it is checked against (docs/simulator.md).
 type backendTruth struct {
@@ -111,7 +109,7 @@ func (s *Sim) rbcCounts(res rbc.Result) map[string]uint64 {
 		counts[b.name] = 0
 	}
 	for _, c := range res.Backends {
-		if b := s.backendByID(c.Backend); b != nil {
+		if b := s.byID[c.Backend]; b != nil {
 			counts[b.name] = c.Blocking
 		}
 	}
@@ -144,18 +142,13 @@ func (s *Sim) controllerTick() {
 	// One RBC snapshot and one statistics window for every app server, as
 	// they read the same RBC server.
 	snap := &pb.PolicyRBCSnapshot{Counts: s.rbcCounts(res), WindowRequests: uint64(res.N), BandRequests: res.Band, P99LatencyUs: res.P99}
-	all := map[string]*pb.PolicyQueryStats{}
-	for _, sum := range total {
-		if b := s.backendByID(sum.Backend); b != nil {
-			all[b.name] = s.queryStats(sum)
-		}
-	}
+	all := s.statsByName(total)
 	for _, a := range s.apps {
 		if !a.controlled {
 			continue
 		}
 		req := &pb.PolicyTickRequest{AppServer: a.id, Now: float64(now.UnixNano()) / 1e9, Rbc: snap,
-			Partitions: map[string]*pb.PolicyPartitionSample{}, Stats: all, Local: map[string]*pb.PolicyQueryStats{}}
+			Partitions: map[string]*pb.PolicyPartitionSample{}, Stats: all, Local: s.statsByName(perApp[a.id])}
 		for _, p := range a.parts {
 			if p == nil {
 				continue
@@ -172,11 +165,6 @@ func (s *Sim) controllerTick() {
 			s.lastHM[p] = [2]uint64{c.Hits, c.Misses}
 			req.Partitions[p.backend.name] = sample
 		}
-		for _, sum := range perApp[a.id] {
-			if b := s.backendByID(sum.Backend); b != nil {
-				req.Local[b.name] = s.queryStats(sum)
-			}
-		}
 		ans, err := s.policy.Tick(req)
 		if err != nil {
 			s.err = err
@@ -191,6 +179,17 @@ func (s *Sim) controllerTick() {
 			a.parts[b.id].cache.SetLimit(s.scale(int64(mb) << 20))
 		}
 	}
+}
+
+// statsByName is queryStats of every summary, by its backend's name.
+func (s *Sim) statsByName(sums []stats.Summary) map[string]*pb.PolicyQueryStats {
+	out := map[string]*pb.PolicyQueryStats{}
+	for _, sum := range sums {
+		if b := s.byID[sum.Backend]; b != nil {
+			out[b.name] = s.queryStats(sum)
+		}
+	}
+	return out
 }
 
 // queryStats is GetStats' summary of one backend (sizes in the full

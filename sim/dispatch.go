@@ -52,6 +52,21 @@ type op struct {
 	responding bool
 }
 
+// addReplica adds a replica with limits lim to f, its capacity model on
+// the simulated clock.
+func (f *fleet) addReplica(lim capacity.Limits, seed uint64, epoch time.Time) error {
+	r := &replica{}
+	clk := &Clock{Engine: f.eng, Epoch: epoch}
+	m, err := capacity.New(lim, seed, clk)
+	if err != nil {
+		return err
+	}
+	r.model = m
+	clk.After = func() { f.drain(r) }
+	f.reps = append(f.reps, r)
+	return nil
+}
+
 func (r *replica) add(p capacity.Priority, ops []*op) {
 	q, h := r.pending[p], r.head[p]
 	if h > 0 && h*2 >= len(q) {

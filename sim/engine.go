@@ -1,15 +1,7 @@
 // Package sim is the discrete-event simulator (docs/simulator.md): the
-// experiment's application servers, caches, backends, RBC server and
-// statistics in simulated time, driving the controller's own policy code.
-// It reuses the servers' code wherever a piece is pure: the backends'
-// capacity model (backends/capacity, on a simulated clock), the blocking
-// rule (lib/fanout), the RBC computation (rbcserver/rbc over
-// rbcserver/ring), the statistics store (rbcserver/stats), the shadow model
-// (appserver/shadow), the SLO series (experiment/slo) and the scenario's
-// timeline (experiment/scenario). What it models itself — the caches'
-// memory, the time a cache lookup, an RPC and a backend's data path take —
-// is in model.go and cache.go, on the measured times and memcached's slab
-// classes of lib/costmodel (which the oracle's latency model shares).
+// experiment's servers in simulated time, on the servers' own pure packages
+// wherever it can and its own models of the rest (docs/simulator.md, "What
+// is shared with the servers, and what is modelled").
 package sim
 
 import (
@@ -143,10 +135,6 @@ func (e *Engine) RunUntil(t time.Duration) {
 		e.now = t
 	}
 }
-
-// Pending is the number of scheduled events (cancelled ones included until
-// their time comes).
-func (e *Engine) Pending() int { return len(e.events) }
 
 // Clock adapts the engine to backends/capacity's Clock: Now is Epoch plus
 // the simulated time; AfterFunc schedules its function as an event, and

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -18,67 +19,46 @@ import (
 	"github.com/robinhoodcache/robinhood/schema"
 )
 
-// The hedging bench (docs/hedging.md): the replicated-backend experiments
-// of the hedging papers, run on the simulator's engine with the backends'
-// capacity model and the app server's dispatch policies (lib/dispatch,
-// driven by driver). A request queries Fanout of Shards backends (shards)
-// at once and ends with its slowest query; each shard has Replicas
-// replicas of Workers workers; a query's inherent cost is drawn per query
-// and shared, redrawn or correlated across its copies; jitter (hiccups)
-// and whole-replica stalls are the capacity model's. No cache, no network:
-// the latency is queueing and service only.
+// The hedging bench (docs/hedging.md, "What the bench simulates"): the
+// hedging papers' replicated-backend experiments on the simulator's engine,
+// the backends' capacity model and the app server's dispatch policies.
 
 // Ideal is the idealized hedge's name in a bench's policy list: it knows
 // every draw ahead and sends each query only to the replica where it will
 // finish first (simulator only: docs/hedging.md).
 const Ideal = "ideal"
 
-// HedgingConfig is a hedging bench experiment (examples/hedging/*.yaml);
+// HedgingConfig is a hedging bench experiment (examples/hedging/*.yaml;
+// its fields: docs/hedging.md, generated from schema/hedging.schema.yaml);
 // a zero field stands for an absent one (the schema's default: Validate).
 type HedgingConfig struct {
 	Name     string `json:"name,omitempty"`
 	Shards   int    `json:"shards,omitempty"`
 	Replicas int    `json:"replicas,omitempty"`
 	Workers  int    `json:"workers,omitempty"`
-	// Fanout is the shards a request queries (distinct, uniformly chosen);
-	// 0: all of them.
-	Fanout  int         `json:"fanout,omitempty"`
-	Service ServiceDist `json:"service"`
-	// Copies: how a query's later copies cost: shared (the same inherent
-	// cost, LÆDGE's model), independent (a fresh draw), correlated
-	// (r·x + a fresh draw, SingleR §5.1, r = Correlation).
-	Copies      string  `json:"copies,omitempty"`
-	Correlation float64 `json:"correlation,omitempty"`
-	HiccupProb  float64 `json:"hiccup_prob,omitempty"`
-	HiccupMs    float64 `json:"hiccup_ms,omitempty"`
-	// HiccupAt: service (a hiccup holds the worker: S = P + J) or
-	// response (the worker is freed after P and the answer comes HiccupMs
-	// later: the DAS paper's noise model, a sleep before responding).
-	HiccupAt string `json:"hiccup_at,omitempty"`
-	// Measured is a `backendload --measure --json` result (a path relative
-	// to the experiment file): its stall probability and duration become
-	// the hiccups (hiccup_ms = stall_x mean service times); LoadHedging
-	// then clears it.
-	Measured  string  `json:"measured,omitempty"`
-	StallProb float64 `json:"stall_prob,omitempty"`
-	StallMs   float64 `json:"stall_ms,omitempty"`
-	// Cancel: running (a cancelled copy stops, queued or running) or
-	// queued (only queued copies are purged; running ones finish).
-	Cancel string `json:"cancel,omitempty"`
-	// PurgeDelayMs and PurgeCostMs are the replicas' purge limits
-	// (capacity.Limits): how long a purge takes to reach a replica, and the
-	// worker time stopping a running query costs.
-	PurgeDelayMs float64   `json:"purge_delay_ms,omitempty"`
-	PurgeCostMs  float64   `json:"purge_cost_ms,omitempty"`
-	Utilizations []float64 `json:"utilizations,omitempty"`
-	Requests     int       `json:"requests,omitempty"`
-	Warmup       int       `json:"warmup,omitempty"`
-	Percentile   float64   `json:"percentile,omitempty"`
-	Seeds        []uint64  `json:"seeds,omitempty"`
-	// Unit of the table: mean (multiples of the mean service time, the
-	// default) or ms.
-	Unit     string        `json:"unit,omitempty"`
-	Policies []BenchPolicy `json:"policies,omitempty"`
+	// Fanout: 0 is all the shards (check sets it).
+	Fanout      int         `json:"fanout,omitempty"`
+	Service     ServiceDist `json:"service"`
+	Copies      string      `json:"copies,omitempty"`
+	Correlation float64     `json:"correlation,omitempty"`
+	HiccupProb  float64     `json:"hiccup_prob,omitempty"`
+	HiccupMs    float64     `json:"hiccup_ms,omitempty"`
+	HiccupAt    string      `json:"hiccup_at,omitempty"`
+	// Measured is a path relative to the experiment file: LoadHedging
+	// turns it into the hiccups, then clears it.
+	Measured     string        `json:"measured,omitempty"`
+	StallProb    float64       `json:"stall_prob,omitempty"`
+	StallMs      float64       `json:"stall_ms,omitempty"`
+	Cancel       string        `json:"cancel,omitempty"`
+	PurgeDelayMs float64       `json:"purge_delay_ms,omitempty"`
+	PurgeCostMs  float64       `json:"purge_cost_ms,omitempty"`
+	Utilizations []float64     `json:"utilizations,omitempty"`
+	Requests     int           `json:"requests,omitempty"`
+	Warmup       int           `json:"warmup,omitempty"`
+	Percentile   float64       `json:"percentile,omitempty"`
+	Seeds        []uint64      `json:"seeds,omitempty"`
+	Unit         string        `json:"unit,omitempty"`
+	Policies     []BenchPolicy `json:"policies,omitempty"`
 
 	benchHooks
 }
@@ -95,10 +75,9 @@ type benchHooks struct {
 	onSend   func(q, c, replica int)
 }
 
-// ServiceDist is the inherent cost's distribution, in ms.
+// ServiceDist is the inherent cost's distribution, in ms (docs/hedging.md,
+// "service").
 type ServiceDist struct {
-	// Dist: exponential (MeanMs), pareto (Shape, ModeMs), lognormal (Mu,
-	// Sigma of the log of ms).
 	Dist   string  `json:"dist,omitempty"`
 	MeanMs float64 `json:"mean_ms,omitempty"`
 	Shape  float64 `json:"shape,omitempty"`
@@ -107,15 +86,14 @@ type ServiceDist struct {
 	Sigma  float64 `json:"sigma"`
 }
 
-// BenchPolicy is one arm: a label and a dispatch block (or ideal).
+// BenchPolicy is one arm: a label and a dispatch block (or ideal), and
+// what it overrides of the experiment (docs/hedging.md, "policies[]").
 type BenchPolicy struct {
-	Label    string         `json:"label,omitempty"`
-	Dispatch map[string]any `json:"dispatch"`
-	// Cancel overrides the experiment's cancel semantics for this arm.
-	Cancel string `json:"cancel,omitempty"`
-	// PurgeDelayMs and PurgeCostMs, when set, override the experiment's.
-	PurgeDelayMs *float64 `json:"purge_delay_ms,omitempty"`
-	PurgeCostMs  *float64 `json:"purge_cost_ms,omitempty"`
+	Label        string         `json:"label,omitempty"`
+	Dispatch     map[string]any `json:"dispatch"`
+	Cancel       string         `json:"cancel,omitempty"`
+	PurgeDelayMs *float64       `json:"purge_delay_ms,omitempty"`
+	PurgeCostMs  *float64       `json:"purge_cost_ms,omitempty"`
 }
 
 // limits are the replicas' capacity limits for arm p.
@@ -327,20 +305,16 @@ type BenchRun struct {
 	CopiesPerQuery float64 `json:"copies_per_query"`
 	ExtraPerQuery  float64 `json:"extra_per_query"`
 	Requests       int     `json:"requests"`
-	// Unfinished requests (after warm-up) when the run stopped, counted
-	// as slower than every finished one; Unstable when they reach into the
-	// percentile (an overloaded arm: Tail is then unknown, 0).
-	Unfinished int  `json:"unfinished"`
-	Unstable   bool `json:"unstable"`
-	// Drift is the median latency of the requests that arrived in the
-	// second half of the measured ones over that of the first half (medians:
-	// a heavy-tailed service time moves a half's mean by chance). An arm is
-	// also Unstable when Drift exceeds MaxDrift: its queue grows through the
-	// run, and the tail it reports is a property of the run's length, not of
-	// the load. (A few unfinished requests are not a sign of it: with
-	// Pareto service times one query can outlast the run on its own.)
-	Drift float64 `json:"drift"`
-	WallS float64 `json:"wall_s"`
+	// Unfinished requests (after warm-up) when the run stopped count as
+	// slower than every finished one. An arm is Unstable (docs/hedging.md)
+	// when they reach into the percentile (Tail is then unknown, 0), or when
+	// Drift, the second half's median latency over the first's (medians: a
+	// heavy-tailed service time moves a half's mean by chance), exceeds
+	// MaxDrift: its tail is then a property of the run's length.
+	Unfinished int     `json:"unfinished"`
+	Unstable   bool    `json:"unstable"`
+	Drift      float64 `json:"drift"`
+	WallS      float64 `json:"wall_s"`
 }
 
 // MaxDrift is the largest second-half over first-half median latency of a
@@ -468,15 +442,9 @@ func (c *HedgingConfig) benchShards(p BenchPolicy, seed uint64, eng *Engine, epo
 		}
 		f := &fleet{eng: eng, keepRunning: cancel == "queued"}
 		for r := 0; r < c.Replicas; r++ {
-			rep := &replica{}
-			clk := &Clock{Engine: eng, Epoch: epoch}
-			m, err := capacity.New(lim, seed*1_000_003+uint64(s*c.Replicas+r), clk)
-			if err != nil {
+			if err := f.addReplica(lim, seed*1_000_003+uint64(s*c.Replicas+r), epoch); err != nil {
 				return nil, nil, err
 			}
-			rep.model = m
-			clk.After = func() { f.drain(rep) }
-			f.reps = append(f.reps, rep)
 		}
 		if ideal {
 			starts = append(starts, newIdealHedge(f).start)
@@ -534,15 +502,10 @@ func (c *HedgingConfig) summarizeBench(run *BenchRun, lat []float64, halves [2][
 	run.ExtraPerQuery = float64(extra) / float64(queries)
 }
 
-// idealHedge is LÆDGE's Idealized Hedge (its §3.2), for one shard of
-// single-worker replicas: a central FIFO queue (as PSQ), a query sent to a
-// replica only when it is idle, a running query hedged onto any replica
-// that is idle with nothing queued, the other copies of a query cancelled
-// when one finishes (cleanup cancellation), and, when a query waits and no
-// replica is idle, one copy of a hedged query cancelled to serve it
-// (pre-emptive cancellation) - the copy that would finish later, which it
-// knows (perfect prediction). Cancellations cost nothing. Not
-// implementable: an upper bound on what hedging can bring over PSQ.
+// idealHedge is LÆDGE's Idealized Hedge (its §3.2; docs/hedging.md) for
+// one shard of single-worker replicas: a central FIFO queue, hedges onto
+// idle replicas, cleanup and pre-emptive cancellation of the copy it knows
+// would finish later, all free. Not implementable: a bound over PSQ.
 type idealHedge struct {
 	f      *fleet
 	queue  []*job
@@ -740,7 +703,9 @@ func (c *HedgingConfig) Table(sums []BenchSummary) string {
 			cell[s.Policy] = map[float64]BenchSummary{}
 			pols = append(pols, s.Policy)
 		}
-		us = appendUnique(us, s.Utilization)
+		if !slices.Contains(us, s.Utilization) {
+			us = append(us, s.Utilization)
+		}
 		cell[s.Policy][s.Utilization] = s
 	}
 	sort.Float64s(us)
@@ -768,13 +733,4 @@ func (c *HedgingConfig) Table(sums []BenchSummary) string {
 		b.WriteString("\n")
 	}
 	return b.String()
-}
-
-func appendUnique(xs []float64, x float64) []float64 {
-	for _, v := range xs {
-		if v == x {
-			return xs
-		}
-	}
-	return append(xs, x)
 }

@@ -6,12 +6,10 @@ import (
 	"strings"
 )
 
-// keyIDs interns one backend's keys: dense ids from 0 in the order of first
-// use. Caches and shadow models then name a key by its id (Cache keys by
-// cacheID, which adds the backend for the shared cache; shadow models by
-// the id itself, one model per backend): no string hashing on the hot path,
-// and memory that the garbage collector need not scan. Every app server
-// shares its backend's table, so a key is stored once.
+// keyIDs interns one backend's keys, for every app server: dense ids from 0
+// in the order of first use, which caches (cacheID adds the backend) and
+// shadow models name a key by: no string hashing on the hot path, no
+// memory for the garbage collector to scan (docs/simulator.md, "Speed").
 type keyIDs struct {
 	byKey map[string]int32
 }

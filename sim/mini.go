@@ -12,32 +12,12 @@ import (
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
-// The miniature of a generated workload (docs/simulator.md, "Miniature
-// simulation"). A trace file's miniature can only drop queries; with the
-// generator in process the simulator can keep what decides a request's
-// latency — its whole fan-out and the backends' queues at full load — and
-// still simulate a small fraction of the work:
-//
-//   - Caches see a spatial sample of the keys (rate Sample, SHARDS-style):
-//     per simulated app server and backend, a Poisson stream of the queries
-//     that ask for a sampled key, at the full system's rate of such
-//     queries, into a cache (pages, shadow region) scaled by Sample. Each
-//     cached item carries its key's popularity, so the cache knows the
-//     probability that a query of the full system hits it (Cache.Mass).
-//   - Requests are a fraction RequestSample of the full system's, each with
-//     its whole fan-out. A query of a request asks for a key drawn from the
-//     sampled keys with the backend's popularity and reads the cache's state
-//     (Cache.Contains): a hit exactly as often as the full system's query.
-//   - Backends are fluid queues at the full system's load: the arrival rate
-//     is every app server's query rate times its miss probability, the
-//     service rate the capacity model's limits (token rate, workers over
-//     the mean service time). A query waits for the backlog ahead of it,
-//     plus the M/D/1 wait at the current utilization; it is served with
-//     the calibrated data path, injected latency and hiccups.
-//   - App servers: the first Apps of the topology's are simulated; the
-//     others are taken to be statistically identical (they see the same
-//     request mix and run the same policy), so the backends see the load of
-//     all of them.
+// miniature is the miniature of a generated workload (docs/simulator.md,
+// "Miniature simulation"): caches see a stratified sample of the keys
+// (rate Sample) through per-app-server Poisson streams; a fraction
+// RequestSample of the requests runs with its whole fan-out against the
+// caches' state (Cache.Mass, Cache.Contains); backends are fluid queues at
+// the full system's load; the first Apps app servers stand for all.
 type miniature struct {
 	s     *Sim
 	gen   *synth.Generator
@@ -319,14 +299,7 @@ func (m *miniature) access(ai int, a *app) {
 // runs the simulation to the end of the requests.
 func (m *miniature) run() error {
 	s := m.s
-	var tick func()
-	tick = func() {
-		m.step()
-		if s.eng.Now()+miniStep <= s.cfg.Duration {
-			s.eng.After(miniStep, tick)
-		}
-	}
-	s.eng.At(0, tick)
+	s.every(0, miniStep, m.step)
 	var arrive func(at time.Duration, batches []synth.Batch)
 	schedule := func() {
 		ts, batches := m.gen.NextShape(m.shape[:0])
@@ -351,28 +324,15 @@ func (m *miniature) run() error {
 // generator's requests have one layer).
 func (m *miniature) request(at time.Duration, batches []synth.Batch) {
 	s := m.s
-	ai := 0
-	if len(m.apps) > 1 {
-		ai = s.appRng.IntN(len(m.apps))
-	}
+	ai := s.pickApp(len(m.apps))
 	a := m.apps[ai]
-	s.sent++
-	s.inFlight++
-	s.peak = max(s.peak, s.inFlight)
-	r := &request{app: a, send: at, blocking: -1}
+	r := s.send(a, at)
 	m.calls = m.calls[:0]
 	for _, bt := range batches {
 		done, failed := m.batch(ai, a, bt.Backend, bt.N, at)
 		m.calls = append(m.calls, fanout.Call[time.Duration]{Backend: int(m.keys[bt.Backend].be.id), Done: done, Failed: failed, Empty: bt.N == 0})
-		if bt.N > 0 && done > r.end {
-			r.end = done
-		}
 	}
-	blk, failed := fanout.Blocking(m.calls)
-	if blk >= 0 {
-		r.blocking = int32(m.keys[batches[blk].Backend].be.id)
-	}
-	r.failed = failed
+	r.failed = r.block(m.calls)
 	if r.end < at {
 		r.end = at
 	}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/robinhoodcache/robinhood/appserver/shadow"
-	"github.com/robinhoodcache/robinhood/backends/capacity"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
 	"github.com/robinhoodcache/robinhood/lib/fanout"
@@ -287,29 +286,40 @@ func (s *Sim) layerEnd(r *request) {
 	fc := small[:0]
 	for _, c := range r.calls {
 		fc = append(fc, fanout.Call[time.Duration]{Backend: int(c.b.id), Done: c.done, Failed: c.failed, Empty: c.empty})
-		if !c.empty && c.done > r.end {
-			r.end = c.done
-		}
 	}
-	blk, failed := fanout.Blocking(fc)
-	if blk >= 0 {
-		r.blocking = int32(r.calls[blk].b.id)
-	}
+	failed := r.block(fc)
 	if !failed && r.layer+1 < len(r.req.Layers) {
 		r.layer++
-		if r.end > s.eng.Now() {
-			s.eng.At(r.end, func() { s.startLayer(r) })
-		} else {
-			s.startLayer(r)
-		}
+		s.atOrNow(r.end, func() { s.startLayer(r) })
 		return
 	}
 	r.failed = failed
-	if r.end > s.eng.Now() {
-		s.eng.At(r.end, func() { s.finish(r) })
+	s.atOrNow(r.end, func() { s.finish(r) })
+}
+
+// atOrNow runs f at t, or now when t has passed.
+func (s *Sim) atOrNow(t time.Duration, f func()) {
+	if t > s.eng.Now() {
+		s.eng.At(t, f)
 	} else {
-		s.finish(r)
+		f()
 	}
+}
+
+// block applies the blocking rule to calls, a layer's: the request ends
+// with its slowest non-empty call, blocked by the rule's backend (if any).
+// It reports whether the calls failed.
+func (r *request) block(calls []fanout.Call[time.Duration]) bool {
+	for _, c := range calls {
+		if !c.Empty && c.Done > r.end {
+			r.end = c.Done
+		}
+	}
+	blk, failed := fanout.Blocking(calls)
+	if blk >= 0 {
+		r.blocking = int32(calls[blk].Backend)
+	}
+	return failed
 }
 
 // validate checks a request's backends before it runs (the app server
@@ -339,15 +349,9 @@ func (s *Sim) newBackend(b config.Backend) (*backend, error) {
 	lim := b.Limits
 	lim.Rate *= s.cfg.Sample // a miniature's backends see its share of the load
 	for i := range b.Replicas {
-		r := &replica{}
-		clk := &Clock{Engine: s.eng, Epoch: s.epoch}
-		m, err := capacity.New(lim, b.Seed+uint64(i), clk)
-		if err != nil {
+		if err := be.fleet.addReplica(lim, b.Seed+uint64(i), s.epoch); err != nil {
 			return nil, fmt.Errorf("backend %s: %w", b.Name, err)
 		}
-		r.model = m
-		clk.After = func() { be.fleet.drain(r) }
-		be.fleet.reps = append(be.fleet.reps, r)
 	}
 	return be, nil
 }

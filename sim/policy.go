@@ -16,22 +16,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// PolicyServer is the controller's policy code in a child process
-// (`robinhood-controller policy-server`, docs/controller.md): one JSON line
-// per request on its stdin, one answer per line on its stdout. The
-// simulator opens every partitioned app server on it and asks it for the
-// limits at every controller tick of simulated time, so every allocation
-// policy runs as the same Python code as on the testbed.
-//
-// The messages are defined once, in proto/robinhood/v1/policy.proto; the
-// requests are the generated pb.PolicyOpenRequest, pb.PolicyTickRequest and
-// pb.PolicyCloseRequest, written by EncodeLine, and the answers are read
-// into the generated answer types by DecodeAnswer.
-//
-// Or the session is one connection to a running `robinhood-controller
-// policy-server --listen PATH` (DialPolicyServer), which forks a process
-// per connection: the same policy code and the same answers, without a
-// Python start per simulated arm.
+// PolicyServer is a session with the controller's policy code
+// (`robinhood-controller policy-server`, docs/controller.md): a child
+// process, or a connection to one listening (DialPolicyServer). Requests
+// and answers are proto/robinhood/v1/policy.proto's messages, one JSON line
+// each (EncodeLine, DecodeAnswer); the simulator opens every partitioned
+// app server on it and asks for its limits at every controller tick.
 type PolicyServer struct {
 	cmd    *exec.Cmd // nil on a connection
 	conn   net.Conn  // nil with a child process
@@ -179,25 +169,27 @@ func (ps *PolicyServer) Open(topology, app, timeline string) (*pb.PolicyOpenAnsw
 		req.Timeline = &timeline
 	}
 	a := &pb.PolicyOpenAnswer{}
-	if err := ps.call(req, a); err != nil {
-		var refused *RefusedError
-		if errors.As(err, &refused) {
-			return nil, fmt.Errorf("policy server: opening %s: %s", app, refused.Msg)
-		}
+	if err := ps.ask(req, a, "opening "+app); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// ask is call, with a refusal said to be of what.
+func (ps *PolicyServer) ask(req, answer proto.Message, what string) error {
+	err := ps.call(req, answer)
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("policy server: %s: %s", what, refused.Msg)
+	}
+	return err
 }
 
 // Tick asks for one tick's decision.
 func (ps *PolicyServer) Tick(req *pb.PolicyTickRequest) (*pb.PolicyTickAnswer, error) {
 	req.Op = "tick"
 	a := &pb.PolicyTickAnswer{}
-	if err := ps.call(req, a); err != nil {
-		var refused *RefusedError
-		if errors.As(err, &refused) {
-			return nil, fmt.Errorf("policy server: tick of %s: %s", req.AppServer, refused.Msg)
-		}
+	if err := ps.ask(req, a, "tick of "+req.AppServer); err != nil {
 		return nil, err
 	}
 	return a, nil

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/replay"
@@ -78,7 +77,7 @@ func (s *Sim) writeSummary(src *traceFeed) error {
 	if s.cfg.Scenario != nil {
 		sum.Scenario = replay.ScenarioSection{File: s.cfg.Scenario.File}
 	}
-	return writeJSON(filepath.Join(s.cfg.OutDir, "replay", "summary.json"), sum)
+	return WriteJSON(filepath.Join(s.cfg.OutDir, "replay", "summary.json"), sum)
 }
 
 func (s *Sim) result(wall time.Duration) *Result {
@@ -91,16 +90,9 @@ func (s *Sim) result(wall time.Duration) *Result {
 	if wall > 0 {
 		r.QueriesPerSec = float64(s.queries) / wall.Seconds()
 	}
-	names := make([]string, 0, len(s.backends))
 	for _, b := range s.backends {
-		names = append(names, b.name)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		b := s.byName[n]
-		h, m := b.hits, b.misses
-		if h+m > 0 {
-			r.HitRatio[n] = float64(h) / float64(h+m)
+		if h, m := b.hits, b.misses; h+m > 0 {
+			r.HitRatio[b.name] = float64(h) / float64(h+m)
 		}
 	}
 	if s.hits+s.misses > 0 {
@@ -128,7 +120,8 @@ func (s *Sim) result(wall time.Duration) *Result {
 	return r
 }
 
-func writeJSON(path string, v any) error {
+// WriteJSON writes v to path as indented JSON and a newline.
+func WriteJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err

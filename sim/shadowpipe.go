@@ -1,12 +1,9 @@
 package sim
 
-// The shadow models are the simulator's largest side computation (about a
-// fifth of an exact run's time: an LRU stack distance per cacheable query),
-// and nothing on the request path reads them: only the one-second report
-// does (a partition's shadow hits since the last one). So the run hands
-// each observation to a worker goroutine, in order, and waits for it only
-// before a report. Each model still sees exactly the queries it saw when it
-// was called in line, in the same order, so the results are unchanged.
+// The shadow models (a fifth of an exact run's time) are read only by the
+// one-second report, so the run hands each observation, in order, to a
+// worker goroutine and waits for it only before a report: each model sees
+// the same queries in the same order, and the results are unchanged.
 
 // shadowBatch is how many observations travel together: enough to make the
 // channel's cost per observation negligible, small enough to keep the

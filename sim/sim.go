@@ -116,20 +116,9 @@ func Run(cfg Config) (*Result, error) {
 
 	// Periodic work: reports every second (the app servers' batches), the
 	// RBC timeline every second, controller ticks every interval.
-	var every func(d time.Duration, f func()) func()
-	every = func(d time.Duration, f func()) func() {
-		var tick func()
-		tick = func() {
-			f()
-			if s.eng.Now()+d <= cfg.Duration {
-				s.eng.After(d, tick)
-			}
-		}
-		return tick
-	}
-	s.eng.At(time.Second, every(time.Second, s.report1s))
+	s.every(time.Second, time.Second, s.report1s)
 	if s.policy != nil {
-		s.eng.At(0, every(s.interval, s.controllerTick))
+		s.every(0, s.interval, s.controllerTick)
 	}
 	var feed *traceFeed
 	if mini != nil {
@@ -155,10 +144,22 @@ func Run(cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res := s.result(time.Since(wall))
-	if err := writeJSON(filepath.Join(cfg.OutDir, "sim.json"), res); err != nil {
+	if err := WriteJSON(filepath.Join(cfg.OutDir, "sim.json"), res); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// every runs f at start, then every d while the run lasts.
+func (s *Sim) every(start, d time.Duration, f func()) {
+	var tick func()
+	tick = func() {
+		f()
+		if s.eng.Now()+d <= s.cfg.Duration {
+			s.eng.After(d, tick)
+		}
+	}
+	s.eng.At(start, tick)
 }
 
 // newSim checks cfg (its defaults set) and builds the simulation: the RBC
@@ -296,9 +297,8 @@ func (s *Sim) buildApps(maxID uint32) error {
 }
 
 // miniature reports whether the run is a miniature of a generated workload
-// (mini.go).
-// --request-sample or --apps asks for it with every key (--sample 1): what
-// measures the key sample's error alone.
+// (mini.go); --request-sample or --apps asks for it with every key
+// (--sample 1), to measure the key sample's error alone.
 func (s *Sim) miniature() bool {
 	return s.cfg.Synth != nil && (s.cfg.Sample < 1 || s.cfg.RequestSample != 0 || s.cfg.Apps != 0)
 }
@@ -400,14 +400,8 @@ func (s *Sim) arrivals(src source) error {
 		return nil
 	}
 	arrive = func(req *trace.Request, at time.Duration) {
-		a := s.apps[0]
-		if len(s.apps) > 1 {
-			a = s.apps[s.appRng.IntN(len(s.apps))]
-		}
-		s.sent++
-		s.inFlight++
-		s.peak = max(s.peak, s.inFlight)
-		r := &request{app: a, send: at, req: req, blocking: -1}
+		r := s.send(s.apps[s.pickApp(len(s.apps))], at)
+		r.req = req
 		if len(req.Layers) == 0 {
 			s.finish(r)
 		} else {
@@ -457,6 +451,23 @@ func progressLine(done, total, wall time.Duration, queries uint64) string {
 		line += fmt.Sprintf(", about %s left", left.Round(unit))
 	}
 	return line
+}
+
+// pickApp is the index of the app server, of n, that gets a request (the
+// replayer's rule).
+func (s *Sim) pickApp(n int) int {
+	if n > 1 {
+		return s.appRng.IntN(n)
+	}
+	return 0
+}
+
+// send is a request of app server a sent at at, counted in flight.
+func (s *Sim) send(a *app, at time.Duration) *request {
+	s.sent++
+	s.inFlight++
+	s.peak = max(s.peak, s.inFlight)
+	return &request{app: a, send: at, blocking: -1}
 }
 
 // finish records a request's outcome: the SLO series, the status, its RBC

@@ -8,14 +8,10 @@ import (
 	"github.com/robinhoodcache/robinhood/workload/synth"
 )
 
-// synthSource draws the requests from the workload generator in process:
-// the requests `tracegen synth` with the same options would write, without
-// the file (a paper-scale run's trace would be hundreds of gigabytes).
-//
-// The generator does not depend on the run, so it can work ahead of it: with
-// a producer, a goroutine draws and copies the requests in batches while
-// the run simulates the previous ones (about a tenth of an exact run's
-// time); the run receives the same requests in the same order.
+// synthSource draws the requests `tracegen synth` with the same options
+// would write from the generator in process, without the file. The
+// generator does not depend on the run: with a producer, a goroutine draws
+// and copies them in batches ahead of the run, in the same order.
 type synthSource struct {
 	g *synth.Generator
 	n int64
@@ -79,8 +75,7 @@ func (t *synthSource) next() (*trace.Request, time.Duration, error) {
 	return r, t.timing.Offset(r.TsMs), nil
 }
 
-func (t *synthSource) feed() *traceFeed { return &t.traceFeed }
-func (t *synthSource) where() string    { return fmt.Sprintf("generated request %d", t.n) }
+func (t *synthSource) where() string { return fmt.Sprintf("generated request %d", t.n) }
 
 // close stops the producer.
 func (t *synthSource) close() {

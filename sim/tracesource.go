@@ -29,6 +29,8 @@ type traceFeed struct {
 	ended  bool
 }
 
+func (f *traceFeed) feed() *traceFeed { return f }
+
 // source is where requests come from: a trace file, or the generator in
 // process (synthSource).
 type source interface {
@@ -90,8 +92,6 @@ func (t *traceSource) keep(req *trace.Request) bool {
 }
 
 func (t *traceSource) close() { t.f.Close() }
-
-func (t *traceSource) feed() *traceFeed { return &t.traceFeed }
 
 func (t *traceSource) where() string { return fmt.Sprintf("trace line %d", t.line) }
 

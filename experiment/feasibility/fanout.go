@@ -1,8 +1,9 @@
 package feasibility
 
 import (
+	"maps"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
 )
@@ -108,12 +109,7 @@ func (s *slabs) summary() Slabs {
 			count[c]++
 		}
 	}
-	chunks := make([]int64, 0, len(count))
-	for c := range count {
-		chunks = append(chunks, c)
-	}
-	sort.Slice(chunks, func(i, j int) bool { return chunks[i] < chunks[j] })
-	for _, c := range chunks {
+	for _, c := range slices.Sorted(maps.Keys(count)) {
 		out.Classes = append(out.Classes, Slab{PerPage: float64(costmodel.PageBytes / c), Keys: count[c], Share: count[c] / float64(len(s.keys))})
 	}
 	return out

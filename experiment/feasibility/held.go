@@ -1,7 +1,9 @@
 package feasibility
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/robinhoodcache/robinhood/lib/costmodel"
@@ -28,12 +30,7 @@ func heldGrid(maxMB int) []int {
 			set[m] = true
 		}
 	}
-	out := make([]int, 0, len(set))
-	for m := range set {
-		out = append(out, m)
-	}
-	sort.Ints(out)
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 // heldProbe measures one backend.

@@ -881,10 +881,7 @@ func (lm *LatencyModel) Best(in PhaseInput, start map[string]int, floor int) (ma
 		budget += m
 	}
 	sort.Strings(names)
-	cur := map[string]int{}
-	for n, m := range start {
-		cur[n] = m
-	}
+	cur := copyAlloc(start)
 	first := lm.Predict(in, cur)
 	best := first
 	chunk := 1
@@ -922,11 +919,7 @@ func (lm *LatencyModel) Best(in PhaseInput, start map[string]int, floor int) (ma
 		}
 	}
 	if math.IsInf(best.P99Ms, 1) {
-		out := map[string]int{}
-		for n, m := range start {
-			out[n] = m
-		}
-		return out, first
+		return copyAlloc(start), first
 	}
 	return cur, best
 }

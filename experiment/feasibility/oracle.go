@@ -1,17 +1,13 @@
 package feasibility
 
-// The oracle (docs/algorithms.md, "The oracle"): one function, Analyse,
-// from a topology, a trace and a capacity scenario to the load model's
-// verdict on every phase (feasible or not, the scenario's class) and to
-// the allocation schedules the transient model (transient.go) predicts
-// best, in two variants:
-//
-//   - foresight (the oracle proper, the bound): it knows the whole run in
-//     advance, so it may move space before a phase that needs it, while
-//     the partition can still fill from a backend that answers;
-//   - reactive: it learns each phase (its capacities and request rate)
-//     the instant the phase starts, and expects it to last — the best a
-//     policy could do that reacts perfectly but cannot foresee.
+// The oracle (docs/algorithms.md, "The oracle: two schedules"): Analyse
+// goes from a topology, a trace and a capacity scenario to the load
+// model's verdict on every phase (feasible or not, the scenario's class)
+// and to the allocation schedules the transient model (transient.go)
+// predicts best: with foresight (the bound: the whole run known, space may
+// move before a phase that needs it, while the partition can still fill
+// from a backend that answers) or reactive (each phase learnt the instant
+// it starts and expected to last: a perfect reaction without foresight).
 //
 // The schedule is searched greedily, segment by segment in time order:
 // each segment tries a few candidate allocations — keep the current one,
@@ -27,7 +23,9 @@ package feasibility
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -87,9 +85,7 @@ type Options struct {
 	Candidates bool
 	// FeasibleOnly computes the schedules only when the run is feasible
 	// (ClassMargin or ClassTight): an infeasible run's report has its
-	// class and phases and no schedule (no allocation meets the SLO
-	// throughout there, so there is no schedule to compute; the schedule
-	// searches are most of the analysis' time).
+	// class and phases and no schedule (the searches' time saved).
 	FeasibleOnly bool
 }
 
@@ -276,22 +272,17 @@ type Candidate struct {
 // a reaction that foresees the phase by so much).
 var CandidateLeads = []time.Duration{5 * time.Second, 20 * time.Second}
 
-// candidates lists the oracle's candidate schedules, the model's pick
-// first, every name on every app server in the same order, even where two
-// schedules are the same (a judge simulates a combination of the app
-// servers' schedules once): the searches' schedules (more), the reactive
-// schedule as it is, moved earlier by each of CandidateLeads, and the
-// model's pick and the reactive schedule with every move spread over the
-// time before it (spread), and the model's pick reached in a straight line
-// from the configured allocation by the hardest phase (ramp).
-// The fluid model cannot tell them apart where a partition's worth
-// depends on when it filled (memcached's slab classes keep the pages
-// they took while filling); the simulator can, and the oracle with
-// foresight is the best of them there (docs/algorithms.md, "Judged in
-// the simulator").
-// Every online arm starts from the configured allocation and the reactive
-// oracle's schedule is a candidate, so the judged oracle is never worse
-// than either on the same run.
+// candidates lists the oracle's candidate schedules (docs/algorithms.md,
+// "Judged in the simulator"), the model's pick first, every name on every
+// app server in the same order even where two schedules are the same (a
+// judge simulates a combination of the app servers' schedules once): the
+// searches' (more), the reactive schedule as it is and moved earlier by
+// each of CandidateLeads, the model's pick and the reactive schedule
+// spread, and the model's pick ramped. The fluid model cannot tell them
+// apart where a partition's worth depends on when it filled (memcached's
+// slab classes keep the pages they took while filling); the simulator can.
+// With the reactive schedule among them and every online arm starting from
+// the configured allocation, the judged oracle is never worse than either.
 func (r *Report) candidates(pick *Schedule, more []Candidate, horizon time.Duration) []Candidate {
 	reactive := r.Schedules[Reactive]
 	if reactive == nil {
@@ -330,20 +321,14 @@ func (r *Report) shifted(s *Schedule, lead time.Duration) *Schedule {
 	if len(out.Steps) > 0 {
 		out.Steps[0].At = 0
 	}
-	w := r.workload
-	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
-	return out
+	return r.withPrediction(out)
 }
 
 // spread is s with every move spread over the time since the step before
-// it: from that step on, the allocation goes a bucket at a time in a
-// straight line to the move's, and is there when s moves (whole MiB, the
-// total kept: the larger remainders get the odd MiB). With foresight, a
+// it, a bucket at a time in a straight line (lerp), there when s moves: a
 // partition a later phase needs fills while its backend still answers
-// misses quickly, and the partitions that give it space give it up a
-// little at a time while theirs can take the misses (what an online policy
-// that drifts a step per interval toward the backend under pressure
-// does). With the model's prediction of it.
+// quickly, and its donors give space up while theirs can take the misses
+// (an online policy drifting a step per interval). With its prediction.
 func (r *Report) spread(s *Schedule) *Schedule {
 	w := r.workload
 	out := &Schedule{Variant: s.Variant, Steps: []Step{s.Steps[0]}}
@@ -360,20 +345,16 @@ func (r *Report) spread(s *Schedule) *Schedule {
 		}
 		out.Steps = append(out.Steps, to)
 	}
-	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
-	return out
+	return r.withPrediction(out)
 }
 
 // ramp is s reached in a straight line from the configured allocation, a
 // bucket at a time, by the start of the run's hardest phase (the highest
 // worst utilization of its best allocation; the first of equals), and s
-// from there on. memcached's slab classes keep the pages they took while
-// filling: a partition filled long before it is needed holds the item
-// sizes of that time, not of the phase that needs it (with real key
-// streams, whose sizes drift, it is worth less). This is the allocation
-// growing with the pressure, as an online policy that follows it does,
-// given in advance. s itself when the hardest phase is the first. With
-// the model's prediction of it.
+// from there on: space filled just in time holds the item sizes of the
+// phase that needs it (optimize says why that matters), growing with the
+// pressure as an online policy would. s itself when the hardest phase is
+// the first. With its prediction.
 func (r *Report) ramp(s *Schedule) *Schedule {
 	w := r.workload
 	hard := 0
@@ -401,8 +382,18 @@ func (r *Report) ramp(s *Schedule) *Schedule {
 			last = r.vec(st.MB)
 		}
 	}
-	_, out.Predicted = r.dyn.predict(func(t int) []int { return r.vec(out.At(time.Duration(t) * w.Bucket)) })
-	return out
+	return r.withPrediction(out)
+}
+
+// withPrediction sets s's Predicted to the model's prediction of it.
+func (r *Report) withPrediction(s *Schedule) *Schedule {
+	_, s.Predicted = r.dyn.predict(func(t int) []int { return r.allocAt(s, t) })
+	return s
+}
+
+// allocAt is s's allocation in bucket t, as a vector.
+func (r *Report) allocAt(s *Schedule, t int) []int {
+	return r.vec(s.At(time.Duration(t) * r.workload.Bucket))
 }
 
 // lerp is the allocation f of the way from a to b in whole MiB with a's
@@ -449,10 +440,7 @@ func lerp(a, b []int, f float64, order []int) []int {
 // phases' buckets.
 func (r *Report) index() {
 	w := r.workload
-	for n := range r.Configured {
-		r.parts = append(r.parts, n)
-	}
-	sort.Strings(r.parts)
+	r.parts = slices.Sorted(maps.Keys(r.Configured))
 	r.partIndex = make([]int, len(w.Backends))
 	for b, n := range w.Backends {
 		r.partIndex[b] = sort.SearchStrings(r.parts, n)
@@ -494,10 +482,7 @@ func (r *Report) vec(mb map[string]int) []int {
 // named is a vector as MiB by partition name (every partition; one the
 // trace does not query keeps its configured size... at the floor).
 func (r *Report) named(v []int, like map[string]int) map[string]int {
-	out := map[string]int{}
-	for n, m := range like {
-		out[n] = m
-	}
+	out := copyAlloc(like)
 	for b, n := range r.workload.Backends {
 		if v[b] >= 0 {
 			out[n] = v[b]
@@ -566,13 +551,9 @@ func (r *Report) optimize(foresight, fromConfigured bool, horizon time.Duration)
 	// starts (the first phase's steady-state best a candidate) and moves
 	// only when the model says moving helps: memcached gives a slab class
 	// the pages it asks for while the partition fills, so space given long
-	// before it is needed holds the item sizes of its fill, not of the
-	// phase it was given for (a real stream's mix shifts), and is worth
-	// less then than the model's measured worth says; foresight moves it
-	// in time for the phase that needs it. The reactive view, which cannot
-	// move ahead of a phase, starts from the first phase's best (it knows
-	// that phase at once; from the configured allocation it would wait for
-	// the first phase that goes wrong).
+	// before it is needed holds the item sizes of its fill (a real stream's
+	// mix shifts) and is worth less than the model says. The reactive
+	// view starts from the first phase's best, which it knows at once.
 	conf := r.vec(r.Configured)
 	cur := r.steadyVec[0]
 	if fromConfigured {
@@ -721,6 +702,6 @@ func (r *Report) Series(s *Schedule) []SeriesPoint {
 		if s == nil {
 			return conf
 		}
-		return r.vec(s.At(time.Duration(t) * r.workload.Bucket))
+		return r.allocAt(s, t)
 	})
 }

@@ -2,7 +2,9 @@ package feasibility
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,15 +22,12 @@ import (
 // requests sent, each backend's cacheable and uncacheable queries and the
 // LRU stack distances of its cacheable queries.
 //
-// The app servers: the replayer and the simulator send each request to an
-// app server drawn at random, so every app server's cache sees a random
-// 1/N of the requests, over all the keys. Scan splits the requests the
-// same way (a hash of the request's index) and measures each app server's
-// stack distances on its own share: a curve is the miss ratio of one app
-// server's cache of m MiB (averaged over the app servers), and a rate is
-// the queries every app server together send. (Reading the whole stream's
-// curve at N·m, as if each app server saw 1/N of the keys, made N app
-// servers look N times richer than they are.)
+// Each app server's cache sees a random 1/N of the requests, over all the
+// keys (the replayer's and the simulator's draw): Scan splits them the same
+// way (a hash of the request's index) and measures each app server's stack
+// distances on its own share, so a curve is one app server's cache of m
+// MiB (averaged over them) and a rate is every app server's. (The whole
+// stream's curve read at N·m made N app servers look N times richer.)
 type Workload struct {
 	Fanout
 	// AppServers is the number of app servers the requests are split over;
@@ -286,10 +285,7 @@ func (sc *scanner) fanout() {
 	w, per, count := sc.w, sc.per, sc.count
 	f := &w.Fanout
 	f.Layers = sc.layers
-	for n := range per {
-		f.Backends = append(f.Backends, n)
-	}
-	sort.Strings(f.Backends)
+	f.Backends = slices.Sorted(maps.Keys(per))
 	index := map[string]int{}
 	pairIndex := make([]map[pairAcc]int32, len(f.Backends))
 	w.heldGrid = sc.grid
@@ -320,12 +316,7 @@ func (sc *scanner) fanout() {
 		}
 		f.Pairs = append(f.Pairs, ps)
 	}
-	keys := make([]string, 0, len(sc.shapes))
-	for k := range sc.shapes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(sc.shapes)) {
 		s := Shape{Weight: float64(sc.shapes[k]) / float64(count), Pair: make([]int32, len(f.Backends))}
 		for i := range s.Pair {
 			s.Pair[i] = -1
@@ -457,22 +448,18 @@ func (w *Workload) BucketOf(t time.Duration) int {
 }
 
 // bucketSpan is the part of bucket t within the trace's coverage, seconds.
-func (w *Workload) bucketSpan(t int) float64 {
-	if !w.Timed {
-		return w.Covered.Seconds()
-	}
-	from := time.Duration(t) * w.Bucket
-	to := min(from+w.Bucket, w.Covered)
-	return max(0, (to - from).Seconds())
-}
+func (w *Workload) bucketSpan(t int) float64 { return w.span(t, w.Bucket) }
 
 // subSpan is the part of sub-bucket s within the trace's coverage, seconds.
-func (w *Workload) subSpan(s int) float64 {
+func (w *Workload) subSpan(s int) float64 { return w.span(s, w.Bucket/time.Duration(w.Sub)) }
+
+// span is the part of the i-th interval of width step within the trace's
+// coverage, seconds.
+func (w *Workload) span(i int, step time.Duration) float64 {
 	if !w.Timed {
 		return w.Covered.Seconds()
 	}
-	step := w.Bucket / time.Duration(w.Sub)
-	from := time.Duration(s) * step
+	from := time.Duration(i) * step
 	to := min(from+step, w.Covered)
 	return max(0, (to - from).Seconds())
 }

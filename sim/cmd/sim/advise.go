@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -36,8 +34,7 @@ var adviseCandidates = []any{
 // backend's measured jitter, or draws the heat map of what hedging can
 // bring over PSQ.
 func cmdAdvise(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sim advise", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flagSet("sim advise", stderr)
 	measured := fs.String("measured", "", "a `backendload --measure --json` result: its stall_prob and stall_x")
 	prob := fs.Float64("stall-prob", -1, "probability that a query stalls (instead of --measured)")
 	stallX := fs.Float64("stall-x", -1, "a stall's duration in mean service times (instead of --measured)")
@@ -47,11 +44,8 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 	requests := fs.Int("requests", 30000, "requests per arm (the default separates the best pick from the next at the documented example; docs/hedging.md)")
 	seeds := fs.Int("seeds", 3, "seeds per arm")
 	heat := fs.String("heatmap", "", "instead: sweep stall probability 1e-1..1e-4 x utilization 10..80% at --stall-x (default 15) and write the idealized hedge's and LÆDGE's gain over PSQ as heatmap.svg and heatmap.json into this folder")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	// the flags behind the experiment's fields, named in the contract's errors
 	flags := map[string]string{"shards": "--shards", "replicas": "--replicas", "requests": "--requests",
@@ -100,15 +94,8 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	sort.SliceStable(sums, func(i, j int) bool { return sums[i].Tail < sums[j].Tail })
-	var psq, ideal float64
-	for _, s := range sums {
-		switch s.Policy {
-		case "psq":
-			psq = s.Tail
-		case sim.Ideal:
-			ideal = s.Tail
-		}
-	}
+	t := tails(sums, c.Utilizations[0])
+	psq, ideal := t["psq"], t[sim.Ideal]
 	fmt.Fprintf(stdout, "%d shards x %d replicas at %.0f%% load, stalls of %.3g P̄ with probability %.3g: P99 in P̄, median [range] of %d seeds x %d requests\n",
 		*shards, *replicas, *util*100, *stallX, *prob, *seeds, *requests)
 	var best, second *sim.BenchSummary
@@ -136,6 +123,17 @@ func cmdAdvise(args []string, stdout, stderr io.Writer) error {
 		best.Policy, best.Tail, 100*(best.Tail-psq)/psq, psq, ideal)
 	fmt.Fprintln(stdout, separation(best, second, *seeds))
 	return nil
+}
+
+// tails is each policy's tail at utilization u.
+func tails(sums []sim.BenchSummary, u float64) map[string]float64 {
+	t := map[string]float64{}
+	for _, s := range sums {
+		if s.Utilization == u {
+			t[s.Policy] = s.Tail
+		}
+	}
+	return t
 }
 
 // separation says whether the seeds separate the best policy from the
@@ -224,22 +222,8 @@ func heatmap(dir string, stallX float64, base func(float64, float64, []any) (*si
 			return err
 		}
 		for _, u := range utils {
-			h := heatCell{StallProb: p, Utilization: u}
-			for _, s := range sums {
-				if s.Utilization != u {
-					continue
-				}
-				switch s.Policy {
-				case "psq":
-					h.PSQ = s.Tail
-				case "laedge":
-					h.Laedge = s.Tail
-				case "d-hedge-5P":
-					h.DHedge = s.Tail
-				case sim.Ideal:
-					h.Ideal = s.Tail
-				}
-			}
+			t := tails(sums, u)
+			h := heatCell{StallProb: p, Utilization: u, PSQ: t["psq"], Ideal: t[sim.Ideal], Laedge: t["laedge"], DHedge: t["d-hedge-5P"]}
 			h.IdealGain, h.LaedgeGain, h.DHedgeGain = (h.PSQ-h.Ideal)/h.PSQ, (h.PSQ-h.Laedge)/h.PSQ, (h.PSQ-h.DHedge)/h.PSQ
 			cells = append(cells, h)
 		}
@@ -248,8 +232,7 @@ func heatmap(dir string, stallX float64, base func(float64, float64, []any) (*si
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(cells, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "heatmap.json"), append(b, '\n'), 0o644); err != nil {
+	if err := sim.WriteJSON(filepath.Join(dir, "heatmap.json"), cells); err != nil {
 		return err
 	}
 	svg := heatSVG(cells, probs, utils, stallX)

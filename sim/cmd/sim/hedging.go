@@ -1,9 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,23 +14,17 @@ import (
 // cmdHedging runs a hedging bench experiment (docs/hedging.md): every
 // policy at every utilization with every seed, in parallel.
 func cmdHedging(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sim hedging", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flagSet("sim hedging", stderr)
 	exp := fs.String("experiment", "", "hedging experiment file, e.g. examples/hedging/laedge.yaml (required)")
 	out := fs.String("out", "", "folder for runs.json, summary.json and table.md (default: print only)")
 	par := fs.Int("parallel", runtime.GOMAXPROCS(0), "arms run at once")
 	requests := fs.Int("requests", 0, "override the experiment's requests per arm (a quick look)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if *exp == "" {
-		return errors.New("--experiment is required")
-	}
-	if *par < 1 {
-		return fmt.Errorf("--parallel: %d must be at least 1", *par)
+	if err := firstFailed(check{*exp == "", "--experiment is required"},
+		check{*par < 1, fmt.Sprintf("--parallel: %d must be at least 1", *par)}); err != nil {
+		return err
 	}
 	c, err := sim.LoadHedging(*exp)
 	if err != nil {
@@ -66,11 +57,7 @@ func cmdHedging(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	for name, v := range map[string]any{"runs.json": runs, "summary.json": sums} {
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(*out, name), append(b, '\n'), 0o644); err != nil {
+		if err := sim.WriteJSON(filepath.Join(*out, name), v); err != nil {
 			return err
 		}
 	}

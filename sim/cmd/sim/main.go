@@ -1,13 +1,7 @@
 // Command sim is the discrete-event simulator's engine (docs/simulator.md):
-//
-//	sim arm --topology FILE --trace FILE --out DIR ...     one prepared arm
-//
-// It simulates one arm whose topology the testbed wrote, with the
-// replayer's flags, and runs the allocation policies in the controller's
-// policy server. Users run experiments with robinhood-testbed (run, compare,
-// matrix and sweep with --engine sim), which prepares each arm and calls
-// this command; the processes go one way: the testbed, then bin/sim arm,
-// then the policy server.
+// `sim arm` simulates one arm the testbed prepared (robinhood-testbed ...
+// --engine sim calls it), its policies run in the controller's policy
+// server; `sim hedging` and `sim advise` are the hedging bench's.
 package main
 
 import (
@@ -83,6 +77,40 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	}
 }
 
+// flagSet is a subcommand's flags, its errors and usage on stderr.
+func flagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses a subcommand's flags; it takes no arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// check is a flag's validation: when bad, err says what is wrong.
+type check struct {
+	bad bool
+	err string
+}
+
+// firstFailed is the error of the first bad check, in order.
+func firstFailed(checks ...check) error {
+	for _, c := range checks {
+		if c.bad {
+			return errors.New(c.err)
+		}
+	}
+	return nil
+}
+
 // repoFile finds a file relative to this binary's folder's parent (bin/sim
 // → the repository), else on PATH.
 func repoFile(rel, name string) (string, bool) {
@@ -113,8 +141,7 @@ func controllerCommand(flagValue string) ([]string, error) {
 }
 
 func cmdArm(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sim arm", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flagSet("sim arm", stderr)
 	topoPath := fs.String("topology", "", "the arm's topology file (required)")
 	tracePath := fs.String("trace", "", "trace file with ts_ms (this or --synth)")
 	synthArgs := fs.String("synth", "", "generate the requests in process: the flags of `tracegen synth` (without --requests, --duration, --out), e.g. \"--rate 200 --keys 10000\" (this or --trace)")
@@ -136,37 +163,21 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	progress := fs.Duration("progress", time.Minute, "a progress line on stderr this often (wall time; 0: none)")
 	serial := fs.Bool("serial", false, "one goroutine: the shadow models and the request generator in line, not beside the run (the same results; for many runs at once)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if (*tracePath == "") == (*synthArgs == "") {
-		return errors.New("give one of --trace FILE and --synth \"ARGS\"")
-	}
-	if *synthArgs == "" && (*reqSample != 0 || *apps != 0) {
-		return errors.New("--request-sample and --apps need --synth (a trace file's miniature only samples keys)")
-	}
-	if *reqSample != 0 && !(*reqSample > 0 && *reqSample <= 1) {
-		return fmt.Errorf("--request-sample: %v is not in (0, 1]", *reqSample)
-	}
-	if *apps < 0 {
-		return fmt.Errorf("--apps: %d must not be negative", *apps)
-	}
-	for name, v := range map[string]string{"topology": *topoPath, "out": *out} {
-		if v == "" {
-			return fmt.Errorf("--%s is required", name)
-		}
-	}
-	if !(*sample > 0 && *sample <= 1) {
-		return fmt.Errorf("--sample: %v is not in (0, 1]", *sample)
-	}
-	if *duration <= 0 {
-		return errors.New("--duration is required and must be positive")
-	}
-	if *progress < 0 {
-		return fmt.Errorf("--progress: %v must not be negative", *progress)
+	if err := firstFailed(
+		check{(*tracePath == "") == (*synthArgs == ""), `give one of --trace FILE and --synth "ARGS"`},
+		check{*synthArgs == "" && (*reqSample != 0 || *apps != 0), "--request-sample and --apps need --synth (a trace file's miniature only samples keys)"},
+		check{*reqSample != 0 && !(*reqSample > 0 && *reqSample <= 1), fmt.Sprintf("--request-sample: %v is not in (0, 1]", *reqSample)},
+		check{*apps < 0, fmt.Sprintf("--apps: %d must not be negative", *apps)},
+		check{*topoPath == "", "--topology is required"},
+		check{*out == "", "--out is required"},
+		check{!(*sample > 0 && *sample <= 1), fmt.Sprintf("--sample: %v is not in (0, 1]", *sample)},
+		check{*duration <= 0, "--duration is required and must be positive"},
+		check{*progress < 0, fmt.Sprintf("--progress: %v must not be negative", *progress)},
+	); err != nil {
+		return err
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -258,17 +269,15 @@ func armScenario(cfg *sim.Config, scPath string, topo *config.Topology, duration
 // partitioned: on the policy server at psAddr, else a controller command
 // (ctl, or the default one).
 func armController(cfg *sim.Config, topo *config.Topology, psAddr, ctl string) error {
-	var err error
 	for _, a := range topo.AppServers {
-		if a.CacheMode != config.CachePartitioned {
-			continue
-		}
-		if cfg.PolicyServer = psAddr; cfg.PolicyServer == "" {
-			if cfg.Controller, err = controllerCommand(ctl); err != nil {
-				return err
+		if a.CacheMode == config.CachePartitioned {
+			if cfg.PolicyServer = psAddr; psAddr != "" {
+				return nil
 			}
+			var err error
+			cfg.Controller, err = controllerCommand(ctl)
+			return err
 		}
-		break
 	}
 	return nil
 }
