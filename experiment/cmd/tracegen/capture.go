@@ -59,12 +59,8 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	tlsKey := fs.String("tls-key", "", "the private key of --tls-cert (PEM file, mode 0600)")
 	tlsServerName := fs.String("tls-server-name", "", "with --tls-ca: the name the server's certificate must hold (default: --memcached's host)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on connecting, the TLS handshake, authenticating and the answer to the watch command")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
 	}
 	if *addr == "" {
 		return errors.New("give --memcached HOST:PORT, the memcached to watch")
@@ -116,21 +112,18 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 		ended, err = captureLines(ctx, conn, br, w, flush, end, &st)
 		return err
 	}
-	if *out == "-" {
-		bw := bufio.NewWriterSize(stdout, 1<<16)
-		err = capture(bw, bw.Flush)
+	_, err := writeOut(*out, stdout, nil, func(w io.Writer) (int64, error) {
+		bw := bufio.NewWriterSize(w, 1<<16)
+		flush := func() error { return nil } // a file is renamed into place whole
+		if *out == "-" {
+			flush = bw.Flush // a reader of stdout sees each line as it comes
+		}
+		err := capture(bw, flush)
 		if ferr := bw.Flush(); err == nil {
 			err = ferr
 		}
-	} else {
-		_, err = writeAtomically(*out, func(w io.Writer) (int64, error) {
-			bw := bufio.NewWriterSize(w, 1<<16)
-			if err := capture(bw, func() error { return nil }); err != nil {
-				return st.lines, err
-			}
-			return st.lines, bw.Flush()
-		}, nil)
-	}
+		return st.lines, err
+	})
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,8 @@
 // Command tracegen synthesizes OneRF-like request traces, prints their
 // structure, replays them open-loop against a topology's application servers,
 // checks capacity scenarios and draws them from the scenario zoo
-// (docs/workloads.md):
-//
-//	tracegen synth   [--profile onerf] [--backends 20] (--requests N | --duration D) [--rate-schedule SPEC] [--out FILE] …
-//	tracegen import  --stream BACKEND=FILE[,format=arc|fetchers|keysize][,skip=N] … (--requests N | --duration D) [synth flags] [--out FILE]
-//	tracegen capture --memcached HOST:PORT --duration D [--out FILE] [--user USER --password-file FILE] [--tls-ca FILE …]
-//	tracegen stats   FILE [--json] [--skip-bad]
-//	tracegen replay  --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [--scenario FILE] …
-//	tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--app-server ID] [--json]]
-//	tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--app-server ID] [--warmup D] [--out FILE] [--json]
-//	tracegen mrc     FILE [--sizes 1MiB,4MiB,…] [--format csv|table|json] [--sample R] [--plot FILE.svg]
-//	tracegen oracle  --topology FILE --trace FILE --duration D [--scenario FILE] [--variants foresight,reactive] --out FILE
+// (docs/workloads.md). 'tracegen -h' lists the commands, 'tracegen COMMAND -h'
+// the flags of one.
 package main
 
 import (
@@ -69,52 +60,41 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// commands are tracegen's commands but scenario's; scenarioCommands are
+// scenario's.
+var (
+	commands = map[string]func(args []string, stdout, stderr io.Writer) error{
+		"synth": cmdSynth, "import": cmdImport, "capture": cmdCapture, "stats": cmdStats, "replay": cmdReplay,
+		"mrc": cmdMRC, "oracle": cmdOracle,
+	}
+	scenarioCommands = map[string]func(args []string, stdout, stderr io.Writer) error{
+		"check": cmdScenarioCheck, "generate": cmdScenarioGenerate, "seeds": cmdScenarioSeeds,
+	}
+)
+
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	var err error
-	cmd := args[0]
-	switch cmd {
-	case "synth":
-		err = cmdSynth(args[1:], stdout, stderr)
-	case "import":
-		err = cmdImport(args[1:], stdout, stderr)
-	case "capture":
-		err = cmdCapture(args[1:], stdout, stderr)
-	case "stats":
-		err = cmdStats(args[1:], stdout, stderr)
-	case "replay":
-		err = cmdReplay(args[1:], stdout, stderr)
-	case "scenario":
-		switch {
-		case len(args) >= 2 && args[1] == "check":
-			cmd = "scenario check"
-			err = cmdScenarioCheck(args[2:], stdout, stderr)
-		case len(args) >= 2 && args[1] == "generate":
-			cmd = "scenario generate"
-			err = cmdScenarioGenerate(args[2:], stdout, stderr)
-		case len(args) >= 2 && args[1] == "seeds":
-			cmd = "scenario seeds"
-			err = cmdScenarioSeeds(args[2:], stdout, stderr)
-		default:
-			fmt.Fprintln(stderr, "Usage: tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--json]]")
-			fmt.Fprintln(stderr, "       tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--out FILE]")
-			fmt.Fprintln(stderr, "       tracegen scenario seeds [--json]")
-			return 2
-		}
-	case "mrc":
-		err = cmdMRC(args[1:], stdout, stderr)
-	case "oracle":
-		err = cmdOracle(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
+	cmd, rest := args[0], args[1:]
+	f := commands[cmd]
+	switch {
+	case cmd == "scenario" && len(rest) > 0 && scenarioCommands[rest[0]] != nil:
+		f, cmd, rest = scenarioCommands[rest[0]], "scenario "+rest[0], rest[1:]
+	case cmd == "scenario":
+		fmt.Fprintln(stderr, "Usage: tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--json]]")
+		fmt.Fprintln(stderr, "       tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--out FILE]")
+		fmt.Fprintln(stderr, "       tracegen scenario seeds [--json]")
+		return 2
+	case cmd == "-h" || cmd == "-help" || cmd == "--help" || cmd == "help":
 		fmt.Fprint(stdout, usage)
 		return 0
-	default:
+	case f == nil:
 		fmt.Fprintf(stderr, "tracegen: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
+	err := f(rest, stdout, stderr)
 	switch {
 	case err == nil:
 		return 0
@@ -157,59 +137,160 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func cmdSynth(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("synth", "tracegen synth (--requests N | --duration D) [flags]", stderr)
-	build := synth.Flags(fs)
-	requests := fs.Int64("requests", 0, "number of requests to write")
-	duration := fs.Duration("duration", 0, "trace length in arrival time (e.g. 30m)")
-	out := fs.String("out", "-", "output file (- for stdout)")
-	describe := fs.Bool("describe", false, "print the fitted request mix's expected Table 1 instead of a trace")
+// parseNone parses a command line that takes no positional argument.
+func parseNone(fs *flag.FlagSet, args []string) error {
+	pos, err := parse(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	return err
+}
+
+// parseFile parses a command line that takes one positional argument (a
+// file), printing the usage without one.
+func parseFile(fs *flag.FlagSet, args []string) (string, error) {
 	pos, err := parse(fs, args)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
+	if len(pos) != 1 {
+		fs.Usage()
+		return "", errUsage
 	}
-	o, err := build()
+	return pos[0], nil
+}
+
+// given is the set of flags the command line gave, not empty.
+func given(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() != "" })
+	return set
+}
+
+// required is the error naming the first of the flags the command line did
+// not give.
+func required(fs *flag.FlagSet, names ...string) error {
+	set := given(fs)
+	for _, name := range names {
+		if !set[name] {
+			return fmt.Errorf("--%s is required", name)
+		}
+	}
+	return nil
+}
+
+// loadScenario reads a scenario file and checks it against the topology's
+// backends and their replicas; its warnings go to warn.
+func loadScenario(path string, topo *config.Topology, duration time.Duration, warn func(string)) (*scenario.Scenario, error) {
+	sc, warns, err := scenario.Load(path, scenario.BackendNames(topo), duration)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sc.Replicas(topo); err != nil {
+		return nil, err
+	}
+	for _, w := range warns {
+		warn(w)
+	}
+	return sc, nil
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeFile writes the file path (created, or truncated) with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if !*describe && *requests <= 0 && *duration <= 0 {
-		return errors.New("give --requests N or --duration D (or --describe)")
+	if err := write(f); err != nil {
+		f.Close()
+		return err
 	}
-	if *requests < 0 || *duration < 0 {
-		return errors.New("--requests and --duration must not be negative")
+	return f.Close()
+}
+
+// traceFlags are the flags synth and import share: the generator's
+// (synth.Flags), the trace's length, --out and --describe.
+type traceFlags struct {
+	build    func() (synth.Options, error)
+	requests *int64
+	duration *time.Duration
+	out      *string
+	describe *bool
+}
+
+func newTraceFlags(fs *flag.FlagSet, outHelp, describeHelp string) *traceFlags {
+	return &traceFlags{build: synth.Flags(fs),
+		requests: fs.Int64("requests", 0, "number of requests to write"),
+		duration: fs.Duration("duration", 0, "trace length in arrival time (e.g. 30m)"),
+		out:      fs.String("out", "-", outHelp),
+		describe: fs.Bool("describe", false, describeHelp),
+	}
+}
+
+// generator parses a synth or import command line and returns the trace's
+// options and generator.
+func (t *traceFlags) generator(fs *flag.FlagSet, args []string) (synth.Options, *synth.Generator, error) {
+	if err := parseNone(fs, args); err != nil {
+		return synth.Options{}, nil, err
+	}
+	o, err := t.build()
+	if err != nil {
+		return o, nil, err
+	}
+	if *t.requests < 0 || *t.duration < 0 {
+		return o, nil, errors.New("--requests and --duration must not be negative")
+	}
+	if !*t.describe && *t.requests == 0 && *t.duration == 0 {
+		return o, nil, errors.New("give --requests N or --duration D (or --describe)")
 	}
 	g, err := synth.New(o)
+	return o, g, err
+}
+
+func (t *traceFlags) limit() synth.Limit {
+	return synth.Limit{Requests: *t.requests, Duration: *t.duration}
+}
+
+// logWritten logs the trace written: its requests, --out, the time it took
+// and attrs.
+func logWritten(stderr io.Writer, n int64, out string, el time.Duration, attrs ...any) {
+	attrs = append([]any{"requests", n, "out", out, "seconds", el.Round(time.Millisecond).Seconds()}, attrs...)
+	slog.New(slog.NewTextHandler(stderr, nil)).Info("trace written", attrs...)
+}
+
+func cmdSynth(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("synth", "tracegen synth (--requests N | --duration D) [flags]", stderr)
+	tf := newTraceFlags(fs, "output file (- for stdout)", "print the fitted request mix's expected Table 1 instead of a trace")
+	_, g, err := tf.generator(fs, args)
 	if err != nil {
 		return err
 	}
-	if *describe {
+	if *tf.describe {
 		return writeDescription(stdout, g)
 	}
-	w := stdout
-	if *out != "-" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = f
-	}
 	start := time.Now()
-	n, err := g.Write(w, synth.Limit{Requests: *requests, Duration: *duration})
+	var n int64
+	write := func(w io.Writer) (err error) {
+		n, err = g.Write(w, tf.limit())
+		return err
+	}
+	if *tf.out == "-" {
+		err = write(stdout)
+	} else {
+		err = writeFile(*tf.out, write)
+	}
 	if err != nil {
 		return err
 	}
-	if f, ok := w.(*os.File); ok && f != os.Stdout {
-		if err := f.Close(); err != nil {
-			return err
-		}
-	}
 	el := time.Since(start)
-	slog.New(slog.NewTextHandler(stderr, nil)).Info("trace written", "requests", n, "out", *out,
-		"seconds", el.Round(time.Millisecond).Seconds(), "requests_per_s", int(float64(n)/el.Seconds()))
+	logWritten(stderr, n, *tf.out, el, "requests_per_s", int(float64(n)/el.Seconds()))
 	return nil
 }
 
@@ -251,17 +332,13 @@ func cmdStats(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("stats", "tracegen stats FILE [--json] [--skip-bad]   (FILE - reads stdin)", stderr)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	skipBad := fs.Bool("skip-bad", false, "count and skip malformed lines instead of stopping at the first")
-	pos, err := parse(fs, args)
+	file, err := parseFile(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
-	}
 	var r io.Reader = os.Stdin
-	if pos[0] != "-" {
-		f, err := safefile.Open(pos[0])
+	if file != "-" {
+		f, err := safefile.Open(file)
 		if err != nil {
 			return err
 		}
@@ -272,19 +349,17 @@ func cmdStats(args []string, stdout, stderr io.Writer) error {
 	var bad int
 	res, err := stats.Read(r, stats.Options{SkipBad: *skipBad, OnBad: func(e *stats.LineError) {
 		if bad++; bad <= shown {
-			fmt.Fprintf(stderr, "tracegen stats: %s: skipping %v\n", pos[0], e)
+			fmt.Fprintf(stderr, "tracegen stats: %s: skipping %v\n", file, e)
 		}
 	}})
 	if err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err)
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	if bad > shown {
-		fmt.Fprintf(stderr, "tracegen stats: %s: %d malformed lines skipped in all\n", pos[0], bad)
+		fmt.Fprintf(stderr, "tracegen stats: %s: %d malformed lines skipped in all\n", file, bad)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(stdout, res)
 	}
 	return stats.WriteTable(stdout, res)
 }
@@ -340,21 +415,15 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	maxConns := fs.Int("max-conns", replay.DefaultMaxConns, "HTTP connections per app server at most")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address during the run (e.g. 127.0.0.1:9300)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", *logLevel)
 	}
-	for flagName, v := range map[string]string{"topology": *topoPath, "trace": *tracePath, "out": *out} {
-		if v == "" {
-			return fmt.Errorf("--%s is required", flagName)
-		}
+	if err := required(fs, "topology", "trace", "out"); err != nil {
+		return err
 	}
 	topo, err := config.LoadTopology(*topoPath)
 	if err != nil {
@@ -387,12 +456,9 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 		cfg.AppServers = strings.Split(*apps, ",")
 	}
 	if *scPath != "" {
-		sc, warns, err := scenario.Load(*scPath, scenario.BackendNames(topo), *duration)
+		sc, err := loadScenario(*scPath, topo, *duration, func(w string) { log.Warn("scenario", "warning", w) })
 		if err != nil {
 			return err
-		}
-		for _, w := range warns {
-			log.Warn("scenario", "warning", w)
 		}
 		if rs := sc.RateSchedule(); len(rs) > 0 && *rate > 0 {
 			return fmt.Errorf("--rate: the scenario's request_rate events (line %d) are carried by the trace's ts_ms, which --rate replaces with a constant rate; replay without --rate a trace synthesized with --rate-schedule %s",
@@ -443,30 +509,20 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	appServer := fs.String("app-server", "", "with --trace: the partitioned app server whose budget is analysed (default: the first)")
 	asJSON := fs.Bool("json", false, "with --trace: print the analysis as JSON")
 	lookahead := fs.Bool("lookahead", true, "with --trace: the oracle's column is the schedule with foresight (false: the reactive one, which learns each phase when it starts)")
-	pos, err := parse(fs, args)
+	file, err := parseFile(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
-	}
-	if *topoPath == "" {
-		return errors.New("--topology is required")
+	if err := required(fs, "topology"); err != nil {
+		return err
 	}
 	topo, err := config.LoadTopology(*topoPath)
 	if err != nil {
 		return err
 	}
-	sc, warns, err := scenario.Load(pos[0], scenario.BackendNames(topo), *duration)
+	sc, err := loadScenario(file, topo, *duration, func(w string) { fmt.Fprintln(stderr, "warning:", w) })
 	if err != nil {
 		return err
-	}
-	if _, err := sc.Replicas(topo); err != nil {
-		return err
-	}
-	for _, w := range warns {
-		fmt.Fprintln(stderr, "warning:", w)
 	}
 	kinds := map[scenario.Kind]int{}
 	for _, e := range sc.Events {
@@ -476,7 +532,7 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	if k := kinds[scenario.KindRequestRate]; k > 0 {
 		rr = fmt.Sprintf(", %d request_rate", k)
 	}
-	fmt.Fprintf(stdout, "%s: ok: %d events (%d set, %d ramp, %d random_walk%s)\n", pos[0], len(sc.Events),
+	fmt.Fprintf(stdout, "%s: ok: %d events (%d set, %d ramp, %d random_walk%s)\n", file, len(sc.Events),
 		kinds[scenario.KindSet], kinds[scenario.KindRamp], kinds[scenario.KindRandomWalk], rr)
 	if *tracePath != "" {
 		return feasibilityReport(stdout, stderr, sc, topo, *tracePath, *appServer, *duration, *seed, *asJSON, *lookahead)
@@ -487,14 +543,7 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	if *duration <= 0 {
 		return errors.New("--print needs --duration")
 	}
-	if need := sc.NeedsInitial(); len(need) > 0 {
-		return fmt.Errorf("--print: the random walk of %s.%s starts from the backend's current value; give it an initial value to print the timeline", need[0].Backend, need[0].Field)
-	}
-	s := *seed
-	if sc.Seed != nil {
-		s = *sc.Seed
-	}
-	changes, err := sc.Expand(*duration, s, nil)
+	changes, err := expand(sc, "--print", *duration, *seed)
 	if err != nil {
 		return err
 	}
@@ -522,30 +571,23 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Duration("warmup", zoo.DefaultWarmup, "events start at or after this time (default: the topology's slo.warmup, else this)")
 	out := fs.String("out", "-", "write the scenario here (- for stdout)")
 	asJSON := fs.Bool("json", false, "print the family, seed, drawn parameters and the scenario as JSON on stdout")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for _, name := range []string{"topology", "trace", "duration", "seed"} {
-		if !set[name] {
-			return fmt.Errorf("--%s is required", name)
-		}
+	if err := required(fs, "topology", "trace", "duration", "seed"); err != nil {
+		return err
 	}
 	if *duration <= 0 {
 		return fmt.Errorf("--duration: %v must be positive", *duration)
 	}
+	warmupGiven := given(fs)["warmup"]
 	if err := zoo.CheckSeed(*seed); err != nil {
 		return fmt.Errorf("--seed: %w", err)
 	}
 	if *family != "" && zoo.FamilyIndex(*family) < 0 {
 		return fmt.Errorf("--family: %q is not one of %s", *family, strings.Join(zoo.Families, ", "))
 	}
-	if set["warmup"] && *warmup < 0 {
+	if warmupGiven && *warmup < 0 {
 		return fmt.Errorf("--warmup: %v is negative", *warmup)
 	}
 	topo, err := config.LoadTopology(*topoPath)
@@ -556,7 +598,7 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if set["warmup"] {
+	if warmupGiven {
 		in.Warmup = *warmup
 	}
 	if in.Warmup >= in.Duration {
@@ -572,9 +614,7 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sc)
+		return printJSON(stdout, sc)
 	}
 	if *out == "-" {
 		_, err = io.WriteString(stdout, sc.YAML)
@@ -590,12 +630,8 @@ const DefaultMRCSizes = "1MiB,2MiB,4MiB,8MiB,16MiB,32MiB,64MiB,128MiB,256MiB,512
 func cmdScenarioSeeds(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("scenario seeds", "tracegen scenario seeds [--json]", stderr)
 	asJSON := fs.Bool("json", false, "print the ranges as JSON")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -617,13 +653,9 @@ func cmdMRC(args []string, stdout, stderr io.Writer) error {
 	sample := fs.Float64("sample", 0, "SHARDS sampling rate R in (0, 1) for large traces; 0 = exact")
 	heavy := fs.Int("heavy-keys", 1000, "with --sample: popular keys tracked at every access, per backend")
 	plot := fs.String("plot", "", "also draw the curves into this SVG file")
-	pos, err := parse(fs, args)
+	file, err := parseFile(fs, args)
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	sizes, err := bytesize.ParseList(*sizesFlag)
 	if err != nil {
@@ -643,32 +675,22 @@ func cmdMRC(args []string, stdout, stderr io.Writer) error {
 	if *heavy < 0 {
 		return fmt.Errorf("--heavy-keys: %d is negative", *heavy)
 	}
-	curves, err := mrc.FromFile(pos[0], mrc.Options{Sizes: sizes, SampleRate: *sample}, *heavy)
+	curves, err := mrc.FromFile(file, mrc.Options{Sizes: sizes, SampleRate: *sample}, *heavy)
 	if err != nil {
 		return err
 	}
 	if *plot != "" {
-		f, err := os.Create(*plot)
-		if err != nil {
-			return err
-		}
-		title := "LRU miss ratio per backend: " + pos[0]
+		title := "LRU miss ratio per backend: " + file
 		if *sample > 0 {
 			title += fmt.Sprintf(" (sampled, R = %g)", *sample)
 		}
-		if err := mrc.WriteSVG(f, curves, title); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		if err := writeFile(*plot, func(w io.Writer) error { return mrc.WriteSVG(w, curves, title) }); err != nil {
 			return err
 		}
 	}
 	switch *format {
 	case "json":
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(curves)
+		return printJSON(stdout, curves)
 	case "csv":
 		fmt.Fprintln(stdout, "backend,cache_bytes,miss_ratio")
 		for _, c := range curves {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -32,18 +31,22 @@ func oracleInput(sc *scenario.Scenario, topo *config.Topology, tracePath, appID 
 	if sc == nil {
 		return in, nil
 	}
+	changes, err := expand(sc, "--trace", duration, seed)
+	in.Changes, in.Rates = changes, sc.RateSchedule()
+	return in, err
+}
+
+// expand is the scenario's timeline over duration, its random walks seeded
+// by the file's seed, else seed; flagName names what needs it.
+func expand(sc *scenario.Scenario, flagName string, duration time.Duration, seed uint64) ([]scenario.Change, error) {
 	if need := sc.NeedsInitial(); len(need) > 0 {
-		return in, fmt.Errorf("--trace: the random walk of %s.%s starts from the backend's current value; give it an initial value", need[0].Backend, need[0].Field)
+		return nil, fmt.Errorf("%s: the random walk of %s.%s starts from the backend's current value; give it an initial value",
+			flagName, need[0].Backend, need[0].Field)
 	}
 	if sc.Seed != nil {
 		seed = *sc.Seed
 	}
-	changes, err := sc.Expand(duration, seed, nil)
-	if err != nil {
-		return in, err
-	}
-	in.Changes, in.Rates = changes, sc.RateSchedule()
-	return in, nil
+	return sc.Expand(duration, seed, nil)
 }
 
 // finite is v, or nil (JSON null) when it is infinite.
@@ -86,9 +89,7 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 	}
 	sloMs := float64(rep.SLO.SLO) / float64(time.Millisecond)
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(reportJSON(rep, sched))
+		return printJSON(w, reportJSON(rep, sched))
 	}
 	fmt.Fprintf(w, "feasibility: app server %s, budget %d MB, floor %d MB, %d app server(s); miss-ratio curves and query rates per phase from %s\n",
 		rep.AppServer, rep.Budget, rep.Floor, rep.AppServers, tracePath)
@@ -258,19 +259,11 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	series := fs.Bool("series", false, "also write, per variant, the transient model's prediction of every point of the SLO series")
 	out := fs.String("out", "-", "write the JSON here (- for stdout); written whole or not at all")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the analysis here (go tool pprof)")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for _, name := range []string{"topology", "trace", "duration"} {
-		if !set[name] {
-			return fmt.Errorf("--%s is required", name)
-		}
+	if err := required(fs, "topology", "trace", "duration"); err != nil {
+		return err
 	}
 	if *duration <= 0 {
 		return fmt.Errorf("--duration: %v must be positive", *duration)
@@ -290,15 +283,8 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	defer stopProfile()
 	var sc *scenario.Scenario
 	if *scPath != "" {
-		var warns []string
-		if sc, warns, err = scenario.Load(*scPath, scenario.BackendNames(topo), *duration); err != nil {
+		if sc, err = loadScenario(*scPath, topo, *duration, func(w string) { fmt.Fprintln(stderr, "warning:", w) }); err != nil {
 			return err
-		}
-		if _, err := sc.Replicas(topo); err != nil {
-			return err
-		}
-		for _, w := range warns {
-			fmt.Fprintln(stderr, "warning:", w)
 		}
 	}
 	first, err := oracleDoc(topo, sc, *tracePath, *duration, *seed, vs, *feasibleOnly, *series)
@@ -309,15 +295,10 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
-	if *out == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	_, err = writeAtomically(*out, func(w io.Writer) (int64, error) {
-		n, err := w.Write(b)
+	_, err = writeOut(*out, stdout, stderr, func(w io.Writer) (int64, error) {
+		n, err := w.Write(append(b, '\n'))
 		return int64(n), err
-	}, stderr)
+	})
 	return err
 }
 
