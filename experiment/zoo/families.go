@@ -23,7 +23,21 @@ type drawer struct {
 	walkSeed bool
 }
 
-func (d *drawer) param(name string, v any) { d.params = append(d.params, Param{Name: name, Value: v}) }
+// record records drawn parameters, name-value pairs, each name after
+// prefix and a dot (none when prefix is "").
+func (d *drawer) record(prefix string, kv ...any) {
+	if prefix != "" {
+		prefix += "."
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.params = append(d.params, Param{Name: prefix + kv[i].(string), Value: kv[i+1]})
+	}
+}
+
+// setRate is the event setting a backend's rate limit at a time.
+func setRate(b string, at int, v float64) event {
+	return event{kind: scenario.KindSet, backend: b, field: config.FieldRate, at: at, value: v}
+}
 
 func (d *drawer) uniform(r [2]float64) float64 { return r[0] + d.rng.Float64()*(r[1]-r[0]) }
 
@@ -113,15 +127,9 @@ func (d *drawer) emitDrop(name string, dr *drop, start int) {
 	end := start + dr.ramp
 	d.events = append(d.events,
 		event{kind: scenario.KindRamp, backend: dr.b.Name, field: config.FieldRate, from: from, to: to, start: start, end: end},
-		event{kind: scenario.KindSet, backend: dr.b.Name, field: config.FieldRate, at: end + dr.hold, value: rec})
-	d.param(name+".backend", dr.b.Name)
-	d.param(name+".miss_load_qps", round2(dr.b.Load))
-	d.param(name+".depth", dr.f)
-	d.param(name+".rate", to)
-	d.param(name+".start_s", start)
-	d.param(name+".ramp_s", dr.ramp)
-	d.param(name+".hold_s", dr.hold)
-	d.param(name+".recover_s", end+dr.hold)
+		setRate(dr.b.Name, end+dr.hold, rec))
+	d.record(name, "backend", dr.b.Name, "miss_load_qps", round2(dr.b.Load), "depth", dr.f, "rate", to,
+		"start_s", start, "ramp_s", dr.ramp, "hold_s", dr.hold, "recover_s", end+dr.hold)
 }
 
 // drop: one backend drops and recovers.
@@ -146,7 +154,7 @@ func (d *drawer) popularDrop() error {
 	if err := d.fit(dr.span, &dr.ramp, &dr.hold); err != nil {
 		return err
 	}
-	d.param("popular.query_rate_qps", round2(top.QueryRate))
+	d.record("popular", "query_rate_qps", round2(top.QueryRate))
 	d.emitDrop("drop", dr, d.place(dr.span()))
 	return nil
 }
@@ -202,7 +210,7 @@ func (d *drawer) dropRecoverDrop() error {
 	}
 	start := d.place(span())
 	d.emitDrop("drop1", a, start)
-	d.param("gap_s", gap)
+	d.record("", "gap_s", gap)
 	d.emitDrop("drop2", b, start+a.span()+gap)
 	return nil
 }
@@ -264,19 +272,11 @@ func (d *drawer) ramp() error {
 		at := start + offs[i]
 		d.events = append(d.events, event{kind: scenario.KindRamp, backend: s.b.Name, field: config.FieldRate,
 			from: from, to: to, start: at, end: at + s.length})
-		d.param(name+".backend", s.b.Name)
-		d.param(name+".miss_load_qps", round2(s.b.Load))
-		d.param(name+".depth", s.f)
-		d.param(name+".deep", s.deep)
-		d.param(name+".rate", to)
-		d.param(name+".start_s", at)
-		d.param(name+".ramp_s", s.length)
-		d.param(name+".recovers", s.recover)
+		d.record(name, "backend", s.b.Name, "miss_load_qps", round2(s.b.Load), "depth", s.f, "deep", s.deep, "rate", to,
+			"start_s", at, "ramp_s", s.length, "recovers", s.recover)
 		if s.recover {
-			d.events = append(d.events, event{kind: scenario.KindSet, backend: s.b.Name, field: config.FieldRate,
-				at: at + s.length + s.hold, value: rec})
-			d.param(name+".hold_s", s.hold)
-			d.param(name+".recover_s", at+s.length+s.hold)
+			d.events = append(d.events, setRate(s.b.Name, at+s.length+s.hold, rec))
+			d.record(name, "hold_s", s.hold, "recover_s", at+s.length+s.hold)
 		}
 	}
 	return nil
@@ -290,9 +290,7 @@ func (d *drawer) randomWalk() error {
 	start := d.t0 + d.rng.IntN(d.room/4+1)
 	end := d.t0 + d.room - 1
 	d.walkSeed = true
-	d.param("walk.period_s", period)
-	d.param("walk.start_s", start)
-	d.param("walk.end_s", end)
+	d.record("walk", "period_s", period, "start_s", start, "end_s", end)
 	for i, b := range bs {
 		name := fmt.Sprintf("walk%d", i+1)
 		lo, hi := round2(d.uniform(WalkMin)), round2(d.uniform(WalkMax))
@@ -303,14 +301,9 @@ func (d *drawer) randomWalk() error {
 		d.events = append(d.events,
 			event{kind: scenario.KindRandomWalk, backend: b.Name, field: config.FieldRate, period: period,
 				step: step, min: minRate, max: maxRate, initial: maxRate, start: start, end: end},
-			event{kind: scenario.KindSet, backend: b.Name, field: config.FieldRate, at: end + 1, value: b.Limits.Rate})
-		d.param(name+".backend", b.Name)
-		d.param(name+".miss_load_qps", round2(b.Load))
-		d.param(name+".min_factor", lo)
-		d.param(name+".max_factor", hi)
-		d.param(name+".levels", levels)
-		d.param(name+".min", minRate)
-		d.param(name+".max", maxRate)
+			setRate(b.Name, end+1, b.Limits.Rate))
+		d.record(name, "backend", b.Name, "miss_load_qps", round2(b.Load), "min_factor", lo, "max_factor", hi,
+			"levels", levels, "min", minRate, "max", maxRate)
 	}
 	return nil
 }
@@ -356,12 +349,8 @@ func (d *drawer) slowOffPath() error {
 	d.events = append(d.events,
 		event{kind: scenario.KindSet, backend: s.Name, field: config.FieldExtraLatencyMs, at: start, value: x},
 		event{kind: scenario.KindSet, backend: s.Name, field: config.FieldExtraLatencyMs, at: end, value: s.Limits.ExtraLatencyMs})
-	d.param("slow.backend", s.Name)
-	d.param("slow.slo_share", round2(share))
-	d.param("slow.utilization", round2(u))
-	d.param("slow.extra_latency_ms", x)
-	d.param("slow.start_s", start)
-	d.param("slow.end_s", end)
+	d.record("slow", "backend", s.Name, "slo_share", round2(share), "utilization", round2(u), "extra_latency_ms", x,
+		"start_s", start, "end_s", end)
 	d.emitDrop("drop", dr, start+lead)
 	return nil
 }
@@ -397,10 +386,7 @@ func (d *drawer) requestRate() error {
 	d.events = append(d.events,
 		event{kind: scenario.KindRequestRate, at: start, value: factor},
 		event{kind: scenario.KindRequestRate, at: start + length, value: 1})
-	d.param("rate.factor", factor)
-	d.param("rate.start_s", start)
-	d.param("rate.end_s", start+length)
-	d.param("rate.with_drop", dr != nil)
+	d.record("rate", "factor", factor, "start_s", start, "end_s", start+length, "with_drop", dr != nil)
 	if dr != nil {
 		d.emitDrop("drop", dr, start+off)
 	}
@@ -430,16 +416,9 @@ func (d *drawer) flapping() error {
 	for c := range cycles {
 		at := start + c*period
 		d.events = append(d.events,
-			event{kind: scenario.KindSet, backend: b.Name, field: config.FieldRate, at: at, value: to},
-			event{kind: scenario.KindSet, backend: b.Name, field: config.FieldRate, at: at + down, value: rec})
+			setRate(b.Name, at, to), setRate(b.Name, at+down, rec))
 	}
-	d.param("flap.backend", b.Name)
-	d.param("flap.miss_load_qps", round2(b.Load))
-	d.param("flap.depth", f)
-	d.param("flap.rate", to)
-	d.param("flap.period_s", period)
-	d.param("flap.down_s", down)
-	d.param("flap.cycles", cycles)
-	d.param("flap.start_s", start)
+	d.record("flap", "backend", b.Name, "miss_load_qps", round2(b.Load), "depth", f, "rate", to,
+		"period_s", period, "down_s", down, "cycles", cycles, "start_s", start)
 	return nil
 }
