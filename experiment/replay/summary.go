@@ -1,8 +1,7 @@
 package replay
 
 import (
-	"bufio"
-	"io"
+	"strconv"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
@@ -127,7 +126,8 @@ type ScenarioSection struct {
 
 func ptr(v float64) *float64 { return &v }
 
-func latencyOf(us []uint32) Latency {
+// LatencyOf is the percentiles section of a set of latencies (µs).
+func LatencyOf(us []uint32) Latency {
 	l := Latency{N: len(us)}
 	if len(us) == 0 {
 		return l
@@ -187,15 +187,15 @@ func (r *run) summary(end, schedule time.Duration, sched *schedule, interrupted 
 		s.Errors[k] = v
 	}
 	for code, n := range r.status {
-		if c := parseCode(code); c > 0 {
+		if c, err := strconv.Atoi(code); err == nil { // an HTTP code, not timeout, error or dropped
 			s.Answered += n
 			if c < 300 {
 				s.OK += n
 			}
 		}
 	}
-	s.Latency = latencyOf(r.rec.All(0))
-	s.LatencyAfterWarmup = latencyOf(r.rec.All(p.Warmup))
+	s.Latency = LatencyOf(r.rec.All(0))
+	s.LatencyAfterWarmup = LatencyOf(r.rec.All(p.Warmup))
 
 	sec, err := SLOResults(r.rec, p, end)
 	if err != nil {
@@ -234,22 +234,3 @@ func SLOResults(rec *slo.Recorder, p slo.Params, end time.Duration) (SLOSection,
 	}
 	return sec, nil
 }
-
-// LatencyOf is the percentiles section of a set of latencies (µs).
-func LatencyOf(us []uint32) Latency { return latencyOf(us) }
-
-func parseCode(s string) int {
-	if len(s) != 3 {
-		return 0
-	}
-	n := 0
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n
-}
-
-func newBufWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 1<<20) }
