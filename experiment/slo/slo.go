@@ -13,8 +13,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/robinhoodcache/robinhood/lib/percentile"
+	"slices"
 	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/percentile"
 )
 
 // Select reorders xs so that xs[k] is the value a full ascending sort would
@@ -81,11 +83,7 @@ func Percentiles[T cmp.Ordered](xs []T, ps ...float64) []T {
 	for i := range order {
 		order[i] = i
 	}
-	for i := 1; i < len(order); i++ {
-		for j := i; j > 0 && ps[order[j]] > ps[order[j-1]]; j-- {
-			order[j], order[j-1] = order[j-1], order[j]
-		}
-	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(ps[b], ps[a]) })
 	end := len(xs)
 	for _, i := range order {
 		k := percentile.Rank(len(xs), ps[i]) - 1
@@ -145,13 +143,7 @@ func (r *Recorder) Add(send time.Duration, latencyUs uint32) {
 // gather copies the latencies of buckets [from, to) into dst.
 func (r *Recorder) gather(dst []uint32, from, to int) []uint32 {
 	dst = dst[:0]
-	if from < 0 {
-		from = 0
-	}
-	if to > len(r.buckets) {
-		to = len(r.buckets)
-	}
-	for k := from; k < to; k++ {
+	for k := max(from, 0); k < min(to, len(r.buckets)); k++ {
 		dst = append(dst, r.buckets[k]...)
 	}
 	return dst
@@ -259,26 +251,19 @@ type Violations struct {
 func Violation(points []Point, p Params) Violations {
 	slo := float64(p.SLO) / float64(time.Millisecond)
 	var v Violations
-	var n50, n90, n99 int
+	var over [3]int // P99, P90, P50 above the SLO
 	for _, pt := range points {
 		if pt.T <= p.Warmup || pt.N == 0 {
 			continue
 		}
 		v.Points++
-		if pt.P99 > slo {
-			n99++
-		}
-		if pt.P90 > slo {
-			n90++
-		}
-		if pt.P50 > slo {
-			n50++
+		for i, q := range [3]float64{pt.P99, pt.P90, pt.P50} {
+			if q > slo {
+				over[i]++
+			}
 		}
 	}
-	if v.Points > 0 {
-		v.P99Pct = 100 * float64(n99) / float64(v.Points)
-		v.P90Pct = 100 * float64(n90) / float64(v.Points)
-		v.P50Pct = 100 * float64(n50) / float64(v.Points)
-	}
+	pct := func(n int) float64 { return 100 * float64(n) / float64(max(v.Points, 1)) }
+	v.P99Pct, v.P90Pct, v.P50Pct = pct(over[0]), pct(over[1]), pct(over[2])
 	return v
 }
