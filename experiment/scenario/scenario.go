@@ -720,17 +720,14 @@ func (s *Scenario) Expand(duration time.Duration, seed uint64, initial map[Backe
 			rng := rand.New(rand.NewPCG(seed, uint64(e.Line)))
 			cur := make([]float64, len(e.Backends))
 			for i, b := range e.Backends {
-				if e.Initial != nil {
-					cur[i] = *e.Initial
-					add(Change{At: e.Start, Backend: b, Fields: []FieldValue{{e.Field, cur[i]}}, Line: e.Line, Kind: e.Kind})
-					continue
-				}
 				v, ok := initial[BackendField{b, e.Field}]
-				if !ok {
+				if e.Initial != nil {
+					v, ok = *e.Initial, true // within [min, max]
+				} else if !ok {
 					return nil, fmt.Errorf("%s:%d: the current %s of %s is needed to start the random walk", s.File, e.Line, e.Field, b)
 				}
 				cur[i] = math.Min(math.Max(v, e.Min), e.Max)
-				if cur[i] != v {
+				if cur[i] != v || e.Initial != nil { // an initial value is always sent
 					add(Change{At: e.Start, Backend: b, Fields: []FieldValue{{e.Field, cur[i]}}, Line: e.Line, Kind: e.Kind})
 				}
 			}

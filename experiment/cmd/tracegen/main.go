@@ -397,23 +397,24 @@ func (w *warmupFlag) Set(s string) error {
 
 func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("replay", "tracegen replay --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [flags]", stderr)
+	var cfg replay.Config
 	topoPath := fs.String("topology", "", "topology file: app servers' http addresses, backends' admin addresses (required)")
-	tracePath := fs.String("trace", "", "trace file (required)")
-	out := fs.String("out", "", "output folder for requests.csv, summary.json, scenario.jsonl (required)")
+	fs.StringVar(&cfg.TracePath, "trace", "", "trace file (required)")
+	fs.StringVar(&cfg.OutDir, "out", "", "output folder for requests.csv, summary.json, scenario.jsonl (required)")
 	tokenFile := fs.String("token-file", "", "this caller's token file (one \"name token\" line) for the app servers and the backends' admin API (default: the topology's auth.token with {id} = operator)")
-	rate := fs.Float64("rate", 0, "send Poisson arrivals at this many requests/s instead of the trace's ts_ms")
-	duration := fs.Duration("duration", 0, "stop sending after this long (default: at the end of the trace)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "send Poisson arrivals at this many requests/s instead of the trace's ts_ms")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "stop sending after this long (default: at the end of the trace)")
 	apps := fs.String("app-servers", "", "comma-separated app server ids to spread requests over (default: all)")
 	scPath := fs.String("scenario", "", "capacity scenario (YAML) to apply during the replay")
 	sloParams := slo.Flags(fs)
 	warm := &warmupFlag{d: sloParams().Warmup}
 	fs.Var(warm, "warmup", "warm-up excluded from the violation count: a duration or a percentage of the run (slo.warmup)")
-	seed := fs.Uint64("seed", 1, "seed for arrivals, app server choice and the scenario's random walks (unless it has a seed)")
-	loop := fs.Bool("loop", false, "restart the trace at its end until --duration")
-	timeout := fs.Duration("timeout", replay.DefaultTimeout, "per-request timeout")
-	maxInFlight := fs.Int("max-in-flight", replay.DefaultMaxInFlight, "requests in flight at most; beyond it requests are dropped and counted")
-	maxConns := fs.Int("max-conns", replay.DefaultMaxConns, "HTTP connections per app server at most")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address during the run (e.g. 127.0.0.1:9300)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed for arrivals, app server choice and the scenario's random walks (unless it has a seed)")
+	fs.BoolVar(&cfg.Loop, "loop", false, "restart the trace at its end until --duration")
+	fs.DurationVar(&cfg.Timeout, "timeout", replay.DefaultTimeout, "per-request timeout")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", replay.DefaultMaxInFlight, "requests in flight at most; beyond it requests are dropped and counted")
+	fs.IntVar(&cfg.MaxConns, "max-conns", replay.DefaultMaxConns, "HTTP connections per app server at most")
+	fs.StringVar(&cfg.MetricsAddr, "metrics", "", "serve Prometheus /metrics on this address during the run (e.g. 127.0.0.1:9300)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parseNone(fs, args); err != nil {
 		return err
@@ -433,18 +434,11 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	if *tokenFile != "" {
 		copts.TokenFile = *tokenFile
 	}
-	creds, err := auth.NewClient(copts)
-	if err != nil {
+	if cfg.Credentials, err = auth.NewClient(copts); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg := replay.Config{
-		Credentials: creds,
-		Topology:    topo, TracePath: *tracePath, OutDir: *out, Rate: *rate, Duration: *duration,
-		SLO:  sloParams(),
-		Seed: *seed, ScenarioSeed: *seed, Loop: *loop, Timeout: *timeout, MaxInFlight: *maxInFlight,
-		MaxConns: *maxConns, MetricsAddr: *metricsAddr, Log: log,
-	}
+	cfg.Topology, cfg.SLO, cfg.ScenarioSeed = topo, sloParams(), cfg.Seed
+	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.SLO.Warmup = warm.d
 	if warm.isFrac {
 		cfg.SLO.Warmup, cfg.WarmupFraction = -1, warm.fraction
@@ -456,11 +450,11 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 		cfg.AppServers = strings.Split(*apps, ",")
 	}
 	if *scPath != "" {
-		sc, err := loadScenario(*scPath, topo, *duration, func(w string) { log.Warn("scenario", "warning", w) })
+		sc, err := loadScenario(*scPath, topo, cfg.Duration, func(w string) { cfg.Log.Warn("scenario", "warning", w) })
 		if err != nil {
 			return err
 		}
-		if rs := sc.RateSchedule(); len(rs) > 0 && *rate > 0 {
+		if rs := sc.RateSchedule(); len(rs) > 0 && cfg.Rate > 0 {
 			return fmt.Errorf("--rate: the scenario's request_rate events (line %d) are carried by the trace's ts_ms, which --rate replaces with a constant rate; replay without --rate a trace synthesized with --rate-schedule %s",
 				rs[0].Line, scenario.RateScheduleSpec(rs))
 		}
@@ -484,7 +478,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "sent %d, ok %d, errors %v, P99 %s ms, SLO violations %.1f%% of %d points, late sends %d (P99 %.1f ms, max %.1f ms); results in %s\n",
 			sum.Sent, sum.OK, nonZero(sum.Errors), p99, sum.SLO.ViolationPct, sum.SLO.PointsCounted,
-			sum.Lateness.LateSends, sum.Lateness.P99LateMs, sum.Lateness.MaxLateMs, *out)
+			sum.Lateness.LateSends, sum.Lateness.P99LateMs, sum.Lateness.MaxLateMs, cfg.OutDir)
 	}
 	return err
 }

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -103,15 +104,7 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 	for i, r := range results {
 		var parts []string
 		for _, b := range rep.Backends {
-			need := "∞"
-			if v := r.Need[b.Name]; v >= 0 {
-				need = strconv.Itoa(v)
-			}
-			parts = append(parts, b.Name+"="+need)
-		}
-		total := "∞"
-		if r.NeedTotal >= 0 {
-			total = strconv.Itoa(r.NeedTotal)
+			parts = append(parts, b.Name+"="+mbOrInf(r.Need[b.Name]))
 		}
 		ok := "yes"
 		if !r.Feasible {
@@ -122,7 +115,7 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 		if rateChanges {
 			rate = "×" + strconv.FormatFloat(r.RateFactor, 'g', -1, 64) + "\t"
 		}
-		fmt.Fprintf(tw, "%s–%s\t%s%s\t%s/%d\t%s\t%.2f\t%.2f\t%s\t%s / %s\t\n", r.Start, r.End, rate, strings.Join(parts, " "), total, rep.Budget, ok,
+		fmt.Fprintf(tw, "%s–%s\t%s%s\t%s/%d\t%s\t%.2f\t%.2f\t%s\t%s / %s\t\n", r.Start, r.End, rate, strings.Join(parts, " "), mbOrInf(r.NeedTotal), rep.Budget, ok,
 			r.MinMaxWorst, r.Even, fmtAlloc(sched.At(r.Start)), fmtMs(rep.Steady[i].OracleP99Ms), fmtMs(rep.Steady[i].ConfiguredP99Ms))
 	}
 	if err := tw.Flush(); err != nil {
@@ -142,16 +135,19 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 
 // fmtAlloc is an allocation as "name=MB ..." in name order.
 func fmtAlloc(mb map[string]int) string {
-	names := make([]string, 0, len(mb))
-	for n := range mb {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = n + "=" + strconv.Itoa(mb[n])
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(mb)) {
+		parts = append(parts, n+"="+strconv.Itoa(mb[n]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// mbOrInf is a need in MB: ∞ (negative) when no cache is enough.
+func mbOrInf(mb int) string {
+	if mb < 0 {
+		return "∞"
+	}
+	return strconv.Itoa(mb)
 }
 
 // fmtMs prints a predicted latency: ∞ when overloaded.
