@@ -545,35 +545,33 @@ func (p *parser) conflicts(events []Event) error {
 			spans[k] = append(spans[k], span{e, e.Start, end})
 		}
 	}
-	rates := map[time.Duration]int{}
-	for i := range events {
-		if e := &events[i]; e.Kind == KindRequestRate {
-			if line, dup := rates[e.At]; dup {
-				return p.lineErr(e.Line, "the request rate is also set at %v by line %d", e.At, line)
-			}
-			rates[e.At] = e.Line
+	setAt := map[string]int{} // what is set at a time → the line that sets it
+	alsoSet := func(e *Event, what string) error {
+		k := what + "\x00" + e.At.String()
+		if line, dup := setAt[k]; dup {
+			return p.lineErr(e.Line, "%s is also set at %v by line %d", what, e.At, line)
 		}
+		setAt[k] = e.Line
+		return nil
 	}
-	sets := map[string]int{}
 	for i := range events {
 		e := &events[i]
-		if e.Kind != KindSet {
-			continue
+		if e.Kind == KindRequestRate {
+			if err := alsoSet(e, "the request rate"); err != nil {
+				return err
+			}
 		}
 		for _, b := range e.Backends {
-			for _, fv := range e.Set {
-				k := key(b, fv.Field)
-				for _, o := range spans[k] {
+			for _, fv := range e.Set { // a set event's
+				for _, o := range spans[key(b, fv.Field)] {
 					if e.At >= o.start && (o.end < 0 || e.At <= o.end) {
 						return p.lineErr(e.Line, "set of %s.%s at %v falls within the %s at line %d (%v%s)",
 							b, fv.Field, e.At, o.ev.Kind, o.ev.Line, o.start, untilStr(o.end))
 					}
 				}
-				at := k + "\x00" + e.At.String()
-				if line, dup := sets[at]; dup {
-					return p.lineErr(e.Line, "%s.%s is also set at %v by line %d", b, fv.Field, e.At, line)
+				if err := alsoSet(e, b+"."+fv.Field); err != nil {
+					return err
 				}
-				sets[at] = e.Line
 			}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,14 +178,9 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 // checkStreams: every stream's backend is one of the trace's.
 func checkStreams(streams streamFlags, names []string) error {
 	for _, sp := range streams {
-		known := false
-		for _, n := range names {
-			known = known || n == sp.backend
-		}
-		if !known {
-			sorted := append([]string(nil), names...)
-			sort.Strings(sorted)
-			return fmt.Errorf("--stream %s: the trace has no backend %q (backends: %s; --backend-names names them)", sp.text, sp.backend, strings.Join(sorted, ","))
+		if !slices.Contains(names, sp.backend) {
+			return fmt.Errorf("--stream %s: the trace has no backend %q (backends: %s; --backend-names names them)",
+				sp.text, sp.backend, strings.Join(slices.Sorted(slices.Values(names)), ","))
 		}
 	}
 	return nil
