@@ -1,6 +1,7 @@
 package zoo
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -133,8 +134,19 @@ func (d *drawer) emitDrop(name string, dr *drop, start int) {
 }
 
 // drop: one backend drops and recovers.
-func (d *drawer) drop() error {
-	dr := d.newDrop(d.pick(1)[0], DropDepth)
+func (d *drawer) drop() error { return d.dropOne(d.pick(1)[0]) }
+
+// popularDrop: the backend with the highest query rate (the first of
+// equals) drops.
+func (d *drawer) popularDrop() error {
+	top := slices.MaxFunc(d.eligible, func(a, b Backend) int { return cmp.Compare(a.QueryRate, b.QueryRate) })
+	d.record("popular", "query_rate_qps", round2(top.QueryRate))
+	return d.dropOne(top)
+}
+
+// dropOne draws and places a single drop of b.
+func (d *drawer) dropOne(b Backend) error {
+	dr := d.newDrop(b, DropDepth)
 	if err := d.fit(dr.span, &dr.ramp, &dr.hold); err != nil {
 		return err
 	}
@@ -142,21 +154,13 @@ func (d *drawer) drop() error {
 	return nil
 }
 
-// popularDrop: the backend with the highest query rate drops.
-func (d *drawer) popularDrop() error {
-	top := d.eligible[0]
-	for _, b := range d.eligible[1:] {
-		if b.QueryRate > top.QueryRate {
-			top = b
-		}
+// latest is the largest of end(i) for i < n: the span of overlapping parts.
+func latest(n int, end func(i int) int) int {
+	m := 0
+	for i := range n {
+		m = max(m, end(i))
 	}
-	dr := d.newDrop(top, DropDepth)
-	if err := d.fit(dr.span, &dr.ramp, &dr.hold); err != nil {
-		return err
-	}
-	d.record("popular", "query_rate_qps", round2(top.QueryRate))
-	d.emitDrop("drop", dr, d.place(dr.span()))
-	return nil
+	return m
 }
 
 // overlap: 2 or 3 backends drop, each starting before the first recovers.
@@ -176,13 +180,7 @@ func (d *drawer) overlap() error {
 		offs[i] = d.rng.IntN(drops[0].span())
 		durs = append(durs, &offs[i])
 	}
-	span := func() int {
-		m := 0
-		for i, dr := range drops {
-			m = max(m, offs[i]+dr.span())
-		}
-		return m
-	}
+	span := func() int { return latest(len(drops), func(i int) int { return offs[i] + drops[i].span() }) }
 	if err := d.fit(span, durs...); err != nil {
 		return err
 	}
@@ -219,13 +217,12 @@ func (d *drawer) dropRecoverDrop() error {
 // shallow, with or without recovery.
 func (d *drawer) ramp() error {
 	type spec struct {
-		b        Backend
-		deep     bool
-		f        float64
-		length   int
-		recover  bool
-		hold     int
-		from, to float64
+		b       Backend
+		deep    bool
+		f       float64
+		length  int
+		recover bool
+		hold    int
 	}
 	bs := d.pick(1 + d.rng.IntN(2))
 	specs := make([]*spec, len(bs))
@@ -248,19 +245,13 @@ func (d *drawer) ramp() error {
 		offs[1] = d.rng.IntN(specs[0].length + 1) // the second starts during the first's ramp
 		durs = append(durs, &offs[1])
 	}
-	spanOf := func(i int) int {
-		s := specs[i]
-		if s.recover {
-			return offs[i] + s.length + s.hold
-		}
-		return offs[i] + s.length
-	}
 	span := func() int {
-		m := 0
-		for i := range specs {
-			m = max(m, spanOf(i))
-		}
-		return m
+		return latest(len(specs), func(i int) int {
+			if s := specs[i]; s.recover {
+				return offs[i] + s.length + s.hold
+			}
+			return offs[i] + specs[i].length
+		})
 	}
 	if err := d.fit(span, durs...); err != nil {
 		return err
@@ -415,8 +406,7 @@ func (d *drawer) flapping() error {
 	start := d.place(cycles * period)
 	for c := range cycles {
 		at := start + c*period
-		d.events = append(d.events,
-			setRate(b.Name, at, to), setRate(b.Name, at+down, rec))
+		d.events = append(d.events, setRate(b.Name, at, to), setRate(b.Name, at+down, rec))
 	}
 	d.record("flap", "backend", b.Name, "miss_load_qps", round2(b.Load), "depth", f, "rate", to,
 		"period_s", period, "down_s", down, "cycles", cycles, "start_s", start)
