@@ -8,7 +8,8 @@ import (
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 )
 
-// Summary is summary.json.
+// Summary is summary.json; docs/workloads.md, "tracegen replay", lists its
+// fields.
 type Summary struct {
 	Trace      string   `json:"trace"`
 	AppServers []string `json:"app_servers"`
@@ -29,20 +30,13 @@ type Summary struct {
 	// Aborted holds the reason a malformed trace line stopped the run.
 	Aborted string `json:"aborted,omitempty"`
 
-	// Sent requests went out; Dropped did not (in-flight cap).
-	Sent    int64 `json:"sent"`
-	Dropped int64 `json:"dropped"`
-	// Answered got an HTTP response; OK a 2xx one.
-	Answered int64 `json:"answered"`
-	OK       int64 `json:"ok"`
-	// Status counts results by HTTP code, timeout, error and dropped.
-	Status map[string]int64 `json:"status"`
-	// Errors counts by kind: http_4xx, http_5xx, timeout, transport,
-	// dropped.
-	Errors map[string]int64 `json:"errors"`
-	// OutOfOrder counts trace lines whose ts_ms was before the previous
-	// line's (sent right after it).
-	OutOfOrder int64 `json:"out_of_order"`
+	Sent       int64            `json:"sent"`
+	Dropped    int64            `json:"dropped"`  // not sent: the in-flight cap
+	Answered   int64            `json:"answered"` // with an HTTP answer
+	OK         int64            `json:"ok"`       // with a 2xx one
+	Status     map[string]int64 `json:"status"`
+	Errors     map[string]int64 `json:"errors"`
+	OutOfOrder int64            `json:"out_of_order"`
 
 	Latency            Latency `json:"latency_ms"`
 	LatencyAfterWarmup Latency `json:"latency_ms_after_warmup"`
@@ -65,19 +59,16 @@ type Latency struct {
 	Max   *float64 `json:"max"`
 }
 
-// Lateness says whether the scheduler kept up.
+// Lateness says whether the scheduler kept up: sends more than ThresholdMs
+// late, percentiles of every send's lateness (0 for one on time), and
+// whether some send was more than BehindThresholdMs late.
 type Lateness struct {
-	ThresholdMs float64 `json:"threshold_ms"`
-	// LateSends were sent more than ThresholdMs after their time.
-	LateSends int64   `json:"late_sends"`
-	MaxLateMs float64 `json:"max_late_ms"`
-	// P50LateMs, P99LateMs and P999LateMs are percentiles of every send's
-	// lateness (0 for a send on time): jitter versus falling behind.
-	P50LateMs  float64 `json:"p50_late_ms"`
-	P99LateMs  float64 `json:"p99_late_ms"`
-	P999LateMs float64 `json:"p99_9_late_ms"`
-	// FellBehind is true when some send was more than BehindThresholdMs
-	// late.
+	ThresholdMs       float64 `json:"threshold_ms"`
+	LateSends         int64   `json:"late_sends"`
+	MaxLateMs         float64 `json:"max_late_ms"`
+	P50LateMs         float64 `json:"p50_late_ms"`
+	P99LateMs         float64 `json:"p99_late_ms"`
+	P999LateMs        float64 `json:"p99_9_late_ms"`
 	BehindThresholdMs float64 `json:"behind_threshold_ms"`
 	FellBehind        bool    `json:"fell_behind"`
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -167,22 +168,18 @@ func Parse(file string, data []byte, backends []string, duration time.Duration) 
 	}
 	root := doc.Content[0]
 	sc := &Scenario{File: file}
-	var events *yaml.Node
-	if err := p.eachKey(root, []string{"seed", "events"}, func(k string, v *yaml.Node) error {
-		switch k {
-		case "seed":
-			s, err := strconv.ParseUint(v.Value, 10, 64)
-			if v.Kind != yaml.ScalarNode || err != nil {
-				return p.errf(v, "seed: %q is not a non-negative integer", v.Value)
-			}
-			sc.Seed = &s
-		case "events":
-			events = v
-		}
-		return nil
-	}); err != nil {
+	vals, err := p.keys(root, []string{"seed", "events"})
+	if err != nil {
 		return nil, nil, err
 	}
+	if v := vals["seed"]; v != nil {
+		s, err := strconv.ParseUint(v.Value, 10, 64)
+		if v.Kind != yaml.ScalarNode || err != nil {
+			return nil, nil, p.errf(v, "seed: %q is not a non-negative integer", v.Value)
+		}
+		sc.Seed = &s
+	}
+	events := vals["events"]
 	if events == nil || events.Kind != yaml.SequenceNode {
 		return nil, nil, p.errf(root, "events: a list of events is required")
 	}
@@ -199,32 +196,20 @@ func Parse(file string, data []byte, backends []string, duration time.Duration) 
 	return sc, sc.warnings(duration), nil
 }
 
-// eachKey walks a mapping, rejecting unknown and repeated keys.
-func (p *parser) eachKey(m *yaml.Node, allowed []string, f func(k string, v *yaml.Node) error) error {
-	seen := map[string]bool{}
+// keys reads a mapping's values by key, rejecting unknown and repeated keys.
+func (p *parser) keys(m *yaml.Node, allowed []string) (map[string]*yaml.Node, error) {
+	vals := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		if !contains(allowed, k.Value) {
-			return p.errf(k, "unknown key %q (allowed: %s)", k.Value, strings.Join(allowed, ", "))
+		k := m.Content[i]
+		if !slices.Contains(allowed, k.Value) {
+			return nil, p.errf(k, "unknown key %q (allowed: %s)", k.Value, strings.Join(allowed, ", "))
 		}
-		if seen[k.Value] {
-			return p.errf(k, "%s is given twice", k.Value)
+		if vals[k.Value] != nil {
+			return nil, p.errf(k, "%s is given twice", k.Value)
 		}
-		seen[k.Value] = true
-		if err := f(k.Value, v); err != nil {
-			return err
-		}
+		vals[k.Value] = m.Content[i+1]
 	}
-	return nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
+	return vals, nil
 }
 
 func (p *parser) event(n *yaml.Node) (Event, error) {
@@ -246,10 +231,11 @@ func (p *parser) event(n *yaml.Node) (Event, error) {
 	if !ok {
 		return ev, p.errf(kind, "kind %q is not one of %s", kind.Value, kindNames)
 	}
-	f := &fields{p: p, ev: n, vals: map[string]*yaml.Node{}}
-	if err := p.eachKey(n, allowed, func(k string, v *yaml.Node) error { f.vals[k] = v; return nil }); err != nil {
+	vals, err := p.keys(n, allowed)
+	if err != nil {
 		return ev, err
 	}
+	f := &fields{p: p, ev: n, vals: vals}
 	switch ev.Kind {
 	case KindRequestRate: // the trace's rate: no backend
 		f.rateEvent(&ev)
@@ -393,7 +379,7 @@ func (f *fields) backendList() []string {
 			f.fail(b, "a backend is a name")
 		case !f.p.backends[b.Value]:
 			f.fail(b, "backend %q is not in the topology (backends: %s)", b.Value, strings.Join(f.p.names, ", "))
-		case contains(out, b.Value):
+		case slices.Contains(out, b.Value):
 			f.fail(b, "backend %q is listed twice", b.Value)
 		}
 		if f.err != nil {
@@ -417,7 +403,7 @@ func (p *parser) number(n *yaml.Node, key string) (float64, error) {
 
 // fieldName checks a limit field name.
 func (p *parser) fieldName(n *yaml.Node) (string, error) {
-	if n.Kind != yaml.ScalarNode || !contains(capacity.Fields, n.Value) {
+	if n.Kind != yaml.ScalarNode || !slices.Contains(capacity.Fields, n.Value) {
 		return "", p.errf(n, "field %q is not a backend limit (fields: %s)", n.Value, strings.Join(capacity.Fields, ", "))
 	}
 	return n.Value, nil
