@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -658,9 +659,7 @@ func cmdMRC(args []string, stdout, stderr io.Writer) error {
 	if len(sizes) == 0 {
 		return errors.New("--sizes: give at least one size")
 	}
-	switch *format {
-	case "csv", "table", "json":
-	default:
+	if !slices.Contains([]string{"csv", "table", "json"}, *format) {
 		return fmt.Errorf("--format: %q is not csv, table or json", *format)
 	}
 	if *sample < 0 || *sample >= 1 {
