@@ -20,15 +20,6 @@ import (
 // AdminPath is the backends' limits endpoint.
 const AdminPath = "/admin/limits"
 
-// BackendNames returns the topology's backend names, in file order.
-func BackendNames(t *config.Topology) []string {
-	out := make([]string, len(t.Backends))
-	for i, b := range t.Backends {
-		out[i] = b.Name
-	}
-	return out
-}
-
 // Replicas returns the admin addresses (host:port) of every replica of the
 // backends the scenario changes. A replica without an http address is an
 // error: the scenario could not change its limits. request_rate events

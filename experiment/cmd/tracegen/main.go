@@ -183,7 +183,7 @@ func required(fs *flag.FlagSet, names ...string) error {
 // loadScenario reads a scenario file and checks it against the topology's
 // backends and their replicas; its warnings go to warn.
 func loadScenario(path string, topo *config.Topology, duration time.Duration, warn func(string)) (*scenario.Scenario, error) {
-	sc, warns, err := scenario.Load(path, scenario.BackendNames(topo), duration)
+	sc, warns, err := scenario.Load(path, topo.BackendNames(), duration)
 	if err != nil {
 		return nil, err
 	}
