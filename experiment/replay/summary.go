@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -123,10 +124,9 @@ func LatencyOf(us []uint32) Latency {
 	if len(us) == 0 {
 		return l
 	}
-	mx := slo.Max(us)
 	p := slo.Percentiles(us, 0.50, 0.90, 0.99, 0.999)
 	l.P50, l.P90, l.P99, l.P99_9 = ptr(slo.Ms(p[0])), ptr(slo.Ms(p[1])), ptr(slo.Ms(p[2])), ptr(slo.Ms(p[3]))
-	l.Max = ptr(slo.Ms(mx))
+	l.Max = ptr(slo.Ms(slices.Max(us)))
 	return l
 }
 

@@ -22,7 +22,7 @@ import (
 // Select reorders xs so that xs[k] is the value a full ascending sort would
 // put there, with no larger value before it and no smaller one after it, and
 // returns it. It runs in expected linear time (quickselect, median of three,
-// with an insertion sort for short ranges). k must be within xs.
+// sorting short ranges). k must be within xs.
 func Select[T cmp.Ordered](xs []T, k int) T {
 	lo, hi := 0, len(xs)-1
 	for hi-lo > 16 {
@@ -62,11 +62,7 @@ func Select[T cmp.Ordered](xs []T, k int) T {
 			return xs[k]
 		}
 	}
-	for i := lo + 1; i <= hi; i++ {
-		for j := i; j > lo && xs[j] < xs[j-1]; j-- {
-			xs[j], xs[j-1] = xs[j-1], xs[j]
-		}
-	}
+	slices.Sort(xs[lo : hi+1])
 	return xs[k]
 }
 
@@ -96,17 +92,6 @@ func Percentiles[T cmp.Ordered](xs []T, ps ...float64) []T {
 		}
 	}
 	return out
-}
-
-// Max returns the largest value of xs (the zero value for an empty slice).
-func Max[T cmp.Ordered](xs []T) T {
-	var m T
-	for i, x := range xs {
-		if i == 0 || x > m {
-			m = x
-		}
-	}
-	return m
 }
 
 // Recorder files request latencies by send time into buckets one step wide:
