@@ -146,7 +146,6 @@ type run struct {
 	csvErr   error
 	status   map[string]int64
 	kinds    map[string]int64
-	maxLat   time.Duration
 	lastSend time.Duration
 	scratch  []uint32
 	lastSent int64
@@ -671,7 +670,6 @@ func (r *run) account(res *result, row []string) {
 		us := res.latency.Microseconds()
 		r.rec.Add(res.send, uint32(min(us, math.MaxUint32)))
 		r.met.latency.Observe(res.latency.Seconds())
-		r.maxLat = max(r.maxLat, res.latency)
 	}
 }
 

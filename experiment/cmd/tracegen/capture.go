@@ -64,22 +64,19 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	if o.addr == "" {
+	host, port, hostPortErr := net.SplitHostPort(o.addr)
+	switch {
+	case o.addr == "":
 		return errors.New("give --memcached HOST:PORT, the memcached to watch")
-	}
-	if host, port, err := net.SplitHostPort(o.addr); err != nil || host == "" || port == "" {
+	case hostPortErr != nil || host == "" || port == "":
 		return fmt.Errorf("--memcached %q is not HOST:PORT", o.addr)
-	}
-	if *duration <= 0 {
+	case *duration <= 0:
 		return fmt.Errorf("give --duration D, a positive length of time such as 10m (got %v)", *duration)
-	}
-	if o.timeout <= 0 {
+	case o.timeout <= 0:
 		return fmt.Errorf("--timeout %v must be positive", o.timeout)
-	}
-	if (o.user == "") != (*passwordFile == "") {
+	case (o.user == "") != (*passwordFile == ""):
 		return errors.New("--user and --password-file go together (memcached's ASCII authentication, memcached -Y)")
-	}
-	if tlsOpts.CA == "" && (tlsOpts.Cert != "" || tlsOpts.Key != "" || tlsOpts.ServerName != "") {
+	case tlsOpts.CA == "" && (tlsOpts.Cert != "" || tlsOpts.Key != "" || tlsOpts.ServerName != ""):
 		return errors.New("--tls-cert, --tls-key and --tls-server-name need --tls-ca (the CA that signed memcached's certificate)")
 	}
 	if err := checkOut(*out); err != nil {

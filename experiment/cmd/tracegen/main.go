@@ -653,19 +653,16 @@ func cmdMRC(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	sizes, err := bytesize.ParseList(*sizesFlag)
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("--sizes: %w", err)
-	}
-	if len(sizes) == 0 {
+	case len(sizes) == 0:
 		return errors.New("--sizes: give at least one size")
-	}
-	if !slices.Contains([]string{"csv", "table", "json"}, *format) {
+	case !slices.Contains([]string{"csv", "table", "json"}, *format):
 		return fmt.Errorf("--format: %q is not csv, table or json", *format)
-	}
-	if *sample < 0 || *sample >= 1 {
+	case *sample < 0 || *sample >= 1:
 		return fmt.Errorf("--sample: %v is not in [0, 1) (0 = exact)", *sample)
-	}
-	if *heavy < 0 {
+	case *heavy < 0:
 		return fmt.Errorf("--heavy-keys: %d is negative", *heavy)
 	}
 	curves, err := mrc.FromFile(file, mrc.Options{Sizes: sizes, SampleRate: *sample}, *heavy)
