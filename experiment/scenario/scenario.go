@@ -135,8 +135,7 @@ var allowedKeys = map[Kind][]string{
 
 type parser struct {
 	file     string
-	backends map[string]bool
-	names    []string
+	backends []string // the topology's
 }
 
 func (p *parser) errf(n *yaml.Node, format string, args ...any) error {
@@ -149,10 +148,7 @@ func (p *parser) lineErr(line int, format string, args ...any) error {
 
 // Parse validates a scenario document; file names it in errors.
 func Parse(file string, data []byte, backends []string, duration time.Duration) (*Scenario, []string, error) {
-	p := &parser{file: file, backends: map[string]bool{}, names: backends}
-	for _, b := range backends {
-		p.backends[b] = true
-	}
+	p := &parser{file: file, backends: backends}
 	if err := config.CheckSize(data); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", file, err)
 	}
@@ -377,8 +373,8 @@ func (f *fields) backendList() []string {
 		switch {
 		case b.Kind != yaml.ScalarNode:
 			f.fail(b, "a backend is a name")
-		case !f.p.backends[b.Value]:
-			f.fail(b, "backend %q is not in the topology (backends: %s)", b.Value, strings.Join(f.p.names, ", "))
+		case !slices.Contains(f.p.backends, b.Value):
+			f.fail(b, "backend %q is not in the topology (backends: %s)", b.Value, strings.Join(f.p.backends, ", "))
 		case slices.Contains(out, b.Value):
 			f.fail(b, "backend %q is listed twice", b.Value)
 		}
