@@ -165,9 +165,6 @@ func latest(n int, end func(i int) int) int {
 
 // overlap: 2 or 3 backends drop, each starting before the first recovers.
 func (d *drawer) overlap() error {
-	if err := d.atLeast(2); err != nil {
-		return err
-	}
 	bs := d.pick(2 + d.rng.IntN(2))
 	drops := make([]*drop, len(bs))
 	offs := make([]int, len(bs))
@@ -196,9 +193,6 @@ func (d *drawer) overlap() error {
 
 // dropRecoverDrop: one backend drops and recovers, then another drops.
 func (d *drawer) dropRecoverDrop() error {
-	if err := d.atLeast(2); err != nil {
-		return err
-	}
 	bs := d.pick(2)
 	a, b := d.newDrop(bs[0], DropDepth), d.newDrop(bs[1], DropDepth)
 	gap := d.intIn(GapS)
@@ -313,9 +307,6 @@ func slowLatency(b Backend, slo float64, share, u float64) float64 {
 // slowOffPath: one backend gets much slower, its capacity still enough,
 // while another drops.
 func (d *drawer) slowOffPath() error {
-	if err := d.atLeast(2); err != nil {
-		return err
-	}
 	dr := d.newDrop(d.pick(1)[0], DropDepth)
 	share, u := d.uniform(SlowSLOShare), d.uniform(SlowUtilization)
 	slo := float64(d.in.SLOLatency) / float64(1e6)

@@ -44,11 +44,15 @@ const (
 var Families = []string{FamilyDrop, FamilyOverlap, FamilyDropRecoverDrop, FamilyRamp, FamilyRandomWalk,
 	FamilySlowOffPath, FamilyPopularDrop, FamilyRequestRate, FamilyFlapping}
 
-// draws are the families' drawers (families.go).
-var draws = map[string]func(*drawer) error{
-	FamilyDrop: (*drawer).drop, FamilyOverlap: (*drawer).overlap, FamilyDropRecoverDrop: (*drawer).dropRecoverDrop,
-	FamilyRamp: (*drawer).ramp, FamilyRandomWalk: (*drawer).randomWalk, FamilySlowOffPath: (*drawer).slowOffPath,
-	FamilyPopularDrop: (*drawer).popularDrop, FamilyRequestRate: (*drawer).requestRate, FamilyFlapping: (*drawer).flapping,
+// draws are the families' drawers (families.go), each with the number of
+// backends with a miss load it needs.
+var draws = map[string]struct {
+	backends int
+	draw     func(*drawer) error
+}{
+	FamilyDrop: {1, (*drawer).drop}, FamilyOverlap: {2, (*drawer).overlap}, FamilyDropRecoverDrop: {2, (*drawer).dropRecoverDrop},
+	FamilyRamp: {1, (*drawer).ramp}, FamilyRandomWalk: {1, (*drawer).randomWalk}, FamilySlowOffPath: {2, (*drawer).slowOffPath},
+	FamilyPopularDrop: {1, (*drawer).popularDrop}, FamilyRequestRate: {1, (*drawer).requestRate}, FamilyFlapping: {1, (*drawer).flapping},
 }
 
 // Backend is what the generator knows of one backend.
@@ -188,7 +192,11 @@ func Generate(in Inputs, seed uint64, family string) (*Scenario, error) {
 	} else if FamilyIndex(family) < 0 {
 		return nil, fmt.Errorf("family: %q is not one of %s", family, strings.Join(Families, ", "))
 	}
-	err := draws[family](d)
+	f := draws[family]
+	err := d.atLeast(f.backends)
+	if err == nil {
+		err = f.draw(d)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("family %s: %w", family, err)
 	}
