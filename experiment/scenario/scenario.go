@@ -311,12 +311,10 @@ func (f *fields) number(key string, required bool) (float64, *yaml.Node) {
 	if n == nil {
 		return 0, nil
 	}
-	v, err := f.p.number(n, key)
-	if err != nil {
-		f.err = err
-		return 0, nil
+	if v := f.num(n, key); f.err == nil {
+		return v, n
 	}
-	return v, n
+	return 0, nil
 }
 
 // value reads the key (required) as a value of the limit field.
@@ -331,6 +329,9 @@ func (f *fields) value(key, field string) float64 {
 // check validates a value for a field with the backends' own admin API
 // parser, so scenarios accept exactly what PUT /admin/limits accepts.
 func (f *fields) check(n *yaml.Node, field string, v float64) {
+	if f.err != nil {
+		return
+	}
 	body := fmt.Sprintf(`{%q: %s}`, field, strconv.FormatFloat(v, 'g', -1, 64))
 	if _, err := capacity.ParsePatch([]byte(body)); err != nil {
 		var fe *capacity.FieldError
@@ -344,13 +345,10 @@ func (f *fields) check(n *yaml.Node, field string, v float64) {
 
 // field reads the field key: a limit's name.
 func (f *fields) field() string {
-	n := f.node("field", true)
-	if n == nil {
-		return ""
+	if n := f.node("field", true); n != nil {
+		return f.limit(n)
 	}
-	name, err := f.p.fieldName(n)
-	f.err = err
-	return name
+	return ""
 }
 
 func (f *fields) backendList() []string {
@@ -386,23 +384,24 @@ func (f *fields) backendList() []string {
 	return out
 }
 
-func (p *parser) number(n *yaml.Node, key string) (float64, error) {
-	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
-		return 0, p.errf(n, "%s: %q is not a number", key, n.Value)
+// num reads a node as a finite number, the value of key.
+func (f *fields) num(n *yaml.Node, key string) float64 {
+	v, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+	switch {
+	case n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float"):
+		f.fail(n, "%s: %q is not a number", key, n.Value)
+	case err != nil || math.IsNaN(v) || math.IsInf(v, 0):
+		f.fail(n, "%s: %q is not a finite number", key, n.Value)
 	}
-	f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, p.errf(n, "%s: %q is not a finite number", key, n.Value)
-	}
-	return f, nil
+	return v
 }
 
-// fieldName checks a limit field name.
-func (p *parser) fieldName(n *yaml.Node) (string, error) {
+// limit reads a node as a limit field's name.
+func (f *fields) limit(n *yaml.Node) string {
 	if n.Kind != yaml.ScalarNode || !slices.Contains(capacity.Fields, n.Value) {
-		return "", p.errf(n, "field %q is not a backend limit (fields: %s)", n.Value, strings.Join(capacity.Fields, ", "))
+		f.fail(n, "field %q is not a backend limit (fields: %s)", n.Value, strings.Join(capacity.Fields, ", "))
 	}
-	return n.Value, nil
+	return n.Value
 }
 
 func isInteger(field string) bool {
@@ -423,21 +422,12 @@ func (f *fields) setEvent(e *Event) {
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(set.Content) && f.err == nil; i += 2 {
 		k, n := set.Content[i], set.Content[i+1]
-		name, err := f.p.fieldName(k)
-		if err != nil {
-			f.err = err
-			return
-		}
+		name := f.limit(k)
 		if seen[name] {
 			f.fail(k, "%s is given twice", name)
-			return
 		}
 		seen[name] = true
-		v, err := f.p.number(n, name)
-		if err != nil {
-			f.err = err
-			return
-		}
+		v := f.num(n, name)
 		f.check(n, name, v)
 		e.Set = append(e.Set, FieldValue{Field: name, Value: v})
 	}
