@@ -576,13 +576,11 @@ func (r *run) do(app appServer, body []byte) result {
 	req.Header.Set("Content-Type", "application/json")
 	t0 := time.Now()
 	resp, err := r.client.Do(req)
-	if err != nil {
-		res.latency = time.Since(t0)
-		res.status = failure(ctx, err)
-		return res
+	var data []byte
+	if err == nil {
+		data, err = io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+		resp.Body.Close()
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-	resp.Body.Close()
 	res.latency = time.Since(t0)
 	if err != nil {
 		res.status = failure(ctx, err)

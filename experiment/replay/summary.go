@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -174,9 +175,7 @@ func (r *run) summary(end, schedule time.Duration, sched *schedule, interrupted 
 	for _, a := range r.apps {
 		s.AppServers = append(s.AppServers, a.id)
 	}
-	for k, v := range r.kinds {
-		s.Errors[k] = v
-	}
+	maps.Copy(s.Errors, r.kinds)
 	for code, n := range r.status {
 		if c, err := strconv.Atoi(code); err == nil { // an HTTP code, not timeout, error or dropped
 			s.Answered += n
