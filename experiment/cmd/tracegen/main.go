@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -477,21 +478,13 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 		if sum.Latency.P99 != nil {
 			p99 = strconv.FormatFloat(*sum.Latency.P99, 'f', 1, 64)
 		}
+		errs := maps.Clone(sum.Errors)
+		maps.DeleteFunc(errs, func(_ string, n int64) bool { return n == 0 })
 		fmt.Fprintf(stdout, "sent %d, ok %d, errors %v, P99 %s ms, SLO violations %.1f%% of %d points, late sends %d (P99 %.1f ms, max %.1f ms); results in %s\n",
-			sum.Sent, sum.OK, nonZero(sum.Errors), p99, sum.SLO.ViolationPct, sum.SLO.PointsCounted,
+			sum.Sent, sum.OK, errs, p99, sum.SLO.ViolationPct, sum.SLO.PointsCounted,
 			sum.Lateness.LateSends, sum.Lateness.P99LateMs, sum.Lateness.MaxLateMs, cfg.OutDir)
 	}
 	return err
-}
-
-func nonZero(m map[string]int64) map[string]int64 {
-	out := map[string]int64{}
-	for k, v := range m {
-		if v != 0 {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
