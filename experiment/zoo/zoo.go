@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -176,11 +177,7 @@ func Generate(in Inputs, seed uint64, family string) (*Scenario, error) {
 	}
 	d := &drawer{in: in, rng: rand.New(rand.NewPCG(seed, 0x7a6f6f)), // "zoo"
 		t0: int(math.Ceil(in.Warmup.Seconds())), room: int(room.Seconds())}
-	for _, b := range in.Backends {
-		if b.Load >= MinLoad {
-			d.eligible = append(d.eligible, b)
-		}
-	}
+	d.eligible = slices.DeleteFunc(slices.Clone(in.Backends), func(b Backend) bool { return b.Load < MinLoad })
 	if len(d.eligible) == 0 {
 		return nil, fmt.Errorf("trace: no backend has a miss load of at least %g queries/s to draw a drop against", MinLoad)
 	}
