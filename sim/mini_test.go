@@ -46,7 +46,7 @@ func miniConfig(t *testing.T, dir string, d time.Duration, scen string) Config {
 		if err := os.WriteFile(sp, []byte(scen), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		sc, _, err := scenario.Load(sp, scenario.BackendNames(top), d)
+		sc, _, err := scenario.Load(sp, top.BackendNames(), d)
 		if err != nil {
 			t.Fatal(err)
 		}

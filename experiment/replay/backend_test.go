@@ -69,7 +69,7 @@ events:
 	os.WriteFile(path, []byte(doc), 0o644)
 	// The timeline ends at 0.5 s of a 3 s run, so even a loaded machine
 	// applies all of it before the run ends.
-	sc, warns, err := scenario.Load(path, scenario.BackendNames(tp), 3*time.Second)
+	sc, warns, err := scenario.Load(path, tp.BackendNames(), 3*time.Second)
 	if err != nil || len(warns) > 0 {
 		t.Fatal(err, warns)
 	}

@@ -3,6 +3,7 @@ package replay
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // metrics are the replayer's Prometheus metrics (--metrics ADDR).
@@ -18,39 +19,30 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		sent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "replay_requests_sent_total",
-			Help: "Requests sent to the application servers.",
-		}),
-		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "replay_responses_total",
-			Help: "Finished requests by status: the HTTP code, timeout, error (no HTTP answer) or dropped (not sent: in-flight cap).",
-		}, []string{"status"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "replay_request_seconds",
-			Help:    "End-to-end request latency seen by the replayer (answered and timed-out requests).",
-			Buckets: prometheus.ExponentialBucketsRange(0.001, 30, 24),
-		}),
-		windowP99: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "replay_window_p99_seconds",
-			Help: "P99 request latency over the last SLO window (--slo-window), updated every second.",
-		}),
-		late: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "replay_late_sends_total",
-			Help: "Requests the scheduler sent more than 1 ms after their time (the replayer falling behind).",
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "replay_in_flight_requests",
-			Help: "Requests sent and not yet answered.",
-		}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "replay_dropped_requests_total",
-			Help: "Requests not sent because the in-flight cap (--max-in-flight) was reached.",
-		}),
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := promauto.With(reg)
+	counter := func(name, help string) prometheus.Counter {
+		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
-	m.reg.MustRegister(m.sent, m.responses, m.latency, m.windowP99, m.late, m.inFlight, m.dropped,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+	gauge := func(name, help string) prometheus.Gauge {
+		return f.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	return &metrics{
+		reg:  reg,
+		sent: counter("replay_requests_sent_total", "Requests sent to the application servers."),
+		responses: f.NewCounterVec(prometheus.CounterOpts{Name: "replay_responses_total",
+			Help: "Finished requests by status: the HTTP code, timeout, error (no HTTP answer) or dropped (not sent: in-flight cap)."},
+			[]string{"status"}),
+		latency: f.NewHistogram(prometheus.HistogramOpts{Name: "replay_request_seconds",
+			Help:    "End-to-end request latency seen by the replayer (answered and timed-out requests).",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 30, 24)}),
+		windowP99: gauge("replay_window_p99_seconds",
+			"P99 request latency over the last SLO window (--slo-window), updated every second."),
+		late: counter("replay_late_sends_total",
+			"Requests the scheduler sent more than 1 ms after their time (the replayer falling behind)."),
+		inFlight: gauge("replay_in_flight_requests", "Requests sent and not yet answered."),
+		dropped: counter("replay_dropped_requests_total",
+			"Requests not sent because the in-flight cap (--max-in-flight) was reached."),
+	}
 }

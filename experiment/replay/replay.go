@@ -9,6 +9,7 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -145,7 +146,6 @@ type run struct {
 	csvErr   error
 	status   map[string]int64
 	kinds    map[string]int64
-	maxLat   time.Duration
 	lastSend time.Duration
 	scratch  []uint32
 	lastSent int64
@@ -179,57 +179,43 @@ func (c *Config) validate() error {
 		return fmt.Errorf("warmup: %v%% of the run must be within [0%%, 100%%)", c.WarmupFraction*100)
 	}
 	p := c.SLO
-	if p.Warmup < 0 {
-		p.Warmup = 0
-	}
+	p.Warmup = max(p.Warmup, 0)
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = DefaultMaxConns
-	}
-	if c.Progress <= 0 {
-		c.Progress = time.Second
-	}
-	if c.Log == nil {
-		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
+	c.MaxConns = cmp.Or(c.MaxConns, DefaultMaxConns)
+	c.Progress = cmp.Or(max(c.Progress, 0), time.Second)
+	c.Log = cmp.Or(c.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return nil
 }
 
+// appServers are the app servers to send requests to: AppServers, or every
+// one of the topology.
 func (c *Config) appServers() ([]appServer, error) {
-	var out []appServer
-	if len(c.AppServers) == 0 {
-		for _, a := range c.Topology.AppServers {
-			if a.HTTP == "" {
-				return nil, fmt.Errorf("topology: app server %q has no http address to send requests to", a.ID)
-			}
-			out = append(out, appServer{id: a.ID, url: c.Credentials.Scheme() + "://" + a.HTTP + RequestPath})
-		}
-		if len(out) == 0 {
-			return nil, errors.New("topology: no app_servers to send requests to")
-		}
-		return out, nil
+	ids, all := c.AppServers, len(c.AppServers) == 0
+	if all {
+		ids = c.Topology.AppServerIDs()
 	}
+	if len(ids) == 0 {
+		return nil, errors.New("topology: no app_servers to send requests to")
+	}
+	var out []appServer
 	seen := map[string]bool{}
-	for _, id := range c.AppServers {
+	for _, id := range ids {
 		a, ok := c.Topology.AppServer(id)
-		if !ok {
+		switch {
+		case !ok:
 			return nil, fmt.Errorf("app-servers: %q is not an app server of the topology", id)
-		}
-		if seen[id] {
+		case seen[id]:
 			return nil, fmt.Errorf("app-servers: %q is given twice", id)
-		}
-		seen[id] = true
-		if a.HTTP == "" {
+		case a.HTTP == "" && all:
+			return nil, fmt.Errorf("topology: app server %q has no http address to send requests to", id)
+		case a.HTTP == "":
 			return nil, fmt.Errorf("app-servers: %q has no http address in the topology to send requests to", id)
 		}
+		seen[id] = true
 		out = append(out, appServer{id: a.ID, url: c.Credentials.Scheme() + "://" + a.HTTP + RequestPath})
 	}
 	return out, nil
@@ -353,10 +339,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := writeJSON(filepath.Join(cfg.OutDir, "summary.json"), sum); err != nil {
 		return nil, err
 	}
-	if readErr != nil {
-		return sum, readErr
-	}
-	return sum, nil
+	return sum, readErr
 }
 
 // httpClient is the client of the app servers (and the backends' admin
@@ -397,31 +380,27 @@ func (cfg Config) expandScenario(ctx context.Context, client *http.Client) ([]sc
 // serveMetrics serves the replayer's /metrics on cfg.MetricsAddr (nothing
 // without one) and returns what stops it (safe to call more than once).
 func (r *run) serveMetrics() (func(), error) {
-	var metricsSrv *http.Server
-	metricsDone := make(chan struct{})
 	if r.cfg.MetricsAddr == "" {
-		close(metricsDone)
-	} else {
-		ln, err := net.Listen("tcp", r.cfg.MetricsAddr)
-		if err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(r.met.reg, promhttp.HandlerOpts{}))
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			defer close(metricsDone)
-			_ = metricsSrv.Serve(ln)
-		}()
-		r.log.Info("serving metrics", "addr", ln.Addr().String())
+		return func() {}, nil
 	}
+	ln, err := net.Listen("tcp", r.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(r.met.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	r.log.Info("serving metrics", "addr", ln.Addr().String())
 	return sync.OnceFunc(func() {
-		if metricsSrv != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = metricsSrv.Shutdown(sctx)
-			cancel()
-		}
-		<-metricsDone
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+		<-done
 	}), nil
 }
 
@@ -444,7 +423,7 @@ func openOutputs(dir string) (*outputs, error) {
 		reqFile.Close()
 		return nil, fmt.Errorf("out: %w", err)
 	}
-	return &outputs{requests: reqFile, scenario: scFile, bw: newBufWriter(reqFile)}, nil
+	return &outputs{requests: reqFile, scenario: scFile, bw: bufio.NewWriterSize(reqFile, 1<<20)}, nil
 }
 
 func (o *outputs) close() {
@@ -511,12 +490,8 @@ func (r *run) schedule(ctx context.Context, items <-chan item, results chan<- re
 		if late > LateThreshold {
 			r.late.Add(1)
 			r.met.late.Inc()
-			if int64(late) > r.maxLateNs.Load() {
-				r.maxLateNs.Store(int64(late))
-			}
-			if int64(late) > r.intervalMaxNs.Load() {
-				r.intervalMaxNs.Store(int64(late))
-			}
+			raise(&r.maxLateNs, int64(late))
+			raise(&r.intervalMaxNs, int64(late))
 		}
 		app := r.apps[0]
 		if len(r.apps) > 1 {
@@ -529,10 +504,7 @@ func (r *run) schedule(ctx context.Context, items <-chan item, results chan<- re
 			results <- result{send: send, status: StatusDropped, app: app.id}
 			continue
 		}
-		n := r.inFlight.Add(1)
-		if n > r.peak.Load() {
-			r.peak.Store(n)
-		}
+		raise(&r.peak, r.inFlight.Add(1))
 		r.met.inFlight.Inc()
 		r.sent.Add(1)
 		r.met.sent.Inc()
@@ -543,6 +515,13 @@ func (r *run) schedule(ctx context.Context, items <-chan item, results chan<- re
 			r.senders.Add(1)
 			go r.sender(j, results)
 		}
+	}
+}
+
+// raise sets a to v if v is larger (a has one writer, the scheduler).
+func raise(a *atomic.Int64, v int64) {
+	if v > a.Load() {
+		a.Store(v)
 	}
 }
 
@@ -597,13 +576,11 @@ func (r *run) do(app appServer, body []byte) result {
 	req.Header.Set("Content-Type", "application/json")
 	t0 := time.Now()
 	resp, err := r.client.Do(req)
-	if err != nil {
-		res.latency = time.Since(t0)
-		res.status = failure(ctx, err)
-		return res
+	var data []byte
+	if err == nil {
+		data, err = io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+		resp.Body.Close()
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-	resp.Body.Close()
 	res.latency = time.Since(t0)
 	if err != nil {
 		res.status = failure(ctx, err)
@@ -691,7 +668,6 @@ func (r *run) account(res *result, row []string) {
 		us := res.latency.Microseconds()
 		r.rec.Add(res.send, uint32(min(us, math.MaxUint32)))
 		r.met.latency.Observe(res.latency.Seconds())
-		r.maxLat = max(r.maxLat, res.latency)
 	}
 }
 

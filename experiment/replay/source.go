@@ -110,7 +110,6 @@ func preflight(path string, topo *config.Topology, needTs bool) error {
 type item struct {
 	body   []byte
 	offset time.Duration // send time from the start of the run
-	line   int64
 }
 
 // schedule turns trace lines into timed items. In rate mode arrivals are
@@ -176,8 +175,6 @@ func (t *Timing) order(off time.Duration) time.Duration {
 	return off
 }
 
-var errNoTs = errors.New("no ts_ms")
-
 func tsOf(b []byte) (float64, error) {
 	var w struct {
 		TsMs *float64 `json:"ts_ms"`
@@ -186,7 +183,7 @@ func tsOf(b []byte) (float64, error) {
 		return 0, err
 	}
 	if w.TsMs == nil {
-		return 0, errNoTs
+		return 0, errors.New("no ts_ms")
 	}
 	if *w.TsMs < 0 || math.IsNaN(*w.TsMs) {
 		return 0, fmt.Errorf("ts_ms %v is negative", *w.TsMs)
@@ -241,6 +238,6 @@ func (s *schedule) next() (item, error) {
 		if s.until > 0 && off >= s.until {
 			return item{}, io.EOF
 		}
-		return item{body: b, offset: off, line: s.lr.line}, nil
+		return item{body: b, offset: off}, nil
 	}
 }

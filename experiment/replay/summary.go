@@ -1,15 +1,17 @@
 package replay
 
 import (
-	"bufio"
-	"io"
+	"maps"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 )
 
-// Summary is summary.json.
+// Summary is summary.json; docs/workloads.md, "tracegen replay", lists its
+// fields.
 type Summary struct {
 	Trace      string   `json:"trace"`
 	AppServers []string `json:"app_servers"`
@@ -30,20 +32,13 @@ type Summary struct {
 	// Aborted holds the reason a malformed trace line stopped the run.
 	Aborted string `json:"aborted,omitempty"`
 
-	// Sent requests went out; Dropped did not (in-flight cap).
-	Sent    int64 `json:"sent"`
-	Dropped int64 `json:"dropped"`
-	// Answered got an HTTP response; OK a 2xx one.
-	Answered int64 `json:"answered"`
-	OK       int64 `json:"ok"`
-	// Status counts results by HTTP code, timeout, error and dropped.
-	Status map[string]int64 `json:"status"`
-	// Errors counts by kind: http_4xx, http_5xx, timeout, transport,
-	// dropped.
-	Errors map[string]int64 `json:"errors"`
-	// OutOfOrder counts trace lines whose ts_ms was before the previous
-	// line's (sent right after it).
-	OutOfOrder int64 `json:"out_of_order"`
+	Sent       int64            `json:"sent"`
+	Dropped    int64            `json:"dropped"`  // not sent: the in-flight cap
+	Answered   int64            `json:"answered"` // with an HTTP answer
+	OK         int64            `json:"ok"`       // with a 2xx one
+	Status     map[string]int64 `json:"status"`
+	Errors     map[string]int64 `json:"errors"`
+	OutOfOrder int64            `json:"out_of_order"`
 
 	Latency            Latency `json:"latency_ms"`
 	LatencyAfterWarmup Latency `json:"latency_ms_after_warmup"`
@@ -66,19 +61,16 @@ type Latency struct {
 	Max   *float64 `json:"max"`
 }
 
-// Lateness says whether the scheduler kept up.
+// Lateness says whether the scheduler kept up: sends more than ThresholdMs
+// late, percentiles of every send's lateness (0 for one on time), and
+// whether some send was more than BehindThresholdMs late.
 type Lateness struct {
-	ThresholdMs float64 `json:"threshold_ms"`
-	// LateSends were sent more than ThresholdMs after their time.
-	LateSends int64   `json:"late_sends"`
-	MaxLateMs float64 `json:"max_late_ms"`
-	// P50LateMs, P99LateMs and P999LateMs are percentiles of every send's
-	// lateness (0 for a send on time): jitter versus falling behind.
-	P50LateMs  float64 `json:"p50_late_ms"`
-	P99LateMs  float64 `json:"p99_late_ms"`
-	P999LateMs float64 `json:"p99_9_late_ms"`
-	// FellBehind is true when some send was more than BehindThresholdMs
-	// late.
+	ThresholdMs       float64 `json:"threshold_ms"`
+	LateSends         int64   `json:"late_sends"`
+	MaxLateMs         float64 `json:"max_late_ms"`
+	P50LateMs         float64 `json:"p50_late_ms"`
+	P99LateMs         float64 `json:"p99_late_ms"`
+	P999LateMs        float64 `json:"p99_9_late_ms"`
 	BehindThresholdMs float64 `json:"behind_threshold_ms"`
 	FellBehind        bool    `json:"fell_behind"`
 }
@@ -127,15 +119,15 @@ type ScenarioSection struct {
 
 func ptr(v float64) *float64 { return &v }
 
-func latencyOf(us []uint32) Latency {
+// LatencyOf is the percentiles section of a set of latencies (µs).
+func LatencyOf(us []uint32) Latency {
 	l := Latency{N: len(us)}
 	if len(us) == 0 {
 		return l
 	}
-	mx := slo.Max(us)
 	p := slo.Percentiles(us, 0.50, 0.90, 0.99, 0.999)
 	l.P50, l.P90, l.P99, l.P99_9 = ptr(slo.Ms(p[0])), ptr(slo.Ms(p[1])), ptr(slo.Ms(p[2])), ptr(slo.Ms(p[3]))
-	l.Max = ptr(slo.Ms(mx))
+	l.Max = ptr(slo.Ms(slices.Max(us)))
 	return l
 }
 
@@ -183,19 +175,17 @@ func (r *run) summary(end, schedule time.Duration, sched *schedule, interrupted 
 	for _, a := range r.apps {
 		s.AppServers = append(s.AppServers, a.id)
 	}
-	for k, v := range r.kinds {
-		s.Errors[k] = v
-	}
+	maps.Copy(s.Errors, r.kinds)
 	for code, n := range r.status {
-		if c := parseCode(code); c > 0 {
+		if c, err := strconv.Atoi(code); err == nil { // an HTTP code, not timeout, error or dropped
 			s.Answered += n
 			if c < 300 {
 				s.OK += n
 			}
 		}
 	}
-	s.Latency = latencyOf(r.rec.All(0))
-	s.LatencyAfterWarmup = latencyOf(r.rec.All(p.Warmup))
+	s.Latency = LatencyOf(r.rec.All(0))
+	s.LatencyAfterWarmup = LatencyOf(r.rec.All(p.Warmup))
 
 	sec, err := SLOResults(r.rec, p, end)
 	if err != nil {
@@ -234,22 +224,3 @@ func SLOResults(rec *slo.Recorder, p slo.Params, end time.Duration) (SLOSection,
 	}
 	return sec, nil
 }
-
-// LatencyOf is the percentiles section of a set of latencies (µs).
-func LatencyOf(us []uint32) Latency { return latencyOf(us) }
-
-func parseCode(s string) int {
-	if len(s) != 3 {
-		return 0
-	}
-	n := 0
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n
-}
-
-func newBufWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 1<<20) }

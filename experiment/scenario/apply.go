@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,15 +19,6 @@ import (
 
 // AdminPath is the backends' limits endpoint.
 const AdminPath = "/admin/limits"
-
-// BackendNames returns the topology's backend names, in file order.
-func BackendNames(t *config.Topology) []string {
-	out := make([]string, len(t.Backends))
-	for i, b := range t.Backends {
-		out[i] = b.Name
-	}
-	return out
-}
 
 // Replicas returns the admin addresses (host:port) of every replica of the
 // backends the scenario changes. A replica without an http address is an
@@ -174,11 +166,7 @@ func (a *Applier) Run(ctx context.Context, start time.Time, changes []Change) (T
 		results := make([]string, len(addrs))
 		var wg sync.WaitGroup
 		for i, addr := range addrs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				results[i] = a.put(ctx, addr, ch.Fields)
-			}()
+			wg.Go(func() { results[i] = a.put(ctx, addr, ch.Fields) })
 		}
 		wg.Wait()
 		for i, addr := range addrs {
@@ -218,11 +206,7 @@ func (a *Applier) put(ctx context.Context, addr string, fields []FieldValue) str
 		fmt.Fprintf(&body, "%q: %s", fv.Field, strconv.FormatFloat(fv.Value, 'f', -1, 64))
 	}
 	body.WriteByte('}')
-	timeout := a.Timeout
-	if timeout <= 0 {
-		timeout = 2 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(max(a.Timeout, 0), 2*time.Second))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, adminURL(a.Scheme, addr), &body)
 	if err != nil {

@@ -1,36 +1,8 @@
 // Package scenario reads capacity scenarios — timelines of changes to the
 // backends' limits, applied through their admin API (PUT /admin/limits)
-// while a trace is replayed (docs/workloads.md, paper Fig. 7, 10, 11, 12) — validates
-// them completely before anything starts, and expands them into a
-// deterministic list of changes.
-//
-// A scenario file (docs/workloads.md has the reference):
-//
-//	seed: 7                       # optional; random walks use it
-//	events:
-//	  - kind: set                 # at a time, fields → values
-//	    at: 8m
-//	    backend: b6
-//	    set: {rate: 300}
-//	  - kind: ramp                # linearly from → to, every step
-//	    backends: [b7]
-//	    field: rate
-//	    from: 1200
-//	    to: 300
-//	    start: 5m
-//	    end: 25m
-//	    step: 10s
-//	  - kind: random_walk         # every period ±step with probability ½
-//	    backends: [b1, b5, b6, b8]
-//	    field: rate
-//	    period: 20s
-//	    step: 100
-//	    min: 200
-//	    max: 1200
-//	    initial: 800              # optional: else read from the backend
-//	  - kind: request_rate        # the trace's arrival rate × factor from at on
-//	    at: 12m
-//	    factor: 1.5
+// while a trace is replayed (paper Fig. 7, 10, 11, 12) — validates them
+// completely before anything starts, and expands them into a deterministic
+// list of changes. The file format: docs/workloads.md, section "Scenarios".
 //
 // A request_rate event changes no backend: the trace carries it (tracegen
 // synth --rate-schedule, built from RateSchedule), so Expand leaves it out
@@ -45,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -162,20 +135,20 @@ var allowedKeys = map[Kind][]string{
 
 type parser struct {
 	file     string
-	backends map[string]bool
-	names    []string
+	backends []string // the topology's
 }
 
 func (p *parser) errf(n *yaml.Node, format string, args ...any) error {
-	return &Error{File: p.file, Line: n.Line, Reason: fmt.Sprintf(format, args...)}
+	return p.lineErr(n.Line, format, args...)
+}
+
+func (p *parser) lineErr(line int, format string, args ...any) error {
+	return &Error{File: p.file, Line: line, Reason: fmt.Sprintf(format, args...)}
 }
 
 // Parse validates a scenario document; file names it in errors.
 func Parse(file string, data []byte, backends []string, duration time.Duration) (*Scenario, []string, error) {
-	p := &parser{file: file, backends: map[string]bool{}, names: backends}
-	for _, b := range backends {
-		p.backends[b] = true
-	}
+	p := &parser{file: file, backends: backends}
 	if err := config.CheckSize(data); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", file, err)
 	}
@@ -191,22 +164,18 @@ func Parse(file string, data []byte, backends []string, duration time.Duration) 
 	}
 	root := doc.Content[0]
 	sc := &Scenario{File: file}
-	var events *yaml.Node
-	if err := p.eachKey(root, []string{"seed", "events"}, func(k string, v *yaml.Node) error {
-		switch k {
-		case "seed":
-			s, err := strconv.ParseUint(v.Value, 10, 64)
-			if v.Kind != yaml.ScalarNode || err != nil {
-				return p.errf(v, "seed: %q is not a non-negative integer", v.Value)
-			}
-			sc.Seed = &s
-		case "events":
-			events = v
-		}
-		return nil
-	}); err != nil {
+	vals, err := p.keys(root, []string{"seed", "events"})
+	if err != nil {
 		return nil, nil, err
 	}
+	if v := vals["seed"]; v != nil {
+		s, err := strconv.ParseUint(v.Value, 10, 64)
+		if v.Kind != yaml.ScalarNode || err != nil {
+			return nil, nil, p.errf(v, "seed: %q is not a non-negative integer", v.Value)
+		}
+		sc.Seed = &s
+	}
+	events := vals["events"]
 	if events == nil || events.Kind != yaml.SequenceNode {
 		return nil, nil, p.errf(root, "events: a list of events is required")
 	}
@@ -223,32 +192,20 @@ func Parse(file string, data []byte, backends []string, duration time.Duration) 
 	return sc, sc.warnings(duration), nil
 }
 
-// eachKey walks a mapping, rejecting unknown and repeated keys.
-func (p *parser) eachKey(m *yaml.Node, allowed []string, f func(k string, v *yaml.Node) error) error {
-	seen := map[string]bool{}
+// keys reads a mapping's values by key, rejecting unknown and repeated keys.
+func (p *parser) keys(m *yaml.Node, allowed []string) (map[string]*yaml.Node, error) {
+	vals := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		if !contains(allowed, k.Value) {
-			return p.errf(k, "unknown key %q (allowed: %s)", k.Value, strings.Join(allowed, ", "))
+		k := m.Content[i]
+		if !slices.Contains(allowed, k.Value) {
+			return nil, p.errf(k, "unknown key %q (allowed: %s)", k.Value, strings.Join(allowed, ", "))
 		}
-		if seen[k.Value] {
-			return p.errf(k, "%s is given twice", k.Value)
+		if vals[k.Value] != nil {
+			return nil, p.errf(k, "%s is given twice", k.Value)
 		}
-		seen[k.Value] = true
-		if err := f(k.Value, v); err != nil {
-			return err
-		}
+		vals[k.Value] = m.Content[i+1]
 	}
-	return nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
+	return vals, nil
 }
 
 func (p *parser) event(n *yaml.Node) (Event, error) {
@@ -270,110 +227,181 @@ func (p *parser) event(n *yaml.Node) (Event, error) {
 	if !ok {
 		return ev, p.errf(kind, "kind %q is not one of %s", kind.Value, kindNames)
 	}
-	vals := map[string]*yaml.Node{}
-	if err := p.eachKey(n, allowed, func(k string, v *yaml.Node) error { vals[k] = v; return nil }); err != nil {
+	vals, err := p.keys(n, allowed)
+	if err != nil {
 		return ev, err
 	}
-	if ev.Kind == KindRequestRate { // the trace's rate: no backend
-		return ev, p.rateEvent(n, vals, &ev)
-	}
-	var err error
-	if ev.Backends, err = p.backendList(n, vals); err != nil {
-		return ev, err
-	}
+	f := &fields{p: p, ev: n, vals: vals}
 	switch ev.Kind {
+	case KindRequestRate: // the trace's rate: no backend
+		f.rateEvent(&ev)
 	case KindSet:
-		err = p.setEvent(n, vals, &ev)
+		ev.Backends = f.backendList()
+		f.setEvent(&ev)
 	case KindRamp:
-		err = p.rampEvent(n, vals, &ev)
+		ev.Backends = f.backendList()
+		f.rampEvent(&ev)
 	case KindRandomWalk:
-		err = p.walkEvent(n, vals, &ev)
+		ev.Backends = f.backendList()
+		f.walkEvent(&ev)
 	}
-	return ev, err
+	return ev, f.err
 }
 
-func (p *parser) backendList(ev *yaml.Node, vals map[string]*yaml.Node) ([]string, error) {
-	one, many := vals["backend"], vals["backends"]
-	var nodes []*yaml.Node
-	switch {
-	case one != nil && many != nil:
-		return nil, p.errf(many, "give backend or backends, not both")
-	case one != nil:
-		nodes = []*yaml.Node{one}
-	case many != nil:
-		if many.Kind != yaml.SequenceNode || len(many.Content) == 0 {
-			return nil, p.errf(many, "backends: a non-empty list of backend names is required")
-		}
-		nodes = many.Content
-	default:
-		return nil, p.errf(ev, "event names no backend (backend: NAME or backends: [NAME, ...])")
-	}
-	var out []string
-	for _, b := range nodes {
-		if b.Kind != yaml.ScalarNode {
-			return nil, p.errf(b, "a backend is a name")
-		}
-		if !p.backends[b.Value] {
-			return nil, p.errf(b, "backend %q is not in the topology (backends: %s)", b.Value, strings.Join(p.names, ", "))
-		}
-		if contains(out, b.Value) {
-			return nil, p.errf(b, "backend %q is listed twice", b.Value)
-		}
-		out = append(out, b.Value)
-	}
-	return out, nil
+// fields reads the keys of one event. The first error sticks: every later
+// read returns nothing, so the event's first problem is the one reported.
+type fields struct {
+	p    *parser
+	ev   *yaml.Node
+	vals map[string]*yaml.Node
+	err  error
 }
 
-func (p *parser) need(ev *yaml.Node, vals map[string]*yaml.Node, key string) (*yaml.Node, error) {
-	v := vals[key]
-	if v == nil {
-		return nil, p.errf(ev, "%s event needs %s", vals["kind"].Value, key)
+func (f *fields) fail(n *yaml.Node, format string, args ...any) {
+	if f.err == nil {
+		f.err = f.p.errf(n, format, args...)
 	}
-	return v, nil
 }
 
-func (p *parser) duration(n *yaml.Node, key string) (time.Duration, error) {
+// node is the key's value: nil when absent (an error when required) or
+// after an error.
+func (f *fields) node(key string, required bool) *yaml.Node {
+	n := f.vals[key]
+	if n == nil && required {
+		f.fail(f.ev, "%s event needs %s", f.vals["kind"].Value, key)
+	}
+	if f.err != nil {
+		return nil
+	}
+	return n
+}
+
+// duration reads the key as a non-negative duration; its node is nil when
+// it is absent or an error stopped the reading.
+func (f *fields) duration(key string, required bool) (time.Duration, *yaml.Node) {
+	n := f.node(key, required)
+	if n == nil {
+		return 0, nil
+	}
 	d, err := time.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		return 0, p.errf(n, "%s: %q is not a duration (use e.g. 90s, 5m, 1h30m)", key, n.Value)
+	switch {
+	case n.Kind != yaml.ScalarNode || err != nil:
+		f.fail(n, "%s: %q is not a duration (use e.g. 90s, 5m, 1h30m)", key, n.Value)
+	case d < 0:
+		f.fail(n, "%s: %v is negative", key, d)
+	default:
+		return d, n
 	}
-	if d < 0 {
-		return 0, p.errf(n, "%s: %v is negative", key, d)
-	}
-	return d, nil
+	return 0, nil
 }
 
-func (p *parser) number(n *yaml.Node, key string) (float64, error) {
-	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
-		return 0, p.errf(n, "%s: %q is not a number", key, n.Value)
+// positive reads the key as a positive duration (required).
+func (f *fields) positive(key string) time.Duration {
+	d, n := f.duration(key, true)
+	if n != nil && d <= 0 {
+		f.fail(n, "%s: %v must be positive", key, d)
 	}
-	f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, p.errf(n, "%s: %q is not a finite number", key, n.Value)
-	}
-	return f, nil
+	return d
 }
 
-// fieldName checks a limit field name.
-func (p *parser) fieldName(n *yaml.Node) (string, error) {
-	if n.Kind != yaml.ScalarNode || !contains(capacity.Fields, n.Value) {
-		return "", p.errf(n, "field %q is not a backend limit (fields: %s)", n.Value, strings.Join(capacity.Fields, ", "))
+// number reads the key as a finite number; its node is nil when it is
+// absent or an error stopped the reading.
+func (f *fields) number(key string, required bool) (float64, *yaml.Node) {
+	n := f.node(key, required)
+	if n == nil {
+		return 0, nil
 	}
-	return n.Value, nil
+	if v := f.num(n, key); f.err == nil {
+		return v, n
+	}
+	return 0, nil
 }
 
-// checkValue validates a value for a field with the backends' own admin API
+// value reads the key (required) as a value of the limit field.
+func (f *fields) value(key, field string) float64 {
+	v, n := f.number(key, true)
+	if n != nil {
+		f.check(n, field, v)
+	}
+	return v
+}
+
+// check validates a value for a field with the backends' own admin API
 // parser, so scenarios accept exactly what PUT /admin/limits accepts.
-func (p *parser) checkValue(n *yaml.Node, field string, v float64) error {
+func (f *fields) check(n *yaml.Node, field string, v float64) {
+	if f.err != nil {
+		return
+	}
 	body := fmt.Sprintf(`{%q: %s}`, field, strconv.FormatFloat(v, 'g', -1, 64))
 	if _, err := capacity.ParsePatch([]byte(body)); err != nil {
 		var fe *capacity.FieldError
 		if errors.As(err, &fe) {
-			return p.errf(n, "%s", fe.Error())
+			f.fail(n, "%s", fe.Error())
+		} else {
+			f.fail(n, "%s: %v", field, err)
 		}
-		return p.errf(n, "%s: %v", field, err)
 	}
-	return nil
+}
+
+// field reads the field key: a limit's name.
+func (f *fields) field() string {
+	if n := f.node("field", true); n != nil {
+		return f.limit(n)
+	}
+	return ""
+}
+
+func (f *fields) backendList() []string {
+	one, many := f.vals["backend"], f.vals["backends"]
+	var nodes []*yaml.Node
+	switch {
+	case one != nil && many != nil:
+		f.fail(many, "give backend or backends, not both")
+	case one != nil:
+		nodes = []*yaml.Node{one}
+	case many != nil && (many.Kind != yaml.SequenceNode || len(many.Content) == 0):
+		f.fail(many, "backends: a non-empty list of backend names is required")
+	case many != nil:
+		nodes = many.Content
+	default:
+		f.fail(f.ev, "event names no backend (backend: NAME or backends: [NAME, ...])")
+	}
+	var out []string
+	for _, b := range nodes {
+		switch {
+		case b.Kind != yaml.ScalarNode:
+			f.fail(b, "a backend is a name")
+		case !slices.Contains(f.p.backends, b.Value):
+			f.fail(b, "backend %q is not in the topology (backends: %s)", b.Value, strings.Join(f.p.backends, ", "))
+		case slices.Contains(out, b.Value):
+			f.fail(b, "backend %q is listed twice", b.Value)
+		}
+		if f.err != nil {
+			return nil
+		}
+		out = append(out, b.Value)
+	}
+	return out
+}
+
+// num reads a node as a finite number, the value of key.
+func (f *fields) num(n *yaml.Node, key string) float64 {
+	v, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+	switch {
+	case n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float"):
+		f.fail(n, "%s: %q is not a number", key, n.Value)
+	case err != nil || math.IsNaN(v) || math.IsInf(v, 0):
+		f.fail(n, "%s: %q is not a finite number", key, n.Value)
+	}
+	return v
+}
+
+// limit reads a node as a limit field's name.
+func (f *fields) limit(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode || !slices.Contains(capacity.Fields, n.Value) {
+		f.fail(n, "field %q is not a backend limit (fields: %s)", n.Value, strings.Join(capacity.Fields, ", "))
+	}
+	return n.Value
 }
 
 func isInteger(field string) bool {
@@ -381,185 +409,83 @@ func isInteger(field string) bool {
 	return ok && f.Int
 }
 
-func (p *parser) setEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) error {
-	at, err := p.need(ev, vals, "at")
-	if err != nil {
-		return err
-	}
-	if e.At, err = p.duration(at, "at"); err != nil {
-		return err
-	}
-	set, err := p.need(ev, vals, "set")
-	if err != nil {
-		return err
+func (f *fields) setEvent(e *Event) {
+	e.At, _ = f.duration("at", true)
+	set := f.node("set", true)
+	if set == nil {
+		return
 	}
 	if set.Kind != yaml.MappingNode || len(set.Content) == 0 {
-		return p.errf(set, "set: a mapping of fields to values is required, e.g. {rate: 300}")
+		f.fail(set, "set: a mapping of fields to values is required, e.g. {rate: 300}")
+		return
 	}
 	seen := map[string]bool{}
-	for i := 0; i+1 < len(set.Content); i += 2 {
-		f, err := p.fieldName(set.Content[i])
-		if err != nil {
-			return err
+	for i := 0; i+1 < len(set.Content) && f.err == nil; i += 2 {
+		k, n := set.Content[i], set.Content[i+1]
+		name := f.limit(k)
+		if seen[name] {
+			f.fail(k, "%s is given twice", name)
 		}
-		if seen[f] {
-			return p.errf(set.Content[i], "%s is given twice", f)
-		}
-		seen[f] = true
-		v, err := p.number(set.Content[i+1], f)
-		if err != nil {
-			return err
-		}
-		if err := p.checkValue(set.Content[i+1], f, v); err != nil {
-			return err
-		}
-		e.Set = append(e.Set, FieldValue{Field: f, Value: v})
+		seen[name] = true
+		v := f.num(n, name)
+		f.check(n, name, v)
+		e.Set = append(e.Set, FieldValue{Field: name, Value: v})
 	}
-	return nil
 }
 
-func (p *parser) rateEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) error {
-	at, err := p.need(ev, vals, "at")
-	if err != nil {
-		return err
+func (f *fields) rateEvent(e *Event) {
+	e.At, _ = f.duration("at", true)
+	factor, n := f.number("factor", true)
+	if n != nil && !(factor > 0) {
+		f.fail(n, "factor: %v must be positive (it multiplies the trace's request rate)", factor)
 	}
-	if e.At, err = p.duration(at, "at"); err != nil {
-		return err
-	}
-	fn, err := p.need(ev, vals, "factor")
-	if err != nil {
-		return err
-	}
-	if e.Factor, err = p.number(fn, "factor"); err != nil {
-		return err
-	}
-	if !(e.Factor > 0) {
-		return p.errf(fn, "factor: %v must be positive (it multiplies the trace's request rate)", e.Factor)
-	}
-	return nil
+	e.Factor = factor
 }
 
-func (p *parser) interval(ev *yaml.Node, vals map[string]*yaml.Node, e *Event, endRequired bool) error {
-	var err error
-	if n := vals["start"]; n != nil {
-		if e.Start, err = p.duration(n, "start"); err != nil {
-			return err
+// interval reads start and end, required or not.
+func (f *fields) interval(e *Event, required bool) {
+	e.Start, _ = f.duration("start", required)
+	end, n := f.duration("end", required)
+	if n != nil {
+		if end <= e.Start {
+			f.fail(n, "end %v is not after start %v", end, e.Start)
 		}
-	} else if endRequired {
-		return p.errf(ev, "%s event needs start", e.Kind)
+		e.End, e.HasEnd = end, true
 	}
-	if n := vals["end"]; n != nil {
-		if e.End, err = p.duration(n, "end"); err != nil {
-			return err
-		}
-		if e.End <= e.Start {
-			return p.errf(n, "end %v is not after start %v", e.End, e.Start)
-		}
-		e.HasEnd = true
-	} else if endRequired {
-		return p.errf(ev, "%s event needs end", e.Kind)
-	}
-	return nil
 }
 
-func (p *parser) rampEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) error {
-	fn, err := p.need(ev, vals, "field")
-	if err != nil {
-		return err
-	}
-	if e.Field, err = p.fieldName(fn); err != nil {
-		return err
-	}
-	for _, k := range []string{"from", "to"} {
-		n, err := p.need(ev, vals, k)
-		if err != nil {
-			return err
-		}
-		v, err := p.number(n, k)
-		if err != nil {
-			return err
-		}
-		if err := p.checkValue(n, e.Field, v); err != nil {
-			return err
-		}
-		if k == "from" {
-			e.From = v
-		} else {
-			e.To = v
-		}
-	}
-	if err := p.interval(ev, vals, e, true); err != nil {
-		return err
-	}
-	sn, err := p.need(ev, vals, "step")
-	if err != nil {
-		return err
-	}
-	if e.Step, err = p.duration(sn, "step"); err != nil {
-		return err
-	}
-	if e.Step <= 0 {
-		return p.errf(sn, "step: %v must be positive", e.Step)
-	}
-	return nil
+func (f *fields) rampEvent(e *Event) {
+	e.Field = f.field()
+	e.From = f.value("from", e.Field)
+	e.To = f.value("to", e.Field)
+	f.interval(e, true)
+	e.Step = f.positive("step")
 }
 
-func (p *parser) walkEvent(ev *yaml.Node, vals map[string]*yaml.Node, e *Event) error {
-	fn, err := p.need(ev, vals, "field")
-	if err != nil {
-		return err
+func (f *fields) walkEvent(e *Event) {
+	e.Field = f.field()
+	e.Period = f.positive("period")
+	e.StepSize, _ = f.number("step", true)
+	e.Min = f.value("min", e.Field)
+	e.Max = f.value("max", e.Field)
+	switch {
+	case f.err != nil:
+		return
+	case !(e.StepSize > 0):
+		f.fail(f.vals["step"], "step: %v must be positive", e.StepSize)
+	case isInteger(e.Field) && e.StepSize != math.Trunc(e.StepSize):
+		f.fail(f.vals["step"], "step: %v must be a whole number for %s", e.StepSize, e.Field)
+	case e.Min >= e.Max:
+		f.fail(f.vals["max"], "max %v is not above min %v", e.Max, e.Min)
 	}
-	if e.Field, err = p.fieldName(fn); err != nil {
-		return err
-	}
-	pn, err := p.need(ev, vals, "period")
-	if err != nil {
-		return err
-	}
-	if e.Period, err = p.duration(pn, "period"); err != nil {
-		return err
-	}
-	if e.Period <= 0 {
-		return p.errf(pn, "period: %v must be positive", e.Period)
-	}
-	nums := map[string]*float64{"step": &e.StepSize, "min": &e.Min, "max": &e.Max}
-	for _, k := range []string{"step", "min", "max"} {
-		n, err := p.need(ev, vals, k)
-		if err != nil {
-			return err
-		}
-		if *nums[k], err = p.number(n, k); err != nil {
-			return err
-		}
-		if k != "step" {
-			if err := p.checkValue(n, e.Field, *nums[k]); err != nil {
-				return err
-			}
-		}
-	}
-	if !(e.StepSize > 0) {
-		return p.errf(vals["step"], "step: %v must be positive", e.StepSize)
-	}
-	if isInteger(e.Field) && e.StepSize != math.Trunc(e.StepSize) {
-		return p.errf(vals["step"], "step: %v must be a whole number for %s", e.StepSize, e.Field)
-	}
-	if e.Min >= e.Max {
-		return p.errf(vals["max"], "max %v is not above min %v", e.Max, e.Min)
-	}
-	if n := vals["initial"]; n != nil {
-		v, err := p.number(n, "initial")
-		if err != nil {
-			return err
-		}
+	if v, n := f.number("initial", false); n != nil {
 		if v < e.Min || v > e.Max {
-			return p.errf(n, "initial %v is outside [min %v, max %v]", v, e.Min, e.Max)
+			f.fail(n, "initial %v is outside [min %v, max %v]", v, e.Min, e.Max)
 		}
-		if err := p.checkValue(n, e.Field, v); err != nil {
-			return err
-		}
+		f.check(n, e.Field, v)
 		e.Initial = &v
 	}
-	return p.interval(ev, vals, e, false)
+	f.interval(e, false)
 }
 
 // conflicts rejects ramps and walks that overlap on the same backend and
@@ -584,42 +510,40 @@ func (p *parser) conflicts(events []Event) error {
 			k := key(b, e.Field)
 			for _, o := range spans[k] {
 				if overlaps(e.Start, end, o.start, o.end) {
-					return &Error{File: p.file, Line: e.Line, Reason: fmt.Sprintf("%s of %s.%s from %v%s overlaps the %s at line %d (%v%s)",
-						e.Kind, b, e.Field, e.Start, untilStr(end), o.ev.Kind, o.ev.Line, o.start, untilStr(o.end))}
+					return p.lineErr(e.Line, "%s of %s.%s from %v%s overlaps the %s at line %d (%v%s)",
+						e.Kind, b, e.Field, e.Start, untilStr(end), o.ev.Kind, o.ev.Line, o.start, untilStr(o.end))
 				}
 			}
 			spans[k] = append(spans[k], span{e, e.Start, end})
 		}
 	}
-	rates := map[time.Duration]int{}
-	for i := range events {
-		if e := &events[i]; e.Kind == KindRequestRate {
-			if line, dup := rates[e.At]; dup {
-				return &Error{File: p.file, Line: e.Line, Reason: fmt.Sprintf("the request rate is also set at %v by line %d", e.At, line)}
-			}
-			rates[e.At] = e.Line
+	setAt := map[string]int{} // what is set at a time → the line that sets it
+	alsoSet := func(e *Event, what string) error {
+		k := what + "\x00" + e.At.String()
+		if line, dup := setAt[k]; dup {
+			return p.lineErr(e.Line, "%s is also set at %v by line %d", what, e.At, line)
 		}
+		setAt[k] = e.Line
+		return nil
 	}
-	sets := map[string]int{}
 	for i := range events {
 		e := &events[i]
-		if e.Kind != KindSet {
-			continue
+		if e.Kind == KindRequestRate {
+			if err := alsoSet(e, "the request rate"); err != nil {
+				return err
+			}
 		}
 		for _, b := range e.Backends {
-			for _, fv := range e.Set {
-				k := key(b, fv.Field)
-				for _, o := range spans[k] {
+			for _, fv := range e.Set { // a set event's
+				for _, o := range spans[key(b, fv.Field)] {
 					if e.At >= o.start && (o.end < 0 || e.At <= o.end) {
-						return &Error{File: p.file, Line: e.Line, Reason: fmt.Sprintf("set of %s.%s at %v falls within the %s at line %d (%v%s)",
-							b, fv.Field, e.At, o.ev.Kind, o.ev.Line, o.start, untilStr(o.end))}
+						return p.lineErr(e.Line, "set of %s.%s at %v falls within the %s at line %d (%v%s)",
+							b, fv.Field, e.At, o.ev.Kind, o.ev.Line, o.start, untilStr(o.end))
 					}
 				}
-				at := k + "\x00" + e.At.String()
-				if line, dup := sets[at]; dup {
-					return &Error{File: p.file, Line: e.Line, Reason: fmt.Sprintf("%s.%s is also set at %v by line %d", b, fv.Field, e.At, line)}
+				if err := alsoSet(e, b+"."+fv.Field); err != nil {
+					return err
 				}
-				sets[at] = e.Line
 			}
 		}
 	}
@@ -766,17 +690,14 @@ func (s *Scenario) Expand(duration time.Duration, seed uint64, initial map[Backe
 			rng := rand.New(rand.NewPCG(seed, uint64(e.Line)))
 			cur := make([]float64, len(e.Backends))
 			for i, b := range e.Backends {
-				if e.Initial != nil {
-					cur[i] = *e.Initial
-					add(Change{At: e.Start, Backend: b, Fields: []FieldValue{{e.Field, cur[i]}}, Line: e.Line, Kind: e.Kind})
-					continue
-				}
 				v, ok := initial[BackendField{b, e.Field}]
-				if !ok {
+				if e.Initial != nil {
+					v, ok = *e.Initial, true // within [min, max]
+				} else if !ok {
 					return nil, fmt.Errorf("%s:%d: the current %s of %s is needed to start the random walk", s.File, e.Line, e.Field, b)
 				}
 				cur[i] = math.Min(math.Max(v, e.Min), e.Max)
-				if cur[i] != v {
+				if cur[i] != v || e.Initial != nil { // an initial value is always sent
 					add(Change{At: e.Start, Backend: b, Fields: []FieldValue{{e.Field, cur[i]}}, Line: e.Line, Kind: e.Kind})
 				}
 			}

@@ -386,7 +386,7 @@ func TestReplicasFromTopology(t *testing.T) {
 		{ID: 0, Name: "b1", Type: "kv", Replicas: []config.Replica{{GRPC: "127.0.0.1:1", HTTP: "127.0.0.1:2"}, {GRPC: "127.0.0.1:3", HTTP: "127.0.0.1:4"}}},
 		{ID: 1, Name: "b2", Type: "kv", Replicas: []config.Replica{{GRPC: "127.0.0.1:5"}}},
 	}}
-	sc, _, err := Parse("s.yaml", []byte("events:\n  - kind: set\n    at: 1s\n    backend: b1\n    set: {rate: 1}\n"), BackendNames(topo), 0)
+	sc, _, err := Parse("s.yaml", []byte("events:\n  - kind: set\n    at: 1s\n    backend: b1\n    set: {rate: 1}\n"), topo.BackendNames(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +394,7 @@ func TestReplicasFromTopology(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(reps, map[string][]string{"b1": {"127.0.0.1:2", "127.0.0.1:4"}}) {
 		t.Fatalf("replicas %v, %v", reps, err)
 	}
-	sc, _, _ = Parse("s.yaml", []byte("events:\n  - kind: set\n    at: 1s\n    backend: b2\n    set: {rate: 1}\n"), BackendNames(topo), 0)
+	sc, _, _ = Parse("s.yaml", []byte("events:\n  - kind: set\n    at: 1s\n    backend: b2\n    set: {rate: 1}\n"), topo.BackendNames(), 0)
 	if _, err := sc.Replicas(topo); err == nil || !strings.Contains(err.Error(), `s.yaml:2: backend "b2" replica 0 (grpc 127.0.0.1:5) has no http address`) {
 		t.Fatalf("replica without http: %v", err)
 	}

@@ -13,14 +13,16 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/robinhoodcache/robinhood/lib/percentile"
+	"slices"
 	"time"
+
+	"github.com/robinhoodcache/robinhood/lib/percentile"
 )
 
 // Select reorders xs so that xs[k] is the value a full ascending sort would
 // put there, with no larger value before it and no smaller one after it, and
 // returns it. It runs in expected linear time (quickselect, median of three,
-// with an insertion sort for short ranges). k must be within xs.
+// sorting short ranges). k must be within xs.
 func Select[T cmp.Ordered](xs []T, k int) T {
 	lo, hi := 0, len(xs)-1
 	for hi-lo > 16 {
@@ -60,11 +62,7 @@ func Select[T cmp.Ordered](xs []T, k int) T {
 			return xs[k]
 		}
 	}
-	for i := lo + 1; i <= hi; i++ {
-		for j := i; j > lo && xs[j] < xs[j-1]; j-- {
-			xs[j], xs[j-1] = xs[j-1], xs[j]
-		}
-	}
+	slices.Sort(xs[lo : hi+1])
 	return xs[k]
 }
 
@@ -81,11 +79,7 @@ func Percentiles[T cmp.Ordered](xs []T, ps ...float64) []T {
 	for i := range order {
 		order[i] = i
 	}
-	for i := 1; i < len(order); i++ {
-		for j := i; j > 0 && ps[order[j]] > ps[order[j-1]]; j-- {
-			order[j], order[j-1] = order[j-1], order[j]
-		}
-	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(ps[b], ps[a]) })
 	end := len(xs)
 	for _, i := range order {
 		k := percentile.Rank(len(xs), ps[i]) - 1
@@ -98,17 +92,6 @@ func Percentiles[T cmp.Ordered](xs []T, ps ...float64) []T {
 		}
 	}
 	return out
-}
-
-// Max returns the largest value of xs (the zero value for an empty slice).
-func Max[T cmp.Ordered](xs []T) T {
-	var m T
-	for i, x := range xs {
-		if i == 0 || x > m {
-			m = x
-		}
-	}
-	return m
 }
 
 // Recorder files request latencies by send time into buckets one step wide:
@@ -145,13 +128,7 @@ func (r *Recorder) Add(send time.Duration, latencyUs uint32) {
 // gather copies the latencies of buckets [from, to) into dst.
 func (r *Recorder) gather(dst []uint32, from, to int) []uint32 {
 	dst = dst[:0]
-	if from < 0 {
-		from = 0
-	}
-	if to > len(r.buckets) {
-		to = len(r.buckets)
-	}
-	for k := from; k < to; k++ {
+	for k := max(from, 0); k < min(to, len(r.buckets)); k++ {
 		dst = append(dst, r.buckets[k]...)
 	}
 	return dst
@@ -259,26 +236,19 @@ type Violations struct {
 func Violation(points []Point, p Params) Violations {
 	slo := float64(p.SLO) / float64(time.Millisecond)
 	var v Violations
-	var n50, n90, n99 int
+	var over [3]int // P99, P90, P50 above the SLO
 	for _, pt := range points {
 		if pt.T <= p.Warmup || pt.N == 0 {
 			continue
 		}
 		v.Points++
-		if pt.P99 > slo {
-			n99++
-		}
-		if pt.P90 > slo {
-			n90++
-		}
-		if pt.P50 > slo {
-			n50++
+		for i, q := range [3]float64{pt.P99, pt.P90, pt.P50} {
+			if q > slo {
+				over[i]++
+			}
 		}
 	}
-	if v.Points > 0 {
-		v.P99Pct = 100 * float64(n99) / float64(v.Points)
-		v.P90Pct = 100 * float64(n90) / float64(v.Points)
-		v.P50Pct = 100 * float64(n50) / float64(v.Points)
-	}
+	pct := func(n int) float64 { return 100 * float64(n) / float64(max(v.Points, 1)) }
+	v.P99Pct, v.P90Pct, v.P50Pct = pct(over[0]), pct(over[1]), pct(over[2])
 	return v
 }

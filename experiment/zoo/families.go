@@ -1,6 +1,7 @@
 package zoo
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -23,7 +24,21 @@ type drawer struct {
 	walkSeed bool
 }
 
-func (d *drawer) param(name string, v any) { d.params = append(d.params, Param{Name: name, Value: v}) }
+// record records drawn parameters, name-value pairs, each name after
+// prefix and a dot (none when prefix is "").
+func (d *drawer) record(prefix string, kv ...any) {
+	if prefix != "" {
+		prefix += "."
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.params = append(d.params, Param{Name: prefix + kv[i].(string), Value: kv[i+1]})
+	}
+}
+
+// setRate is the event setting a backend's rate limit at a time.
+func setRate(b string, at int, v float64) event {
+	return event{kind: scenario.KindSet, backend: b, field: config.FieldRate, at: at, value: v}
+}
 
 func (d *drawer) uniform(r [2]float64) float64 { return r[0] + d.rng.Float64()*(r[1]-r[0]) }
 
@@ -113,20 +128,25 @@ func (d *drawer) emitDrop(name string, dr *drop, start int) {
 	end := start + dr.ramp
 	d.events = append(d.events,
 		event{kind: scenario.KindRamp, backend: dr.b.Name, field: config.FieldRate, from: from, to: to, start: start, end: end},
-		event{kind: scenario.KindSet, backend: dr.b.Name, field: config.FieldRate, at: end + dr.hold, value: rec})
-	d.param(name+".backend", dr.b.Name)
-	d.param(name+".miss_load_qps", round2(dr.b.Load))
-	d.param(name+".depth", dr.f)
-	d.param(name+".rate", to)
-	d.param(name+".start_s", start)
-	d.param(name+".ramp_s", dr.ramp)
-	d.param(name+".hold_s", dr.hold)
-	d.param(name+".recover_s", end+dr.hold)
+		setRate(dr.b.Name, end+dr.hold, rec))
+	d.record(name, "backend", dr.b.Name, "miss_load_qps", round2(dr.b.Load), "depth", dr.f, "rate", to,
+		"start_s", start, "ramp_s", dr.ramp, "hold_s", dr.hold, "recover_s", end+dr.hold)
 }
 
 // drop: one backend drops and recovers.
-func (d *drawer) drop() error {
-	dr := d.newDrop(d.pick(1)[0], DropDepth)
+func (d *drawer) drop() error { return d.dropOne(d.pick(1)[0]) }
+
+// popularDrop: the backend with the highest query rate (the first of
+// equals) drops.
+func (d *drawer) popularDrop() error {
+	top := slices.MaxFunc(d.eligible, func(a, b Backend) int { return cmp.Compare(a.QueryRate, b.QueryRate) })
+	d.record("popular", "query_rate_qps", round2(top.QueryRate))
+	return d.dropOne(top)
+}
+
+// dropOne draws and places a single drop of b.
+func (d *drawer) dropOne(b Backend) error {
+	dr := d.newDrop(b, DropDepth)
 	if err := d.fit(dr.span, &dr.ramp, &dr.hold); err != nil {
 		return err
 	}
@@ -134,28 +154,17 @@ func (d *drawer) drop() error {
 	return nil
 }
 
-// popularDrop: the backend with the highest query rate drops.
-func (d *drawer) popularDrop() error {
-	top := d.eligible[0]
-	for _, b := range d.eligible[1:] {
-		if b.QueryRate > top.QueryRate {
-			top = b
-		}
+// latest is the largest of end(i) for i < n: the span of overlapping parts.
+func latest(n int, end func(i int) int) int {
+	m := 0
+	for i := range n {
+		m = max(m, end(i))
 	}
-	dr := d.newDrop(top, DropDepth)
-	if err := d.fit(dr.span, &dr.ramp, &dr.hold); err != nil {
-		return err
-	}
-	d.param("popular.query_rate_qps", round2(top.QueryRate))
-	d.emitDrop("drop", dr, d.place(dr.span()))
-	return nil
+	return m
 }
 
 // overlap: 2 or 3 backends drop, each starting before the first recovers.
 func (d *drawer) overlap() error {
-	if err := d.atLeast(2); err != nil {
-		return err
-	}
 	bs := d.pick(2 + d.rng.IntN(2))
 	drops := make([]*drop, len(bs))
 	offs := make([]int, len(bs))
@@ -168,13 +177,7 @@ func (d *drawer) overlap() error {
 		offs[i] = d.rng.IntN(drops[0].span())
 		durs = append(durs, &offs[i])
 	}
-	span := func() int {
-		m := 0
-		for i, dr := range drops {
-			m = max(m, offs[i]+dr.span())
-		}
-		return m
-	}
+	span := func() int { return latest(len(drops), func(i int) int { return offs[i] + drops[i].span() }) }
 	if err := d.fit(span, durs...); err != nil {
 		return err
 	}
@@ -190,9 +193,6 @@ func (d *drawer) overlap() error {
 
 // dropRecoverDrop: one backend drops and recovers, then another drops.
 func (d *drawer) dropRecoverDrop() error {
-	if err := d.atLeast(2); err != nil {
-		return err
-	}
 	bs := d.pick(2)
 	a, b := d.newDrop(bs[0], DropDepth), d.newDrop(bs[1], DropDepth)
 	gap := d.intIn(GapS)
@@ -202,7 +202,7 @@ func (d *drawer) dropRecoverDrop() error {
 	}
 	start := d.place(span())
 	d.emitDrop("drop1", a, start)
-	d.param("gap_s", gap)
+	d.record("", "gap_s", gap)
 	d.emitDrop("drop2", b, start+a.span()+gap)
 	return nil
 }
@@ -211,13 +211,12 @@ func (d *drawer) dropRecoverDrop() error {
 // shallow, with or without recovery.
 func (d *drawer) ramp() error {
 	type spec struct {
-		b        Backend
-		deep     bool
-		f        float64
-		length   int
-		recover  bool
-		hold     int
-		from, to float64
+		b       Backend
+		deep    bool
+		f       float64
+		length  int
+		recover bool
+		hold    int
 	}
 	bs := d.pick(1 + d.rng.IntN(2))
 	specs := make([]*spec, len(bs))
@@ -240,19 +239,13 @@ func (d *drawer) ramp() error {
 		offs[1] = d.rng.IntN(specs[0].length + 1) // the second starts during the first's ramp
 		durs = append(durs, &offs[1])
 	}
-	spanOf := func(i int) int {
-		s := specs[i]
-		if s.recover {
-			return offs[i] + s.length + s.hold
-		}
-		return offs[i] + s.length
-	}
 	span := func() int {
-		m := 0
-		for i := range specs {
-			m = max(m, spanOf(i))
-		}
-		return m
+		return latest(len(specs), func(i int) int {
+			if s := specs[i]; s.recover {
+				return offs[i] + s.length + s.hold
+			}
+			return offs[i] + specs[i].length
+		})
 	}
 	if err := d.fit(span, durs...); err != nil {
 		return err
@@ -264,19 +257,11 @@ func (d *drawer) ramp() error {
 		at := start + offs[i]
 		d.events = append(d.events, event{kind: scenario.KindRamp, backend: s.b.Name, field: config.FieldRate,
 			from: from, to: to, start: at, end: at + s.length})
-		d.param(name+".backend", s.b.Name)
-		d.param(name+".miss_load_qps", round2(s.b.Load))
-		d.param(name+".depth", s.f)
-		d.param(name+".deep", s.deep)
-		d.param(name+".rate", to)
-		d.param(name+".start_s", at)
-		d.param(name+".ramp_s", s.length)
-		d.param(name+".recovers", s.recover)
+		d.record(name, "backend", s.b.Name, "miss_load_qps", round2(s.b.Load), "depth", s.f, "deep", s.deep, "rate", to,
+			"start_s", at, "ramp_s", s.length, "recovers", s.recover)
 		if s.recover {
-			d.events = append(d.events, event{kind: scenario.KindSet, backend: s.b.Name, field: config.FieldRate,
-				at: at + s.length + s.hold, value: rec})
-			d.param(name+".hold_s", s.hold)
-			d.param(name+".recover_s", at+s.length+s.hold)
+			d.events = append(d.events, setRate(s.b.Name, at+s.length+s.hold, rec))
+			d.record(name, "hold_s", s.hold, "recover_s", at+s.length+s.hold)
 		}
 	}
 	return nil
@@ -290,9 +275,7 @@ func (d *drawer) randomWalk() error {
 	start := d.t0 + d.rng.IntN(d.room/4+1)
 	end := d.t0 + d.room - 1
 	d.walkSeed = true
-	d.param("walk.period_s", period)
-	d.param("walk.start_s", start)
-	d.param("walk.end_s", end)
+	d.record("walk", "period_s", period, "start_s", start, "end_s", end)
 	for i, b := range bs {
 		name := fmt.Sprintf("walk%d", i+1)
 		lo, hi := round2(d.uniform(WalkMin)), round2(d.uniform(WalkMax))
@@ -303,14 +286,9 @@ func (d *drawer) randomWalk() error {
 		d.events = append(d.events,
 			event{kind: scenario.KindRandomWalk, backend: b.Name, field: config.FieldRate, period: period,
 				step: step, min: minRate, max: maxRate, initial: maxRate, start: start, end: end},
-			event{kind: scenario.KindSet, backend: b.Name, field: config.FieldRate, at: end + 1, value: b.Limits.Rate})
-		d.param(name+".backend", b.Name)
-		d.param(name+".miss_load_qps", round2(b.Load))
-		d.param(name+".min_factor", lo)
-		d.param(name+".max_factor", hi)
-		d.param(name+".levels", levels)
-		d.param(name+".min", minRate)
-		d.param(name+".max", maxRate)
+			setRate(b.Name, end+1, b.Limits.Rate))
+		d.record(name, "backend", b.Name, "miss_load_qps", round2(b.Load), "min_factor", lo, "max_factor", hi,
+			"levels", levels, "min", minRate, "max", maxRate)
 	}
 	return nil
 }
@@ -329,9 +307,6 @@ func slowLatency(b Backend, slo float64, share, u float64) float64 {
 // slowOffPath: one backend gets much slower, its capacity still enough,
 // while another drops.
 func (d *drawer) slowOffPath() error {
-	if err := d.atLeast(2); err != nil {
-		return err
-	}
 	dr := d.newDrop(d.pick(1)[0], DropDepth)
 	share, u := d.uniform(SlowSLOShare), d.uniform(SlowUtilization)
 	slo := float64(d.in.SLOLatency) / float64(1e6)
@@ -356,12 +331,8 @@ func (d *drawer) slowOffPath() error {
 	d.events = append(d.events,
 		event{kind: scenario.KindSet, backend: s.Name, field: config.FieldExtraLatencyMs, at: start, value: x},
 		event{kind: scenario.KindSet, backend: s.Name, field: config.FieldExtraLatencyMs, at: end, value: s.Limits.ExtraLatencyMs})
-	d.param("slow.backend", s.Name)
-	d.param("slow.slo_share", round2(share))
-	d.param("slow.utilization", round2(u))
-	d.param("slow.extra_latency_ms", x)
-	d.param("slow.start_s", start)
-	d.param("slow.end_s", end)
+	d.record("slow", "backend", s.Name, "slo_share", round2(share), "utilization", round2(u), "extra_latency_ms", x,
+		"start_s", start, "end_s", end)
 	d.emitDrop("drop", dr, start+lead)
 	return nil
 }
@@ -397,10 +368,7 @@ func (d *drawer) requestRate() error {
 	d.events = append(d.events,
 		event{kind: scenario.KindRequestRate, at: start, value: factor},
 		event{kind: scenario.KindRequestRate, at: start + length, value: 1})
-	d.param("rate.factor", factor)
-	d.param("rate.start_s", start)
-	d.param("rate.end_s", start+length)
-	d.param("rate.with_drop", dr != nil)
+	d.record("rate", "factor", factor, "start_s", start, "end_s", start+length, "with_drop", dr != nil)
 	if dr != nil {
 		d.emitDrop("drop", dr, start+off)
 	}
@@ -429,17 +397,9 @@ func (d *drawer) flapping() error {
 	start := d.place(cycles * period)
 	for c := range cycles {
 		at := start + c*period
-		d.events = append(d.events,
-			event{kind: scenario.KindSet, backend: b.Name, field: config.FieldRate, at: at, value: to},
-			event{kind: scenario.KindSet, backend: b.Name, field: config.FieldRate, at: at + down, value: rec})
+		d.events = append(d.events, setRate(b.Name, at, to), setRate(b.Name, at+down, rec))
 	}
-	d.param("flap.backend", b.Name)
-	d.param("flap.miss_load_qps", round2(b.Load))
-	d.param("flap.depth", f)
-	d.param("flap.rate", to)
-	d.param("flap.period_s", period)
-	d.param("flap.down_s", down)
-	d.param("flap.cycles", cycles)
-	d.param("flap.start_s", start)
+	d.record("flap", "backend", b.Name, "miss_load_qps", round2(b.Load), "depth", f, "rate", to,
+		"period_s", period, "down_s", down, "cycles", cycles, "start_s", start)
 	return nil
 }

@@ -10,14 +10,12 @@ import (
 )
 
 // Load reads the Inputs from a topology and a trace: the backends and their
-// initial limits, and, for the partitioned app server appID (or the
-// first), each backend's query rate and miss load under the configured
-// allocation, measured from the trace's requests before duration
-// (feasibility.Scan: the same load model scenario check uses), from every
-// app server. The
-// warm-up and SLO latency are the topology's slo block's, else
-// DefaultWarmup and the schema's default latency; the caller may override
-// the warm-up.
+// initial limits, and, for the partitioned app server appID (or the first),
+// each backend's query rate and miss load under the configured allocation
+// from every app server, measured from the trace's requests before duration
+// (feasibility.Scan: the same load model scenario check uses). The warm-up
+// and SLO latency are the topology's slo block's, else DefaultWarmup and the
+// schema's default latency; the caller may override the warm-up.
 func Load(topo *config.Topology, tracePath string, duration time.Duration, appID string) (Inputs, error) {
 	in := Inputs{Duration: duration, Warmup: DefaultWarmup, SLOLatency: time.Duration(config.DefaultSLO().Latency)}
 	if topo.SLO != nil {

@@ -1,21 +1,14 @@
 // Package zoo draws capacity scenarios from families of shapes — the
-// scenario zoo of docs/workloads.md — with depths relative to each backend's
-// miss load in the trace. The families: a drop, overlapping drops, a drop
-// then another, slow ramps, random walks, a slow backend off the critical
-// path, the most popular backend dropping, a rise of the request rate, one
-// backend's capacity flapping. The
-// ranges are drawn from uniformly, so the zoo holds scenarios with margin,
-// tight ones and infeasible ones without anybody choosing which.
+// scenario zoo of docs/workloads.md, section "Scenario zoo", which lists the
+// families and their ranges — with depths relative to each backend's miss
+// load in the trace. The ranges are drawn from uniformly, so the zoo holds
+// scenarios with margin, tight ones and infeasible ones without anybody
+// choosing which.
 //
 // Generate is pure and deterministic: the same Inputs, seed and family give
 // the same scenario, byte for byte (math/rand/v2's PCG seeded from the
 // seed). Load (inputs.go) reads the Inputs from a topology and a trace. The
-// output is a scenario file (experiment/scenario) with a comment block
-// naming the family, the seed and every drawn parameter.
-//
-// The seeds are split in a development and an evaluation range (seeds.go):
-// a policy's parameters are never fitted on the evaluation range, and
-// results are reported on it only.
+// seeds are split in a development and an evaluation range (seeds.go).
 package zoo
 
 import (
@@ -24,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +44,17 @@ const (
 // uniformly.
 var Families = []string{FamilyDrop, FamilyOverlap, FamilyDropRecoverDrop, FamilyRamp, FamilyRandomWalk,
 	FamilySlowOffPath, FamilyPopularDrop, FamilyRequestRate, FamilyFlapping}
+
+// draws are the families' drawers (families.go), each with the number of
+// backends with a miss load it needs.
+var draws = map[string]struct {
+	backends int
+	draw     func(*drawer) error
+}{
+	FamilyDrop: {1, (*drawer).drop}, FamilyOverlap: {2, (*drawer).overlap}, FamilyDropRecoverDrop: {2, (*drawer).dropRecoverDrop},
+	FamilyRamp: {1, (*drawer).ramp}, FamilyRandomWalk: {1, (*drawer).randomWalk}, FamilySlowOffPath: {2, (*drawer).slowOffPath},
+	FamilyPopularDrop: {1, (*drawer).popularDrop}, FamilyRequestRate: {1, (*drawer).requestRate}, FamilyFlapping: {1, (*drawer).flapping},
+}
 
 // Backend is what the generator knows of one backend.
 type Backend struct {
@@ -97,53 +102,37 @@ type Scenario struct {
 	events []event
 }
 
-// The drawn ranges (docs/workloads.md, "Scenario zoo"). A drop's depth f
-// sets the backend's rate limit to f × its miss load under the configured
-// allocation: below 1 the configured allocation overloads it, and whether
-// some other allocation holds it depends on its miss-ratio curve and the
-// other backends' — the range runs from a drop the configured allocation
-// rides out with 15% to spare (1.15) to one that needs the miss load cut by
-// almost two thirds (0.35), uniformly, without regard to any policy.
+// The drawn ranges, family by family: docs/workloads.md, "Scenario zoo",
+// has them in a table. A drop's depth f sets the backend's rate limit to f ×
+// its miss load under the configured allocation; the range runs from a drop
+// the configured allocation rides out with 15% to spare (1.15) to one that
+// needs the miss load cut by almost two thirds (0.35).
 var (
 	DropDepth    = [2]float64{0.35, 1.15}
 	DeepDepth    = [2]float64{0.35, 0.8}
 	ShallowDepth = [2]float64{0.8, 1.15}
-	// DropRampS and DropHoldS: a drop ramps down over 1–30 s (one change a
-	// second) and holds 20–60 s before the backend recovers.
-	DropRampS = [2]int{1, 30}
-	DropHoldS = [2]int{20, 60}
-	// GapS: drop-recover-drop's time between the first recovery and the
-	// second drop.
-	GapS = [2]int{5, 30}
-	// SlowRampS: the ramp family's ramps take seconds to minutes
-	// (log-uniform); RampHoldS is how long a recovering one holds.
-	SlowRampS = [2]float64{5, 300}
-	RampHoldS = [2]int{10, 60}
+	DropRampS    = [2]int{1, 30} // one change a second
+	DropHoldS    = [2]int{20, 60}
+	GapS         = [2]int{5, 30}      // drop-recover-drop: the first recovery to the second drop
+	SlowRampS    = [2]float64{5, 300} // the ramp family's ramps (log-uniform)
+	RampHoldS    = [2]int{10, 60}
 	// Random walks: min and max relative to the miss load, (max − min)/
 	// levels per step, a step every period.
 	WalkMin     = [2]float64{0.35, 0.8}
 	WalkMax     = [2]float64{1.2, 2.0}
 	WalkLevels  = [2]int{4, 8}
 	WalkPeriodS = [2]int{5, 20}
-	// SlowSLOShare: slow-off-path's slowed backend gets an extra latency of
-	// this share of the SLO latency, at most what keeps its configured
-	// utilization at SlowUtilization (its capacity stays enough).
+	// slow-off-path: an extra latency of a share of the SLO latency, at most
+	// what keeps the backend's configured utilization at SlowUtilization;
+	// it starts SlowLeadS before the drop and ends as long after recovery.
 	SlowSLOShare    = [2]float64{0.1, 0.4}
 	SlowUtilization = [2]float64{0.3, 0.7}
-	// SlowLeadS: the slowdown starts this long before the drop and ends as
-	// long after its recovery.
-	SlowLeadS = [2]int{0, 10}
-	// RateFactor and RateS: request-rate raises the request rate by this
-	// factor for this long.
-	RateFactor = [2]float64{1.2, 2.0}
-	RateS      = [2]int{20, 60}
-	// FlapPeriodS and FlapDuty: flapping drops one backend to its depth
-	// and frees it again, over and over: a period of seconds to a minute
-	// (log-uniform), a share of it down; FlapCycles times, as many as the
-	// room holds.
-	FlapPeriodS = [2]float64{4, 60}
-	FlapDuty    = [2]float64{0.3, 0.7}
-	FlapCycles  = [2]int{3, 10}
+	SlowLeadS       = [2]int{0, 10}
+	RateFactor      = [2]float64{1.2, 2.0} // request-rate: this factor for RateS
+	RateS           = [2]int{20, 60}
+	FlapPeriodS     = [2]float64{4, 60} // flapping (log-uniform), FlapDuty of it down
+	FlapDuty        = [2]float64{0.3, 0.7}
+	FlapCycles      = [2]int{3, 10}
 )
 
 const (
@@ -188,11 +177,7 @@ func Generate(in Inputs, seed uint64, family string) (*Scenario, error) {
 	}
 	d := &drawer{in: in, rng: rand.New(rand.NewPCG(seed, 0x7a6f6f)), // "zoo"
 		t0: int(math.Ceil(in.Warmup.Seconds())), room: int(room.Seconds())}
-	for _, b := range in.Backends {
-		if b.Load >= MinLoad {
-			d.eligible = append(d.eligible, b)
-		}
-	}
+	d.eligible = slices.DeleteFunc(slices.Clone(in.Backends), func(b Backend) bool { return b.Load < MinLoad })
 	if len(d.eligible) == 0 {
 		return nil, fmt.Errorf("trace: no backend has a miss load of at least %g queries/s to draw a drop against", MinLoad)
 	}
@@ -204,26 +189,10 @@ func Generate(in Inputs, seed uint64, family string) (*Scenario, error) {
 	} else if FamilyIndex(family) < 0 {
 		return nil, fmt.Errorf("family: %q is not one of %s", family, strings.Join(Families, ", "))
 	}
-	var err error
-	switch family {
-	case FamilyDrop:
-		err = d.drop()
-	case FamilyOverlap:
-		err = d.overlap()
-	case FamilyDropRecoverDrop:
-		err = d.dropRecoverDrop()
-	case FamilyRamp:
-		err = d.ramp()
-	case FamilyRandomWalk:
-		err = d.randomWalk()
-	case FamilySlowOffPath:
-		err = d.slowOffPath()
-	case FamilyPopularDrop:
-		err = d.popularDrop()
-	case FamilyRequestRate:
-		err = d.requestRate()
-	case FamilyFlapping:
-		err = d.flapping()
+	f := draws[family]
+	err := d.atLeast(f.backends)
+	if err == nil {
+		err = f.draw(d)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("family %s: %w", family, err)

@@ -49,46 +49,40 @@ type captureStats struct {
 
 func cmdCapture(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("capture", "tracegen capture --memcached HOST:PORT --duration D [--out FILE] [--user USER --password-file FILE] [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]", stderr)
-	addr := fs.String("memcached", "", "the memcached to watch, HOST:PORT (required)")
+	var o captureOptions
+	var tlsOpts auth.ClientOptions
+	fs.StringVar(&o.addr, "memcached", "", "the memcached to watch, HOST:PORT (required)")
 	duration := fs.Duration("duration", 0, "how long to capture, e.g. 10m (required); SIGINT or SIGTERM ends the capture early and keeps what it has")
 	out := fs.String("out", "-", "the log: - for stdout (each line as memcached prints it), or a file, written beside it and renamed at the end")
-	user := fs.String("user", "", "memcached's ASCII authentication (memcached -Y): the user, with --password-file")
+	fs.StringVar(&o.user, "user", "", "memcached's ASCII authentication (memcached -Y): the user, with --password-file")
 	passwordFile := fs.String("password-file", "", "memcached's ASCII authentication: a file (mode 0600) whose first line is --user's password")
-	tlsCA := fs.String("tls-ca", "", "speak TLS (memcached -Z) and verify the server against this CA bundle (PEM file)")
-	tlsCert := fs.String("tls-cert", "", "with --tls-ca: the client certificate to present (PEM file, with --tls-key), for a memcached that verifies its clients")
-	tlsKey := fs.String("tls-key", "", "the private key of --tls-cert (PEM file, mode 0600)")
-	tlsServerName := fs.String("tls-server-name", "", "with --tls-ca: the name the server's certificate must hold (default: --memcached's host)")
-	timeout := fs.Duration("timeout", 10*time.Second, "bound on connecting, the TLS handshake, authenticating and the answer to the watch command")
-	pos, err := parse(fs, args)
-	if err != nil {
+	fs.StringVar(&tlsOpts.CA, "tls-ca", "", "speak TLS (memcached -Z) and verify the server against this CA bundle (PEM file)")
+	fs.StringVar(&tlsOpts.Cert, "tls-cert", "", "with --tls-ca: the client certificate to present (PEM file, with --tls-key), for a memcached that verifies its clients")
+	fs.StringVar(&tlsOpts.Key, "tls-key", "", "the private key of --tls-cert (PEM file, mode 0600)")
+	fs.StringVar(&tlsOpts.ServerName, "tls-server-name", "", "with --tls-ca: the name the server's certificate must hold (default: --memcached's host)")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on connecting, the TLS handshake, authenticating and the answer to the watch command")
+	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
-	}
-	if *addr == "" {
+	host, port, hostPortErr := net.SplitHostPort(o.addr)
+	switch {
+	case o.addr == "":
 		return errors.New("give --memcached HOST:PORT, the memcached to watch")
-	}
-	if host, port, err := net.SplitHostPort(*addr); err != nil || host == "" || port == "" {
-		return fmt.Errorf("--memcached %q is not HOST:PORT", *addr)
-	}
-	if *duration <= 0 {
+	case hostPortErr != nil || host == "" || port == "":
+		return fmt.Errorf("--memcached %q is not HOST:PORT", o.addr)
+	case *duration <= 0:
 		return fmt.Errorf("give --duration D, a positive length of time such as 10m (got %v)", *duration)
-	}
-	if *timeout <= 0 {
-		return fmt.Errorf("--timeout %v must be positive", *timeout)
-	}
-	if (*user == "") != (*passwordFile == "") {
+	case o.timeout <= 0:
+		return fmt.Errorf("--timeout %v must be positive", o.timeout)
+	case (o.user == "") != (*passwordFile == ""):
 		return errors.New("--user and --password-file go together (memcached's ASCII authentication, memcached -Y)")
-	}
-	if *tlsCA == "" && (*tlsCert != "" || *tlsKey != "" || *tlsServerName != "") {
+	case tlsOpts.CA == "" && (tlsOpts.Cert != "" || tlsOpts.Key != "" || tlsOpts.ServerName != ""):
 		return errors.New("--tls-cert, --tls-key and --tls-server-name need --tls-ca (the CA that signed memcached's certificate)")
 	}
 	if err := checkOut(*out); err != nil {
 		return err
 	}
-	o := captureOptions{addr: *addr, user: *user, timeout: *timeout}
-	if err := o.credentials(*passwordFile, auth.ClientOptions{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey, ServerName: *tlsServerName}); err != nil {
+	if err := o.credentials(*passwordFile, tlsOpts); err != nil {
 		return err
 	}
 
@@ -116,21 +110,18 @@ func cmdCapture(args []string, stdout, stderr io.Writer) error {
 		ended, err = captureLines(ctx, conn, br, w, flush, end, &st)
 		return err
 	}
-	if *out == "-" {
-		bw := bufio.NewWriterSize(stdout, 1<<16)
-		err = capture(bw, bw.Flush)
+	_, err := writeOut(*out, stdout, nil, func(w io.Writer) (int64, error) {
+		bw := bufio.NewWriterSize(w, 1<<16)
+		flush := func() error { return nil } // a file is renamed into place whole
+		if *out == "-" {
+			flush = bw.Flush // a reader of stdout sees each line as it comes
+		}
+		err := capture(bw, flush)
 		if ferr := bw.Flush(); err == nil {
 			err = ferr
 		}
-	} else {
-		_, err = writeAtomically(*out, func(w io.Writer) (int64, error) {
-			bw := bufio.NewWriterSize(w, 1<<16)
-			if err := capture(bw, func() error { return nil }); err != nil {
-				return st.lines, err
-			}
-			return st.lines, bw.Flush()
-		}, nil)
-	}
+		return st.lines, err
+	})
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,7 @@ func TestScenarioGenerateAndCheck(t *testing.T) {
 			"--seed", "11", "--family", fam, "--out", path); code != 0 {
 			t.Fatalf("%s: %s", fam, stderr)
 		}
-		sc, warns, err := scenario.Load(path, scenario.BackendNames(topology), 100*time.Second)
+		sc, warns, err := scenario.Load(path, topology.BackendNames(), 100*time.Second)
 		if err != nil || len(warns) > 0 {
 			t.Fatalf("%s: %v %v", fam, err, warns)
 		}

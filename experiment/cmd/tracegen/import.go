@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,15 +99,7 @@ func (s *streamFlags) Set(v string) error {
 // optionName reports whether s looks like an option's name (lowercase
 // letters), which must then be a known one.
 func optionName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 'a' || s[i] > 'z' {
-			return false
-		}
-	}
-	return true
+	return s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyz") == ""
 }
 
 // feed is one backend's stream during an import.
@@ -133,42 +125,21 @@ func (e *errShort) Error() string { return e.f.name() + " ran out" }
 
 func cmdImport(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("import", "tracegen import (--requests N | --duration D) --stream BACKEND=FILE[,format=arc|fetchers|keysize][,skip=N] ... [synth flags]", stderr)
-	build := synth.Flags(fs)
-	requests := fs.Int64("requests", 0, "number of requests to write")
-	duration := fs.Duration("duration", 0, "trace length in arrival time (e.g. 30m)")
-	out := fs.String("out", "-", "output file (- for stdout); written to a temporary file beside it and renamed at the end")
-	describe := fs.Bool("describe", false, "print the fitted request mix's expected Table 1 instead of a trace (as tracegen synth)")
+	tf := newTraceFlags(fs, "output file (- for stdout); written to a temporary file beside it and renamed at the end",
+		"print the fitted request mix's expected Table 1 instead of a trace (as tracegen synth)")
 	var streams streamFlags
 	fs.Var(&streams, "stream", "BACKEND=FILE[,format=arc|fetchers|keysize][,skip=N]: the backend's keys (and sizes) in order from FILE, after skipping N records (repeatable; format detected unless given)")
-	pos, err := parse(fs, args)
+	o, g, err := tf.generator(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
-	}
-	o, err := build()
-	if err != nil {
-		return err
-	}
-	if *requests < 0 || *duration < 0 {
-		return errors.New("--requests and --duration must not be negative")
-	}
-	if !*describe && *requests == 0 && *duration == 0 {
-		return errors.New("give --requests N or --duration D (or --describe)")
-	}
-	if len(streams) == 0 && !*describe {
+	if len(streams) == 0 && !*tf.describe {
 		return errors.New("give at least one --stream BACKEND=FILE (without one, tracegen synth writes the same trace)")
 	}
-	g, err := synth.New(o)
-	if err != nil {
-		return err
-	}
-	feeds := map[string]*feed{}
 	if err := checkStreams(streams, g.Names()); err != nil {
 		return err
 	}
-	if *describe {
+	if *tf.describe {
 		return writeDescription(stdout, g)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
@@ -177,12 +148,13 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		// slack from doubling the peak (docs/benchmarks.md).
 		debug.SetMemoryLimit(importMemoryLimit)
 	}
+	feeds := map[string]*feed{}
 	defer func() {
 		for _, f := range feeds {
 			f.r.Close()
 		}
 	}()
-	lim := synth.Limit{Requests: *requests, Duration: *duration}
+	lim := tf.limit()
 	if err := openFeeds(feeds, streams, o, lim); err != nil {
 		return err
 	}
@@ -190,14 +162,8 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 
 	// Each stream is read as far as the run needs and no further (a
 	// malformed line or a damaged zstd stream beyond is not met).
-	write := func(w io.Writer) (int64, error) { return g.WriteEach(w, lim, each) }
 	start := time.Now()
-	var n int64
-	if *out == "-" {
-		n, err = write(stdout)
-	} else {
-		n, err = writeAtomically(*out, write, stderr)
-	}
+	n, err := writeOut(*tf.out, stdout, stderr, func(w io.Writer) (int64, error) { return g.WriteEach(w, lim, each) })
 	var short *errShort
 	if errors.As(err, &short) {
 		return shortStream(o, lim, short.f)
@@ -205,21 +171,16 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logImport(stderr, n, *out, time.Since(start), streams, feeds)
+	logImport(stderr, n, *tf.out, time.Since(start), streams, feeds)
 	return nil
 }
 
 // checkStreams: every stream's backend is one of the trace's.
 func checkStreams(streams streamFlags, names []string) error {
 	for _, sp := range streams {
-		known := false
-		for _, n := range names {
-			known = known || n == sp.backend
-		}
-		if !known {
-			sorted := append([]string(nil), names...)
-			sort.Strings(sorted)
-			return fmt.Errorf("--stream %s: the trace has no backend %q (backends: %s; --backend-names names them)", sp.text, sp.backend, strings.Join(sorted, ","))
+		if !slices.Contains(names, sp.backend) {
+			return fmt.Errorf("--stream %s: the trace has no backend %q (backends: %s; --backend-names names them)",
+				sp.text, sp.backend, strings.Join(slices.Sorted(slices.Values(names)), ","))
 		}
 	}
 	return nil
@@ -292,17 +253,16 @@ func substitute(feeds map[string]*feed, g *synth.Generator) func(req *trace.Requ
 // logImport logs the trace written, what each stream gave, and a warning
 // for each stream whose size table filled.
 func logImport(stderr io.Writer, n int64, out string, el time.Duration, streams streamFlags, feeds map[string]*feed) {
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	attrs := []any{"requests", n, "out", out, "seconds", el.Round(time.Millisecond).Seconds()}
+	var attrs []any
 	for _, sp := range streams {
 		f := feeds[sp.backend]
 		attrs = append(attrs, "records_"+sp.backend, f.used, "format_"+sp.backend, string(f.r.Format()))
 		if keys, full := f.r.SizeTable(); full {
-			log.Warn("the stream's size table is full: keys met after it filled take the synthesized size on a miss (docs/workloads.md, \"Formats\")",
+			slog.New(slog.NewTextHandler(stderr, nil)).Warn("the stream's size table is full: keys met after it filled take the synthesized size on a miss (docs/workloads.md, \"Formats\")",
 				"stream", sp.text, "keys_remembered", keys)
 		}
 	}
-	log.Info("trace written", attrs...)
+	logWritten(stderr, n, out, el, attrs...)
 }
 
 // queriesPerBackend counts, on a fresh generator, the queries the whole
@@ -338,6 +298,15 @@ func shortStream(o synth.Options, lim synth.Limit, f *feed) error {
 		f.name(), had, had-f.spec.skip, f.spec.skip, need[f.spec.backend], f.spec.backend)
 }
 
+// writeOut writes to stdout when out is "-", else to the file out
+// (writeAtomically).
+func writeOut(out string, stdout, stderr io.Writer, write func(io.Writer) (int64, error)) (int64, error) {
+	if out == "-" {
+		return write(stdout)
+	}
+	return writeAtomically(out, write, stderr)
+}
+
 // writeAtomically writes a file through a temporary file in its folder,
 // renamed over it at the end; on any error the temporary file is removed and
 // nothing appears at path. SIGINT or SIGTERM while it writes removes the
@@ -352,13 +321,17 @@ func writeAtomically(path string, write func(io.Writer) (int64, error), stderr i
 	if stderr != nil {
 		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	}
+	stopped := func(s os.Signal, report bool) {
+		if report {
+			fmt.Fprintf(stderr, "tracegen: %v while writing %s: stopped, nothing written there\n", s, path)
+		}
+		os.Exit(128 + int(s.(syscall.Signal)))
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		signal.Stop(sigs)
 		if len(sigs) > 0 {
-			s := <-sigs
-			fmt.Fprintf(stderr, "tracegen: %v while writing %s: stopped, nothing written there\n", s, path)
-			os.Exit(128 + int(s.(syscall.Signal)))
+			stopped(<-sigs, true)
 		}
 		return 0, err
 	}
@@ -371,9 +344,8 @@ func writeAtomically(path string, write func(io.Writer) (int64, error), stderr i
 			mu.Lock()
 			if !renamed {
 				os.Remove(tmp.Name())
-				fmt.Fprintf(stderr, "tracegen: %v while writing %s: stopped, nothing written there\n", s, path)
 			}
-			os.Exit(128 + int(s.(syscall.Signal)))
+			stopped(s, !renamed)
 		case <-done:
 		}
 	}()

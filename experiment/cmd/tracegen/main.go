@@ -1,17 +1,8 @@
 // Command tracegen synthesizes OneRF-like request traces, prints their
 // structure, replays them open-loop against a topology's application servers,
 // checks capacity scenarios and draws them from the scenario zoo
-// (docs/workloads.md):
-//
-//	tracegen synth   [--profile onerf] [--backends 20] (--requests N | --duration D) [--rate-schedule SPEC] [--out FILE] …
-//	tracegen import  --stream BACKEND=FILE[,format=arc|fetchers|keysize][,skip=N] … (--requests N | --duration D) [synth flags] [--out FILE]
-//	tracegen capture --memcached HOST:PORT --duration D [--out FILE] [--user USER --password-file FILE] [--tls-ca FILE …]
-//	tracegen stats   FILE [--json] [--skip-bad]
-//	tracegen replay  --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [--scenario FILE] …
-//	tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--app-server ID] [--json]]
-//	tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--app-server ID] [--warmup D] [--out FILE] [--json]
-//	tracegen mrc     FILE [--sizes 1MiB,4MiB,…] [--format csv|table|json] [--sample R] [--plot FILE.svg]
-//	tracegen oracle  --topology FILE --trace FILE --duration D [--scenario FILE] [--variants foresight,reactive] --out FILE
+// (docs/workloads.md). 'tracegen -h' lists the commands, 'tracegen COMMAND -h'
+// the flags of one.
 package main
 
 import (
@@ -22,9 +13,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,52 +62,41 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// commands are tracegen's commands but scenario's; scenarioCommands are
+// scenario's.
+var (
+	commands = map[string]func(args []string, stdout, stderr io.Writer) error{
+		"synth": cmdSynth, "import": cmdImport, "capture": cmdCapture, "stats": cmdStats, "replay": cmdReplay,
+		"mrc": cmdMRC, "oracle": cmdOracle,
+	}
+	scenarioCommands = map[string]func(args []string, stdout, stderr io.Writer) error{
+		"check": cmdScenarioCheck, "generate": cmdScenarioGenerate, "seeds": cmdScenarioSeeds,
+	}
+)
+
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	var err error
-	cmd := args[0]
-	switch cmd {
-	case "synth":
-		err = cmdSynth(args[1:], stdout, stderr)
-	case "import":
-		err = cmdImport(args[1:], stdout, stderr)
-	case "capture":
-		err = cmdCapture(args[1:], stdout, stderr)
-	case "stats":
-		err = cmdStats(args[1:], stdout, stderr)
-	case "replay":
-		err = cmdReplay(args[1:], stdout, stderr)
-	case "scenario":
-		switch {
-		case len(args) >= 2 && args[1] == "check":
-			cmd = "scenario check"
-			err = cmdScenarioCheck(args[2:], stdout, stderr)
-		case len(args) >= 2 && args[1] == "generate":
-			cmd = "scenario generate"
-			err = cmdScenarioGenerate(args[2:], stdout, stderr)
-		case len(args) >= 2 && args[1] == "seeds":
-			cmd = "scenario seeds"
-			err = cmdScenarioSeeds(args[2:], stdout, stderr)
-		default:
-			fmt.Fprintln(stderr, "Usage: tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--json]]")
-			fmt.Fprintln(stderr, "       tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--out FILE]")
-			fmt.Fprintln(stderr, "       tracegen scenario seeds [--json]")
-			return 2
-		}
-	case "mrc":
-		err = cmdMRC(args[1:], stdout, stderr)
-	case "oracle":
-		err = cmdOracle(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
+	cmd, rest := args[0], args[1:]
+	f := commands[cmd]
+	switch {
+	case cmd == "scenario" && len(rest) > 0 && scenarioCommands[rest[0]] != nil:
+		f, cmd, rest = scenarioCommands[rest[0]], "scenario "+rest[0], rest[1:]
+	case cmd == "scenario":
+		fmt.Fprintln(stderr, "Usage: tracegen scenario check FILE --topology FILE [--duration D] [--print] [--trace FILE [--json]]")
+		fmt.Fprintln(stderr, "       tracegen scenario generate --topology FILE --trace FILE --duration D --seed N [--family NAME] [--out FILE]")
+		fmt.Fprintln(stderr, "       tracegen scenario seeds [--json]")
+		return 2
+	case cmd == "-h" || cmd == "-help" || cmd == "--help" || cmd == "help":
 		fmt.Fprint(stdout, usage)
 		return 0
-	default:
+	case f == nil:
 		fmt.Fprintf(stderr, "tracegen: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
+	err := f(rest, stdout, stderr)
 	switch {
 	case err == nil:
 		return 0
@@ -157,59 +139,160 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func cmdSynth(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("synth", "tracegen synth (--requests N | --duration D) [flags]", stderr)
-	build := synth.Flags(fs)
-	requests := fs.Int64("requests", 0, "number of requests to write")
-	duration := fs.Duration("duration", 0, "trace length in arrival time (e.g. 30m)")
-	out := fs.String("out", "-", "output file (- for stdout)")
-	describe := fs.Bool("describe", false, "print the fitted request mix's expected Table 1 instead of a trace")
+// parseNone parses a command line that takes no positional argument.
+func parseNone(fs *flag.FlagSet, args []string) error {
+	pos, err := parse(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	return err
+}
+
+// parseFile parses a command line that takes one positional argument (a
+// file), printing the usage without one.
+func parseFile(fs *flag.FlagSet, args []string) (string, error) {
 	pos, err := parse(fs, args)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
+	if len(pos) != 1 {
+		fs.Usage()
+		return "", errUsage
 	}
-	o, err := build()
+	return pos[0], nil
+}
+
+// given is the set of flags the command line gave, not empty.
+func given(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() != "" })
+	return set
+}
+
+// required is the error naming the first of the flags the command line did
+// not give.
+func required(fs *flag.FlagSet, names ...string) error {
+	set := given(fs)
+	for _, name := range names {
+		if !set[name] {
+			return fmt.Errorf("--%s is required", name)
+		}
+	}
+	return nil
+}
+
+// loadScenario reads a scenario file and checks it against the topology's
+// backends and their replicas; its warnings go to warn.
+func loadScenario(path string, topo *config.Topology, duration time.Duration, warn func(string)) (*scenario.Scenario, error) {
+	sc, warns, err := scenario.Load(path, topo.BackendNames(), duration)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sc.Replicas(topo); err != nil {
+		return nil, err
+	}
+	for _, w := range warns {
+		warn(w)
+	}
+	return sc, nil
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeFile writes the file path (created, or truncated) with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if !*describe && *requests <= 0 && *duration <= 0 {
-		return errors.New("give --requests N or --duration D (or --describe)")
+	if err := write(f); err != nil {
+		f.Close()
+		return err
 	}
-	if *requests < 0 || *duration < 0 {
-		return errors.New("--requests and --duration must not be negative")
+	return f.Close()
+}
+
+// traceFlags are the flags synth and import share: the generator's
+// (synth.Flags), the trace's length, --out and --describe.
+type traceFlags struct {
+	build    func() (synth.Options, error)
+	requests *int64
+	duration *time.Duration
+	out      *string
+	describe *bool
+}
+
+func newTraceFlags(fs *flag.FlagSet, outHelp, describeHelp string) *traceFlags {
+	return &traceFlags{build: synth.Flags(fs),
+		requests: fs.Int64("requests", 0, "number of requests to write"),
+		duration: fs.Duration("duration", 0, "trace length in arrival time (e.g. 30m)"),
+		out:      fs.String("out", "-", outHelp),
+		describe: fs.Bool("describe", false, describeHelp),
+	}
+}
+
+// generator parses a synth or import command line and returns the trace's
+// options and generator.
+func (t *traceFlags) generator(fs *flag.FlagSet, args []string) (synth.Options, *synth.Generator, error) {
+	if err := parseNone(fs, args); err != nil {
+		return synth.Options{}, nil, err
+	}
+	o, err := t.build()
+	if err != nil {
+		return o, nil, err
+	}
+	if *t.requests < 0 || *t.duration < 0 {
+		return o, nil, errors.New("--requests and --duration must not be negative")
+	}
+	if !*t.describe && *t.requests == 0 && *t.duration == 0 {
+		return o, nil, errors.New("give --requests N or --duration D (or --describe)")
 	}
 	g, err := synth.New(o)
+	return o, g, err
+}
+
+func (t *traceFlags) limit() synth.Limit {
+	return synth.Limit{Requests: *t.requests, Duration: *t.duration}
+}
+
+// logWritten logs the trace written: its requests, --out, the time it took
+// and attrs.
+func logWritten(stderr io.Writer, n int64, out string, el time.Duration, attrs ...any) {
+	attrs = append([]any{"requests", n, "out", out, "seconds", el.Round(time.Millisecond).Seconds()}, attrs...)
+	slog.New(slog.NewTextHandler(stderr, nil)).Info("trace written", attrs...)
+}
+
+func cmdSynth(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("synth", "tracegen synth (--requests N | --duration D) [flags]", stderr)
+	tf := newTraceFlags(fs, "output file (- for stdout)", "print the fitted request mix's expected Table 1 instead of a trace")
+	_, g, err := tf.generator(fs, args)
 	if err != nil {
 		return err
 	}
-	if *describe {
+	if *tf.describe {
 		return writeDescription(stdout, g)
 	}
-	w := stdout
-	if *out != "-" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = f
-	}
 	start := time.Now()
-	n, err := g.Write(w, synth.Limit{Requests: *requests, Duration: *duration})
+	var n int64
+	write := func(w io.Writer) (err error) {
+		n, err = g.Write(w, tf.limit())
+		return err
+	}
+	if *tf.out == "-" {
+		err = write(stdout)
+	} else {
+		err = writeFile(*tf.out, write)
+	}
 	if err != nil {
 		return err
 	}
-	if f, ok := w.(*os.File); ok && f != os.Stdout {
-		if err := f.Close(); err != nil {
-			return err
-		}
-	}
 	el := time.Since(start)
-	slog.New(slog.NewTextHandler(stderr, nil)).Info("trace written", "requests", n, "out", *out,
-		"seconds", el.Round(time.Millisecond).Seconds(), "requests_per_s", int(float64(n)/el.Seconds()))
+	logWritten(stderr, n, *tf.out, el, "requests_per_s", int(float64(n)/el.Seconds()))
 	return nil
 }
 
@@ -251,17 +334,13 @@ func cmdStats(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("stats", "tracegen stats FILE [--json] [--skip-bad]   (FILE - reads stdin)", stderr)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	skipBad := fs.Bool("skip-bad", false, "count and skip malformed lines instead of stopping at the first")
-	pos, err := parse(fs, args)
+	file, err := parseFile(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
-	}
 	var r io.Reader = os.Stdin
-	if pos[0] != "-" {
-		f, err := safefile.Open(pos[0])
+	if file != "-" {
+		f, err := safefile.Open(file)
 		if err != nil {
 			return err
 		}
@@ -272,19 +351,17 @@ func cmdStats(args []string, stdout, stderr io.Writer) error {
 	var bad int
 	res, err := stats.Read(r, stats.Options{SkipBad: *skipBad, OnBad: func(e *stats.LineError) {
 		if bad++; bad <= shown {
-			fmt.Fprintf(stderr, "tracegen stats: %s: skipping %v\n", pos[0], e)
+			fmt.Fprintf(stderr, "tracegen stats: %s: skipping %v\n", file, e)
 		}
 	}})
 	if err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err)
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	if bad > shown {
-		fmt.Fprintf(stderr, "tracegen stats: %s: %d malformed lines skipped in all\n", pos[0], bad)
+		fmt.Fprintf(stderr, "tracegen stats: %s: %d malformed lines skipped in all\n", file, bad)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(stdout, res)
 	}
 	return stats.WriteTable(stdout, res)
 }
@@ -322,39 +399,34 @@ func (w *warmupFlag) Set(s string) error {
 
 func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("replay", "tracegen replay --topology FILE --trace FILE --out DIR [--rate R] [--duration D] [flags]", stderr)
+	var cfg replay.Config
 	topoPath := fs.String("topology", "", "topology file: app servers' http addresses, backends' admin addresses (required)")
-	tracePath := fs.String("trace", "", "trace file (required)")
-	out := fs.String("out", "", "output folder for requests.csv, summary.json, scenario.jsonl (required)")
+	fs.StringVar(&cfg.TracePath, "trace", "", "trace file (required)")
+	fs.StringVar(&cfg.OutDir, "out", "", "output folder for requests.csv, summary.json, scenario.jsonl (required)")
 	tokenFile := fs.String("token-file", "", "this caller's token file (one \"name token\" line) for the app servers and the backends' admin API (default: the topology's auth.token with {id} = operator)")
-	rate := fs.Float64("rate", 0, "send Poisson arrivals at this many requests/s instead of the trace's ts_ms")
-	duration := fs.Duration("duration", 0, "stop sending after this long (default: at the end of the trace)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "send Poisson arrivals at this many requests/s instead of the trace's ts_ms")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "stop sending after this long (default: at the end of the trace)")
 	apps := fs.String("app-servers", "", "comma-separated app server ids to spread requests over (default: all)")
 	scPath := fs.String("scenario", "", "capacity scenario (YAML) to apply during the replay")
 	sloParams := slo.Flags(fs)
 	warm := &warmupFlag{d: sloParams().Warmup}
 	fs.Var(warm, "warmup", "warm-up excluded from the violation count: a duration or a percentage of the run (slo.warmup)")
-	seed := fs.Uint64("seed", 1, "seed for arrivals, app server choice and the scenario's random walks (unless it has a seed)")
-	loop := fs.Bool("loop", false, "restart the trace at its end until --duration")
-	timeout := fs.Duration("timeout", replay.DefaultTimeout, "per-request timeout")
-	maxInFlight := fs.Int("max-in-flight", replay.DefaultMaxInFlight, "requests in flight at most; beyond it requests are dropped and counted")
-	maxConns := fs.Int("max-conns", replay.DefaultMaxConns, "HTTP connections per app server at most")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address during the run (e.g. 127.0.0.1:9300)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed for arrivals, app server choice and the scenario's random walks (unless it has a seed)")
+	fs.BoolVar(&cfg.Loop, "loop", false, "restart the trace at its end until --duration")
+	fs.DurationVar(&cfg.Timeout, "timeout", replay.DefaultTimeout, "per-request timeout")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", replay.DefaultMaxInFlight, "requests in flight at most; beyond it requests are dropped and counted")
+	fs.IntVar(&cfg.MaxConns, "max-conns", replay.DefaultMaxConns, "HTTP connections per app server at most")
+	fs.StringVar(&cfg.MetricsAddr, "metrics", "", "serve Prometheus /metrics on this address during the run (e.g. 127.0.0.1:9300)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", *logLevel)
 	}
-	for flagName, v := range map[string]string{"topology": *topoPath, "trace": *tracePath, "out": *out} {
-		if v == "" {
-			return fmt.Errorf("--%s is required", flagName)
-		}
+	if err := required(fs, "topology", "trace", "out"); err != nil {
+		return err
 	}
 	topo, err := config.LoadTopology(*topoPath)
 	if err != nil {
@@ -364,18 +436,11 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 	if *tokenFile != "" {
 		copts.TokenFile = *tokenFile
 	}
-	creds, err := auth.NewClient(copts)
-	if err != nil {
+	if cfg.Credentials, err = auth.NewClient(copts); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg := replay.Config{
-		Credentials: creds,
-		Topology:    topo, TracePath: *tracePath, OutDir: *out, Rate: *rate, Duration: *duration,
-		SLO:  sloParams(),
-		Seed: *seed, ScenarioSeed: *seed, Loop: *loop, Timeout: *timeout, MaxInFlight: *maxInFlight,
-		MaxConns: *maxConns, MetricsAddr: *metricsAddr, Log: log,
-	}
+	cfg.Topology, cfg.SLO, cfg.ScenarioSeed = topo, sloParams(), cfg.Seed
+	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.SLO.Warmup = warm.d
 	if warm.isFrac {
 		cfg.SLO.Warmup, cfg.WarmupFraction = -1, warm.fraction
@@ -387,14 +452,11 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 		cfg.AppServers = strings.Split(*apps, ",")
 	}
 	if *scPath != "" {
-		sc, warns, err := scenario.Load(*scPath, scenario.BackendNames(topo), *duration)
+		sc, err := loadScenario(*scPath, topo, cfg.Duration, func(w string) { cfg.Log.Warn("scenario", "warning", w) })
 		if err != nil {
 			return err
 		}
-		for _, w := range warns {
-			log.Warn("scenario", "warning", w)
-		}
-		if rs := sc.RateSchedule(); len(rs) > 0 && *rate > 0 {
+		if rs := sc.RateSchedule(); len(rs) > 0 && cfg.Rate > 0 {
 			return fmt.Errorf("--rate: the scenario's request_rate events (line %d) are carried by the trace's ts_ms, which --rate replaces with a constant rate; replay without --rate a trace synthesized with --rate-schedule %s",
 				rs[0].Line, scenario.RateScheduleSpec(rs))
 		}
@@ -416,21 +478,13 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 		if sum.Latency.P99 != nil {
 			p99 = strconv.FormatFloat(*sum.Latency.P99, 'f', 1, 64)
 		}
+		errs := maps.Clone(sum.Errors)
+		maps.DeleteFunc(errs, func(_ string, n int64) bool { return n == 0 })
 		fmt.Fprintf(stdout, "sent %d, ok %d, errors %v, P99 %s ms, SLO violations %.1f%% of %d points, late sends %d (P99 %.1f ms, max %.1f ms); results in %s\n",
-			sum.Sent, sum.OK, nonZero(sum.Errors), p99, sum.SLO.ViolationPct, sum.SLO.PointsCounted,
-			sum.Lateness.LateSends, sum.Lateness.P99LateMs, sum.Lateness.MaxLateMs, *out)
+			sum.Sent, sum.OK, errs, p99, sum.SLO.ViolationPct, sum.SLO.PointsCounted,
+			sum.Lateness.LateSends, sum.Lateness.P99LateMs, sum.Lateness.MaxLateMs, cfg.OutDir)
 	}
 	return err
-}
-
-func nonZero(m map[string]int64) map[string]int64 {
-	out := map[string]int64{}
-	for k, v := range m {
-		if v != 0 {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
@@ -443,30 +497,20 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	appServer := fs.String("app-server", "", "with --trace: the partitioned app server whose budget is analysed (default: the first)")
 	asJSON := fs.Bool("json", false, "with --trace: print the analysis as JSON")
 	lookahead := fs.Bool("lookahead", true, "with --trace: the oracle's column is the schedule with foresight (false: the reactive one, which learns each phase when it starts)")
-	pos, err := parse(fs, args)
+	file, err := parseFile(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
-	}
-	if *topoPath == "" {
-		return errors.New("--topology is required")
+	if err := required(fs, "topology"); err != nil {
+		return err
 	}
 	topo, err := config.LoadTopology(*topoPath)
 	if err != nil {
 		return err
 	}
-	sc, warns, err := scenario.Load(pos[0], scenario.BackendNames(topo), *duration)
+	sc, err := loadScenario(file, topo, *duration, func(w string) { fmt.Fprintln(stderr, "warning:", w) })
 	if err != nil {
 		return err
-	}
-	if _, err := sc.Replicas(topo); err != nil {
-		return err
-	}
-	for _, w := range warns {
-		fmt.Fprintln(stderr, "warning:", w)
 	}
 	kinds := map[scenario.Kind]int{}
 	for _, e := range sc.Events {
@@ -476,7 +520,7 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	if k := kinds[scenario.KindRequestRate]; k > 0 {
 		rr = fmt.Sprintf(", %d request_rate", k)
 	}
-	fmt.Fprintf(stdout, "%s: ok: %d events (%d set, %d ramp, %d random_walk%s)\n", pos[0], len(sc.Events),
+	fmt.Fprintf(stdout, "%s: ok: %d events (%d set, %d ramp, %d random_walk%s)\n", file, len(sc.Events),
 		kinds[scenario.KindSet], kinds[scenario.KindRamp], kinds[scenario.KindRandomWalk], rr)
 	if *tracePath != "" {
 		return feasibilityReport(stdout, stderr, sc, topo, *tracePath, *appServer, *duration, *seed, *asJSON, *lookahead)
@@ -487,14 +531,7 @@ func cmdScenarioCheck(args []string, stdout, stderr io.Writer) error {
 	if *duration <= 0 {
 		return errors.New("--print needs --duration")
 	}
-	if need := sc.NeedsInitial(); len(need) > 0 {
-		return fmt.Errorf("--print: the random walk of %s.%s starts from the backend's current value; give it an initial value to print the timeline", need[0].Backend, need[0].Field)
-	}
-	s := *seed
-	if sc.Seed != nil {
-		s = *sc.Seed
-	}
-	changes, err := sc.Expand(*duration, s, nil)
+	changes, err := expand(sc, "--print", *duration, *seed)
 	if err != nil {
 		return err
 	}
@@ -522,30 +559,23 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Duration("warmup", zoo.DefaultWarmup, "events start at or after this time (default: the topology's slo.warmup, else this)")
 	out := fs.String("out", "-", "write the scenario here (- for stdout)")
 	asJSON := fs.Bool("json", false, "print the family, seed, drawn parameters and the scenario as JSON on stdout")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for _, name := range []string{"topology", "trace", "duration", "seed"} {
-		if !set[name] {
-			return fmt.Errorf("--%s is required", name)
-		}
+	if err := required(fs, "topology", "trace", "duration", "seed"); err != nil {
+		return err
 	}
 	if *duration <= 0 {
 		return fmt.Errorf("--duration: %v must be positive", *duration)
 	}
+	warmupGiven := given(fs)["warmup"]
 	if err := zoo.CheckSeed(*seed); err != nil {
 		return fmt.Errorf("--seed: %w", err)
 	}
 	if *family != "" && zoo.FamilyIndex(*family) < 0 {
 		return fmt.Errorf("--family: %q is not one of %s", *family, strings.Join(zoo.Families, ", "))
 	}
-	if set["warmup"] && *warmup < 0 {
+	if warmupGiven && *warmup < 0 {
 		return fmt.Errorf("--warmup: %v is negative", *warmup)
 	}
 	topo, err := config.LoadTopology(*topoPath)
@@ -556,7 +586,7 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if set["warmup"] {
+	if warmupGiven {
 		in.Warmup = *warmup
 	}
 	if in.Warmup >= in.Duration {
@@ -572,9 +602,7 @@ func cmdScenarioGenerate(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sc)
+		return printJSON(stdout, sc)
 	}
 	if *out == "-" {
 		_, err = io.WriteString(stdout, sc.YAML)
@@ -590,12 +618,8 @@ const DefaultMRCSizes = "1MiB,2MiB,4MiB,8MiB,16MiB,32MiB,64MiB,128MiB,256MiB,512
 func cmdScenarioSeeds(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("scenario seeds", "tracegen scenario seeds [--json]", stderr)
 	asJSON := fs.Bool("json", false, "print the ranges as JSON")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -617,58 +641,39 @@ func cmdMRC(args []string, stdout, stderr io.Writer) error {
 	sample := fs.Float64("sample", 0, "SHARDS sampling rate R in (0, 1) for large traces; 0 = exact")
 	heavy := fs.Int("heavy-keys", 1000, "with --sample: popular keys tracked at every access, per backend")
 	plot := fs.String("plot", "", "also draw the curves into this SVG file")
-	pos, err := parse(fs, args)
+	file, err := parseFile(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
-	}
 	sizes, err := bytesize.ParseList(*sizesFlag)
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("--sizes: %w", err)
-	}
-	if len(sizes) == 0 {
+	case len(sizes) == 0:
 		return errors.New("--sizes: give at least one size")
-	}
-	switch *format {
-	case "csv", "table", "json":
-	default:
+	case !slices.Contains([]string{"csv", "table", "json"}, *format):
 		return fmt.Errorf("--format: %q is not csv, table or json", *format)
-	}
-	if *sample < 0 || *sample >= 1 {
+	case *sample < 0 || *sample >= 1:
 		return fmt.Errorf("--sample: %v is not in [0, 1) (0 = exact)", *sample)
-	}
-	if *heavy < 0 {
+	case *heavy < 0:
 		return fmt.Errorf("--heavy-keys: %d is negative", *heavy)
 	}
-	curves, err := mrc.FromFile(pos[0], mrc.Options{Sizes: sizes, SampleRate: *sample}, *heavy)
+	curves, err := mrc.FromFile(file, mrc.Options{Sizes: sizes, SampleRate: *sample}, *heavy)
 	if err != nil {
 		return err
 	}
 	if *plot != "" {
-		f, err := os.Create(*plot)
-		if err != nil {
-			return err
-		}
-		title := "LRU miss ratio per backend: " + pos[0]
+		title := "LRU miss ratio per backend: " + file
 		if *sample > 0 {
 			title += fmt.Sprintf(" (sampled, R = %g)", *sample)
 		}
-		if err := mrc.WriteSVG(f, curves, title); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		if err := writeFile(*plot, func(w io.Writer) error { return mrc.WriteSVG(w, curves, title) }); err != nil {
 			return err
 		}
 	}
 	switch *format {
 	case "json":
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(curves)
+		return printJSON(stdout, curves)
 	case "csv":
 		fmt.Fprintln(stdout, "backend,cache_bytes,miss_ratio")
 		for _, c := range curves {

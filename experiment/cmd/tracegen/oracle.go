@@ -3,11 +3,11 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -32,18 +32,22 @@ func oracleInput(sc *scenario.Scenario, topo *config.Topology, tracePath, appID 
 	if sc == nil {
 		return in, nil
 	}
+	changes, err := expand(sc, "--trace", duration, seed)
+	in.Changes, in.Rates = changes, sc.RateSchedule()
+	return in, err
+}
+
+// expand is the scenario's timeline over duration, its random walks seeded
+// by the file's seed, else seed; flagName names what needs it.
+func expand(sc *scenario.Scenario, flagName string, duration time.Duration, seed uint64) ([]scenario.Change, error) {
 	if need := sc.NeedsInitial(); len(need) > 0 {
-		return in, fmt.Errorf("--trace: the random walk of %s.%s starts from the backend's current value; give it an initial value", need[0].Backend, need[0].Field)
+		return nil, fmt.Errorf("%s: the random walk of %s.%s starts from the backend's current value; give it an initial value",
+			flagName, need[0].Backend, need[0].Field)
 	}
 	if sc.Seed != nil {
 		seed = *sc.Seed
 	}
-	changes, err := sc.Expand(duration, seed, nil)
-	if err != nil {
-		return in, err
-	}
-	in.Changes, in.Rates = changes, sc.RateSchedule()
-	return in, nil
+	return sc.Expand(duration, seed, nil)
 }
 
 // finite is v, or nil (JSON null) when it is infinite.
@@ -86,9 +90,7 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 	}
 	sloMs := float64(rep.SLO.SLO) / float64(time.Millisecond)
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(reportJSON(rep, sched))
+		return printJSON(w, reportJSON(rep, sched))
 	}
 	fmt.Fprintf(w, "feasibility: app server %s, budget %d MB, floor %d MB, %d app server(s); miss-ratio curves and query rates per phase from %s\n",
 		rep.AppServer, rep.Budget, rep.Floor, rep.AppServers, tracePath)
@@ -102,15 +104,7 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 	for i, r := range results {
 		var parts []string
 		for _, b := range rep.Backends {
-			need := "∞"
-			if v := r.Need[b.Name]; v >= 0 {
-				need = strconv.Itoa(v)
-			}
-			parts = append(parts, b.Name+"="+need)
-		}
-		total := "∞"
-		if r.NeedTotal >= 0 {
-			total = strconv.Itoa(r.NeedTotal)
+			parts = append(parts, b.Name+"="+mbOrInf(r.Need[b.Name]))
 		}
 		ok := "yes"
 		if !r.Feasible {
@@ -121,7 +115,7 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 		if rateChanges {
 			rate = "×" + strconv.FormatFloat(r.RateFactor, 'g', -1, 64) + "\t"
 		}
-		fmt.Fprintf(tw, "%s–%s\t%s%s\t%s/%d\t%s\t%.2f\t%.2f\t%s\t%s / %s\t\n", r.Start, r.End, rate, strings.Join(parts, " "), total, rep.Budget, ok,
+		fmt.Fprintf(tw, "%s–%s\t%s%s\t%s/%d\t%s\t%.2f\t%.2f\t%s\t%s / %s\t\n", r.Start, r.End, rate, strings.Join(parts, " "), mbOrInf(r.NeedTotal), rep.Budget, ok,
 			r.MinMaxWorst, r.Even, fmtAlloc(sched.At(r.Start)), fmtMs(rep.Steady[i].OracleP99Ms), fmtMs(rep.Steady[i].ConfiguredP99Ms))
 	}
 	if err := tw.Flush(); err != nil {
@@ -141,16 +135,19 @@ func feasibilityReport(w, stderr io.Writer, sc *scenario.Scenario, topo *config.
 
 // fmtAlloc is an allocation as "name=MB ..." in name order.
 func fmtAlloc(mb map[string]int) string {
-	names := make([]string, 0, len(mb))
-	for n := range mb {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = n + "=" + strconv.Itoa(mb[n])
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(mb)) {
+		parts = append(parts, n+"="+strconv.Itoa(mb[n]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// mbOrInf is a need in MB: ∞ (negative) when no cache is enough.
+func mbOrInf(mb int) string {
+	if mb < 0 {
+		return "∞"
+	}
+	return strconv.Itoa(mb)
 }
 
 // fmtMs prints a predicted latency: ∞ when overloaded.
@@ -258,19 +255,11 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	series := fs.Bool("series", false, "also write, per variant, the transient model's prediction of every point of the SLO series")
 	out := fs.String("out", "-", "write the JSON here (- for stdout); written whole or not at all")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the analysis here (go tool pprof)")
-	pos, err := parse(fs, args)
-	if err != nil {
+	if err := parseNone(fs, args); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for _, name := range []string{"topology", "trace", "duration"} {
-		if !set[name] {
-			return fmt.Errorf("--%s is required", name)
-		}
+	if err := required(fs, "topology", "trace", "duration"); err != nil {
+		return err
 	}
 	if *duration <= 0 {
 		return fmt.Errorf("--duration: %v must be positive", *duration)
@@ -290,15 +279,8 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	defer stopProfile()
 	var sc *scenario.Scenario
 	if *scPath != "" {
-		var warns []string
-		if sc, warns, err = scenario.Load(*scPath, scenario.BackendNames(topo), *duration); err != nil {
+		if sc, err = loadScenario(*scPath, topo, *duration, func(w string) { fmt.Fprintln(stderr, "warning:", w) }); err != nil {
 			return err
-		}
-		if _, err := sc.Replicas(topo); err != nil {
-			return err
-		}
-		for _, w := range warns {
-			fmt.Fprintln(stderr, "warning:", w)
 		}
 	}
 	first, err := oracleDoc(topo, sc, *tracePath, *duration, *seed, vs, *feasibleOnly, *series)
@@ -309,15 +291,10 @@ func cmdOracle(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
-	if *out == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	_, err = writeAtomically(*out, func(w io.Writer) (int64, error) {
-		n, err := w.Write(b)
+	_, err = writeOut(*out, stdout, stderr, func(w io.Writer) (int64, error) {
+		n, err := w.Write(append(b, '\n'))
 		return int64(n), err
-	}, stderr)
+	})
 	return err
 }
 

@@ -239,7 +239,7 @@ func cmdArm(args []string, stdout, stderr io.Writer) error {
 // has one); a request_rate event needs --synth's --rate-schedule, and a
 // trace file's arrival times must carry it.
 func armScenario(cfg *sim.Config, scPath string, topo *config.Topology, duration time.Duration) error {
-	sc, warns, err := scenario.Load(scPath, scenario.BackendNames(topo), duration)
+	sc, warns, err := scenario.Load(scPath, topo.BackendNames(), duration)
 	if err != nil {
 		return err
 	}
