@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -77,7 +75,7 @@ func (s *Sim) writeSummary(src *traceFeed) error {
 	if s.cfg.Scenario != nil {
 		sum.Scenario = replay.ScenarioSection{File: s.cfg.Scenario.File}
 	}
-	return WriteJSON(filepath.Join(s.cfg.OutDir, "replay", "summary.json"), sum)
+	return replay.WriteJSON(filepath.Join(s.cfg.OutDir, "replay", "summary.json"), sum)
 }
 
 func (s *Sim) result(wall time.Duration) *Result {
@@ -118,13 +116,4 @@ func (s *Sim) result(wall time.Duration) *Result {
 		}
 	}
 	return r
-}
-
-// WriteJSON writes v to path as indented JSON and a newline.
-func WriteJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/robinhoodcache/robinhood/appserver/shadow"
 	"github.com/robinhoodcache/robinhood/backends/capacity"
+	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/experiment/scenario"
 	"github.com/robinhoodcache/robinhood/experiment/slo"
 	"github.com/robinhoodcache/robinhood/lib/config"
@@ -144,7 +145,7 @@ func Run(cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res := s.result(time.Since(wall))
-	if err := WriteJSON(filepath.Join(cfg.OutDir, "sim.json"), res); err != nil {
+	if err := replay.WriteJSON(filepath.Join(cfg.OutDir, "sim.json"), res); err != nil {
 		return nil, err
 	}
 	return res, nil

@@ -336,8 +336,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if scErr != nil {
 		sum.Scenario.Error = scErr.Error()
 	}
-	if err := writeJSON(filepath.Join(cfg.OutDir, "summary.json"), sum); err != nil {
-		return nil, err
+	if err := WriteJSON(filepath.Join(cfg.OutDir, "summary.json"), sum); err != nil {
+		return nil, fmt.Errorf("out: %w", err)
 	}
 	return sum, readErr
 }
@@ -697,13 +697,12 @@ func (r *run) progress() {
 	r.lastLate = late
 }
 
-func writeJSON(path string, v any) error {
+// WriteJSON writes v to path as indented JSON and a newline (the
+// replayer's summary.json, and the simulator's files).
+func WriteJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("out: %w", err)
-	}
-	return nil
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

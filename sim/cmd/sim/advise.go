@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/lib/config"
 	"github.com/robinhoodcache/robinhood/sim"
 )
@@ -232,7 +233,7 @@ func heatmap(dir string, stallX float64, base func(float64, float64, []any) (*si
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := sim.WriteJSON(filepath.Join(dir, "heatmap.json"), cells); err != nil {
+	if err := replay.WriteJSON(filepath.Join(dir, "heatmap.json"), cells); err != nil {
 		return err
 	}
 	svg := heatSVG(cells, probs, utils, stallX)

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/robinhoodcache/robinhood/experiment/replay"
 	"github.com/robinhoodcache/robinhood/sim"
 )
 
@@ -57,7 +58,7 @@ func cmdHedging(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	for name, v := range map[string]any{"runs.json": runs, "summary.json": sums} {
-		if err := sim.WriteJSON(filepath.Join(*out, name), v); err != nil {
+		if err := replay.WriteJSON(filepath.Join(*out, name), v); err != nil {
 			return err
 		}
 	}
