@@ -4,7 +4,7 @@ package feasibility
 // goes from a topology, a trace and a capacity scenario to the load
 // model's verdict on every phase (feasible or not, the scenario's class)
 // and to the allocation schedules the transient model (transient.go)
-// predicts best: with foresight (the bound: the whole run known, space may
+// predicts best: with foresight (the whole run known in advance, space may
 // move before a phase that needs it, while the partition can still fill
 // from a backend that answers) or reactive (each phase learnt the instant
 // it starts and expected to last: a perfect reaction without foresight).
