@@ -1,6 +1,8 @@
 """The memcached driver and the resize mechanism against real memcached processes."""
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from mcdata import client, fill, limit_mb, malloced, stats
 
@@ -92,13 +94,22 @@ def test_shrink_really_frees_memory(procs) -> None:
 
 
 def test_busy_answers_while_a_page_moves(procs) -> None:
-    _, addr = procs.memcached(32)
-    fill(addr, 36, sizes=(100,))  # ~7,000 small items per page: each move takes a while
-    d = MemcachedPartition("a", addr)
-    d.set_limit(16)
-    answers = [d.reassign(-1) for _ in range(200)]
-    assert answers[0] is Reassign.OK
-    assert Reassign.BUSY in answers
+    # ~7,000 small items per page: each move takes a while, and a reassign sent during it
+    # is answered BUSY (about 190 of 200 here). Whether one lands during a move is timing:
+    # a fresh memcached is tried again, at most three in all, before the test fails.
+    seen = []
+    for _ in range(3):
+        _, addr = procs.memcached(32)
+        fill(addr, 36, sizes=(100,))
+        d = MemcachedPartition("a", addr)
+        d.set_limit(16)
+        answers = [d.reassign(-1) for _ in range(200)]
+        assert answers[0] is Reassign.OK
+        seen.append(Counter(a.name for a in answers))
+        if Reassign.BUSY in answers:
+            break
+    else:
+        pytest.fail(f"no BUSY in 200 reassigns on each of three memcacheds: {seen}")
     # reconcile backs off on BUSY and still finishes the shrink.
     out = reconcile([_target("a", addr, 16)], budget_mb=32, shrink_budget=30)
     assert out.pending == {} and malloced(addr) <= 16 * MIB
